@@ -1,0 +1,1 @@
+# sharc_add_program() is defined here (see README "Build integration").

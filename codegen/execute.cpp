@@ -1,0 +1,259 @@
+// The per-device interpreter on the thread runtime; see execute.h.
+#include "codegen/execute.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "codegen/passes/partition_per_device.h"
+#include "runtime/elementwise.h"
+#include "runtime/init.h"
+#include "runtime/kernels.h"
+#include "runtime/memory.h"
+#include "runtime/tensor_collectives.h"
+#include "runtime/thread_world.h"
+
+namespace sharc {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::Shape;
+
+rt::MeshShape mesh_shape(const Mesh& m) {
+  rt::MeshShape s;
+  for (auto& a : m.axes()) {
+    s.axis_names.push_back(a.name);
+    s.axis_sizes.push_back(a.size);
+  }
+  return s;
+}
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+// Copies the block at `offset` with `local` shape out of a global row-major array.
+void take_block(const float* global, const Shape& gshape, const std::vector<int64_t>& offset,
+                const Shape& local, float* out) {
+  auto st = strides_of(gshape);
+  int64_t base = 0;
+  for (size_t d = 0; d < gshape.size(); ++d) base += offset[d] * st[d];
+  if (local.empty()) { out[0] = global[base]; return; }
+  rt::strided_copy(global + base, local, st, out);
+}
+
+void put_block(std::vector<double>& global, const Shape& gshape, const std::vector<int64_t>& offset,
+               const Shape& local, const float* in) {
+  auto st = strides_of(gshape);
+  const int64_t n = ir::num_elements(local);
+  std::vector<int64_t> idx(local.size(), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t g = 0;
+    for (size_t d = 0; d < local.size(); ++d) g += (offset[d] + idx[d]) * st[d];
+    global[g] = in[e];
+    for (int d = static_cast<int>(local.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < local[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+rt::Group group_of(const Mesh& mesh, const rt::MeshShape& ms, int rank, const std::vector<std::string>& axes) {
+  std::vector<int> idx;
+  for (auto& a : axes) idx.push_back(mesh.index(a));
+  return rt::make_group(ms, rank, idx);
+}
+
+rt::ReduceOp reduce_op(ir::ReduceKind k) { return k == ir::ReduceKind::kSum ? rt::ReduceOp::kSum : rt::ReduceOp::kMax; }
+
+float apply_unary(Op op, float x) {
+  switch (op) {
+    case Op::kNeg: return -x;
+    case Op::kRelu: return rt::relu(x);
+    case Op::kGelu: return rt::gelu(x);
+    case Op::kTanh: return std::tanh(x);
+    case Op::kExp: return std::exp(x);
+    case Op::kLog: return std::log(x);
+    case Op::kSqrt: return std::sqrt(x);
+    default: internal_error("not unary");
+  }
+}
+
+float apply_binary(Op op, float a, float b) {
+  switch (op) {
+    case Op::kAdd: return a + b;
+    case Op::kSub: return a - b;
+    case Op::kMul: return a * b;
+    case Op::kDiv: return a / b;
+    default: internal_error("not binary");
+  }
+}
+
+// Local dot_general: transpose operands to (batch, free, contract) and
+// (batch, contract, free), then one batched GEMM.
+void local_dot(const Node& n, const Shape& ls, const float* l, const Shape& rs, const float* r, float* out) {
+  const ir::DotDims& d = n.dot;
+  auto in = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  std::vector<int> lperm = d.lhs_batch, rperm = d.rhs_batch;
+  int64_t B = 1, M = 1, N = 1, K = 1;
+  for (int b : d.lhs_batch) B *= ls[b];
+  for (int i = 0; i < static_cast<int>(ls.size()); ++i)
+    if (!in(d.lhs_batch, i) && !in(d.lhs_contract, i)) { lperm.push_back(i); M *= ls[i]; }
+  for (int c : d.lhs_contract) { lperm.push_back(c); K *= ls[c]; }
+  for (int c : d.rhs_contract) rperm.push_back(c);
+  for (int i = 0; i < static_cast<int>(rs.size()); ++i)
+    if (!in(d.rhs_batch, i) && !in(d.rhs_contract, i)) { rperm.push_back(i); N *= rs[i]; }
+  auto identity = [](const std::vector<int>& p) {
+    for (size_t i = 0; i < p.size(); ++i) if (p[i] != static_cast<int>(i)) return false;
+    return true;
+  };
+  std::vector<float> lt, rt_;
+  const float* lp = l;
+  const float* rp = r;
+  if (!identity(lperm)) { lt.resize(ir::num_elements(ls)); rt::transpose(l, ls, lperm, lt.data()); lp = lt.data(); }
+  if (!identity(rperm)) { rt_.resize(ir::num_elements(rs)); rt::transpose(r, rs, rperm, rt_.data()); rp = rt_.data(); }
+  rt::gemm(B, M, N, K, lp, false, rp, false, out);
+}
+
+}  // namespace
+
+std::vector<int64_t> block_offset(const ir::Sharding& s, const Shape& local, const Mesh& mesh, int rank) {
+  std::vector<int64_t> off(local.size(), 0);
+  for (size_t d = 0; d < local.size(); ++d) off[d] = block_index(s, d, mesh, rank) * local[d];
+  return off;
+}
+
+ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed) {
+  if (!g.partitioned) internal_error("execute_partitioned needs a per-device graph");
+  const Mesh& mesh = g.mesh;
+  const rt::MeshShape ms = mesh_shape(mesh);
+  rt::ThreadWorld world(ms);
+  const int ndev = world.size();
+
+  // Global shapes of outputs and parameters, from local shape x parts.
+  auto global_shape = [&](const Node& n) {
+    Shape s = n.shape;
+    for (size_t d = 0; d < s.size(); ++d) s[d] *= n.sharding->parts(mesh, d);
+    return s;
+  };
+  for (auto& n : g.nodes)
+    if (n.op == Op::kInput) {
+      auto it = inputs.find(n.name);
+      if (it == inputs.end()) user_error(n.loc, "no value given for program input \"" + n.name + "\"");
+      if (static_cast<int64_t>(it->second.size()) != ir::num_elements(global_shape(n)))
+        user_error(n.loc, "input \"" + n.name + "\" has the wrong number of values");
+    }
+  std::map<std::string, std::vector<float>> input_f;
+  for (auto& [k, v] : inputs) input_f[k].assign(v.begin(), v.end());
+
+  ExecResult res;
+  res.largest_param_bytes.assign(ndev, 0);
+  for (auto& o : g.outputs) res.outputs[o.name].assign(ir::num_elements(global_shape(g[o.value])), 0.0);
+  for (auto& n : g.nodes)
+    if (n.op == Op::kParameter) res.params[n.name].assign(ir::num_elements(global_shape(n)), 0.0);
+  std::mutex mu;
+
+  // Last use of every value, so buffers are freed as a device would.
+  std::vector<int> last_use(g.nodes.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int a : g.nodes[i].args) last_use[a] = static_cast<int>(i);
+  for (auto& o : g.outputs) last_use[o.value] = static_cast<int>(g.nodes.size());
+
+  world.run([&](int rank) {
+    rt::Communicator& comm = world.comm(rank);
+    rt::DeviceMemory& mem = world.memory(rank);
+    std::vector<rt::Buffer> val(g.nodes.size());
+    for (size_t id = 0; id < g.nodes.size(); ++id) {
+      const Node& n = g.nodes[id];
+      const int64_t count = ir::num_elements(n.shape);
+      rt::Buffer out(static_cast<size_t>(count), &mem);
+      auto arg = [&](int i) -> const float* { return val[n.args[i]].data(); };
+      auto arg_shape = [&](int i) -> const Shape& { return g.nodes[n.args[i]].shape; };
+      switch (n.op) {
+        case Op::kParameter: {
+          const Shape gs = global_shape(n);
+          auto off = block_offset(*n.sharding, n.shape, mesh, rank);
+          rt::init_block(init_spec(n.init, n.name, gs), seed,
+                         gs.data(), off.data(), n.shape.data(), static_cast<int>(n.shape.size()), out.data());
+          res.largest_param_bytes[rank] = std::max(res.largest_param_bytes[rank], out.bytes());
+          std::lock_guard<std::mutex> lock(mu);
+          put_block(res.params[n.name], gs, off, n.shape, out.data());
+          break;
+        }
+        case Op::kInput:
+          take_block(input_f.at(n.name).data(), global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank),
+                     n.shape, out.data());
+          break;
+        case Op::kConstant:
+          rt::fill(out.data(), count, static_cast<float>(n.scalar));
+          break;
+        case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv:
+          for (int64_t i = 0; i < count; ++i) out[i] = apply_binary(n.op, arg(0)[i], arg(1)[i]);
+          break;
+        case Op::kNeg: case Op::kRelu: case Op::kGelu: case Op::kTanh: case Op::kExp: case Op::kLog:
+        case Op::kSqrt:
+          for (int64_t i = 0; i < count; ++i) out[i] = apply_unary(n.op, arg(0)[i]);
+          break;
+        case Op::kReshape:
+        case Op::kShardingConstraint:
+          rt::copy(arg(0), out.data(), count);
+          break;
+        case Op::kBroadcast: {
+          Shape expanded(n.shape.size(), 1);
+          for (size_t i = 0; i < n.ints.size(); ++i) expanded[n.ints[i]] = arg_shape(0)[i];
+          rt::broadcast(arg(0), expanded, n.shape, out.data());
+          break;
+        }
+        case Op::kTranspose:
+          rt::transpose(arg(0), arg_shape(0), n.ints, out.data());
+          break;
+        case Op::kReduce:
+          rt::reduce(arg(0), arg_shape(0), n.ints, reduce_op(n.reduce), out.data());
+          break;
+        case Op::kDot:
+          local_dot(n, arg_shape(0), arg(0), arg_shape(1), arg(1), out.data());
+          break;
+        case Op::kAllGather:
+          rt::all_gather_dim(comm, group_of(mesh, ms, rank, n.axes), arg(0), arg_shape(0), n.dim, out.data());
+          break;
+        case Op::kReduceScatter:
+          rt::reduce_scatter_dim(comm, group_of(mesh, ms, rank, n.axes), arg(0), arg_shape(0), n.dim, out.data(),
+                                 reduce_op(n.reduce));
+          break;
+        case Op::kAllReduce:
+          rt::copy(arg(0), out.data(), count);
+          comm.all_reduce(out.data(), count, group_of(mesh, ms, rank, n.axes), reduce_op(n.reduce));
+          break;
+        case Op::kAllToAll:
+          rt::all_to_all_dim(comm, group_of(mesh, ms, rank, n.axes), arg(0), arg_shape(0), n.dim, n.dim2,
+                             out.data());
+          break;
+        case Op::kLocalSlice: {
+          const rt::Group grp = group_of(mesh, ms, rank, n.axes);
+          rt::slice_block(arg(0), arg_shape(0), n.dim, grp.size(), grp.position, out.data());
+          break;
+        }
+      }
+      val[id] = std::move(out);
+      for (int a : n.args)
+        if (last_use[a] == static_cast<int>(id)) val[a] = rt::Buffer();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& o : g.outputs) {
+      const Node& n = g[o.value];
+      put_block(res.outputs[o.name], global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank), n.shape,
+                val[o.value].data());
+    }
+  });
+  for (int r = 0; r < ndev; ++r) {
+    res.comm.push_back(world.comm(r).stats());
+    res.peak_bytes.push_back(world.memory(r).peak());
+  }
+  return res;
+}
+
+}  // namespace sharc

@@ -1,0 +1,35 @@
+// Runs a partitioned (per-device) graph on the thread runtime: one thread per
+// device, each interpreting the same per-device IR with the runtime's float32
+// kernels and real collectives. It is the quick way to check a partitioning
+// against the oracle without generating and compiling C++; the emitted code
+// (emit_cpu.h) calls the same kernels and collectives in the same order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "codegen/interpret.h"
+#include "codegen/ir.h"
+#include "runtime/communicator.h"
+
+namespace sharc {
+
+struct ExecResult {
+  HostValues outputs;  // each output assembled from the devices' blocks (global shape)
+  std::vector<rt::CommStats> comm;  // per device
+  std::vector<size_t> peak_bytes;   // per device, from the runtime's accounting
+  // Per device, the largest single allocation made while initialising
+  // parameters (proves no device materialised a whole sharded parameter).
+  std::vector<size_t> largest_param_bytes;
+  // Every parameter's global value, assembled from the devices' shards.
+  HostValues params;
+};
+
+// `inputs` holds global values; each device takes its own block.
+ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs, uint64_t seed);
+
+// Global coordinates of the first element of the block `rank` holds.
+std::vector<int64_t> block_offset(const ir::Sharding& s, const ir::Shape& local_shape,
+                                  const Mesh& mesh, int rank);
+
+}  // namespace sharc

@@ -1,0 +1,222 @@
+// The double-precision oracle; see interpret.h.
+#include "codegen/interpret.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sharc {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::Shape;
+using Values = std::vector<double>;
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+// Calls f(flat index, multi-index) for every element of shape s.
+template <class F>
+void for_each_index(const Shape& s, F&& f) {
+  const int64_t n = ir::num_elements(s);
+  std::vector<int64_t> idx(s.size(), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    f(e, idx);
+    for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < s[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+double gelu(double x) {
+  // tanh approximation (jax.nn.gelu(approximate=True)).
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+
+double unary(Op op, double x) {
+  switch (op) {
+    case Op::kNeg: return -x;
+    case Op::kRelu: return x > 0 ? x : 0.0;
+    case Op::kGelu: return gelu(x);
+    case Op::kTanh: return std::tanh(x);
+    case Op::kExp: return std::exp(x);
+    case Op::kLog: return std::log(x);
+    case Op::kSqrt: return std::sqrt(x);
+    default: internal_error(std::string("not unary: ") + ir::op_name(op));
+  }
+}
+
+double binary(Op op, double a, double b) {
+  switch (op) {
+    case Op::kAdd: return a + b;
+    case Op::kSub: return a - b;
+    case Op::kMul: return a * b;
+    case Op::kDiv: return a / b;
+    default: internal_error(std::string("not binary: ") + ir::op_name(op));
+  }
+}
+
+Values eval_dot(const Node& n, const Shape& ls, const Values& l, const Shape& rs, const Values& r) {
+  const auto& d = n.dot;
+  auto lst = strides_of(ls), rst = strides_of(rs);
+  std::vector<int> lfree, rfree;
+  auto in = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  for (int i = 0; i < static_cast<int>(ls.size()); ++i)
+    if (!in(d.lhs_batch, i) && !in(d.lhs_contract, i)) lfree.push_back(i);
+  for (int i = 0; i < static_cast<int>(rs.size()); ++i)
+    if (!in(d.rhs_batch, i) && !in(d.rhs_contract, i)) rfree.push_back(i);
+  Shape cshape;
+  for (int c : d.lhs_contract) cshape.push_back(ls[c]);
+  Values out(ir::num_elements(n.shape));
+  for_each_index(n.shape, [&](int64_t e, const std::vector<int64_t>& idx) {
+    int64_t lbase = 0, rbase = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < d.lhs_batch.size(); ++i, ++k) {
+      lbase += idx[k] * lst[d.lhs_batch[i]];
+      rbase += idx[k] * rst[d.rhs_batch[i]];
+    }
+    for (int f : lfree) lbase += idx[k++] * lst[f];
+    for (int f : rfree) rbase += idx[k++] * rst[f];
+    double acc = 0.0;
+    for_each_index(cshape, [&](int64_t, const std::vector<int64_t>& c) {
+      int64_t lo = lbase, ro = rbase;
+      for (size_t i = 0; i < c.size(); ++i) {
+        lo += c[i] * lst[d.lhs_contract[i]];
+        ro += c[i] * rst[d.rhs_contract[i]];
+      }
+      acc += l[lo] * r[ro];
+    });
+    out[e] = acc;
+  });
+  return out;
+}
+
+}  // namespace
+
+rt::InitSpec init_spec(const Initializer& init, const std::string& path, const ir::Shape& shape) {
+  static_assert(static_cast<int>(InitKind::kXavierUniform) == static_cast<int>(rt::InitKind::kXavierUniform));
+  rt::InitSpec s;
+  s.kind = static_cast<rt::InitKind>(init.kind);
+  s.a = init.a;
+  rt::compute_fans(shape.data(), static_cast<int>(shape.size()), &s.fan_in, &s.fan_out);
+  s.key = rt::init_key(path);
+  return s;
+}
+
+std::vector<float> init_global(const ir::Node& p, uint64_t seed) {
+  std::vector<float> v(ir::num_elements(p.shape));
+  std::vector<int64_t> zero(p.shape.size(), 0);
+  rt::init_block(init_spec(p.init, p.name, p.shape), seed, p.shape.data(), zero.data(), p.shape.data(),
+                 static_cast<int>(p.shape.size()), v.data());
+  return v;
+}
+
+HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed) {
+  if (g.partitioned) internal_error("the oracle interprets global programs only");
+  std::vector<Values> val(g.nodes.size());
+  for (size_t id = 0; id < g.nodes.size(); ++id) {
+    const Node& n = g.nodes[id];
+    const int64_t count = ir::num_elements(n.shape);
+    auto arg = [&](int i) -> const Values& { return val[n.args[i]]; };
+    auto arg_shape = [&](int i) -> const Shape& { return g.nodes[n.args[i]].shape; };
+    Values& out = val[id];
+    switch (n.op) {
+      case Op::kParameter: {
+        auto f = init_global(n, seed);
+        out.assign(f.begin(), f.end());
+        break;
+      }
+      case Op::kInput: {
+        auto it = inputs.find(n.name);
+        if (it == inputs.end()) user_error(n.loc, "no value given for program input \"" + n.name + "\"");
+        if (static_cast<int64_t>(it->second.size()) != count)
+          user_error(n.loc, "input \"" + n.name + "\" has " + std::to_string(it->second.size()) +
+                                " values, expected " + std::to_string(count));
+        out = it->second;
+        break;
+      }
+      case Op::kConstant:
+        out.assign(count, n.scalar);
+        break;
+      case Op::kAdd:
+      case Op::kSub:
+      case Op::kMul:
+      case Op::kDiv:
+        out.resize(count);
+        for (int64_t i = 0; i < count; ++i) out[i] = binary(n.op, arg(0)[i], arg(1)[i]);
+        break;
+      case Op::kNeg:
+      case Op::kRelu:
+      case Op::kGelu:
+      case Op::kTanh:
+      case Op::kExp:
+      case Op::kLog:
+      case Op::kSqrt:
+        out.resize(count);
+        for (int64_t i = 0; i < count; ++i) out[i] = unary(n.op, arg(0)[i]);
+        break;
+      case Op::kShardingConstraint:
+      case Op::kReshape:
+        out = arg(0);
+        break;
+      case Op::kBroadcast: {
+        const Shape& in = arg_shape(0);
+        auto st = strides_of(in);
+        out.resize(count);
+        for_each_index(n.shape, [&](int64_t e, const std::vector<int64_t>& idx) {
+          int64_t off = 0;
+          for (size_t i = 0; i < in.size(); ++i) off += (in[i] == 1 ? 0 : idx[n.ints[i]]) * st[i];
+          out[e] = arg(0)[off];
+        });
+        break;
+      }
+      case Op::kTranspose: {
+        auto st = strides_of(arg_shape(0));
+        out.resize(count);
+        for_each_index(n.shape, [&](int64_t e, const std::vector<int64_t>& idx) {
+          int64_t off = 0;
+          for (size_t i = 0; i < idx.size(); ++i) off += idx[i] * st[n.ints[i]];
+          out[e] = arg(0)[off];
+        });
+        break;
+      }
+      case Op::kReduce: {
+        const bool is_max = n.reduce == ir::ReduceKind::kMax;
+        out.assign(count, is_max ? -std::numeric_limits<double>::infinity() : 0.0);
+        auto ost = strides_of(n.shape);
+        std::vector<bool> reduced(arg_shape(0).size(), false);
+        for (int a : n.ints) reduced[a] = true;
+        for_each_index(arg_shape(0), [&](int64_t e, const std::vector<int64_t>& idx) {
+          int64_t o = 0;
+          size_t k = 0;
+          for (size_t i = 0; i < idx.size(); ++i)
+            if (!reduced[i]) o += idx[i] * ost[k++];
+          const double x = arg(0)[e];
+          out[o] = is_max ? std::max(out[o], x) : out[o] + x;
+        });
+        break;
+      }
+      case Op::kDot:
+        out = eval_dot(n, arg_shape(0), arg(0), arg_shape(1), arg(1));
+        break;
+      case Op::kAllGather:
+      case Op::kReduceScatter:
+      case Op::kAllReduce:
+      case Op::kAllToAll:
+      case Op::kLocalSlice:
+        internal_error("collective in a global program");
+    }
+  }
+  HostValues result;
+  for (auto& o : g.outputs) result[o.name] = val[o.value];
+  return result;
+}
+
+}  // namespace sharc

@@ -1,0 +1,126 @@
+// Op tables derived from SHARC_OP_KINDS, and the small value types of ir.h.
+#include "codegen/ir.h"
+
+#include <algorithm>
+
+namespace sharc::ir {
+
+const char* op_name(Op op) {
+  switch (op) {
+#define SHARC_X(e, n, a) \
+  case Op::k##e:         \
+    return n;
+    SHARC_OP_KINDS(SHARC_X)
+#undef SHARC_X
+  }
+  return "?";
+}
+
+int op_arity(Op op) {
+  switch (op) {
+#define SHARC_X(e, n, a) \
+  case Op::k##e:         \
+    return a;
+    SHARC_OP_KINDS(SHARC_X)
+#undef SHARC_X
+  }
+  return -1;
+}
+
+bool is_unary(Op op) { return op >= Op::kNeg && op <= Op::kSqrt; }
+bool is_binary(Op op) { return op >= Op::kAdd && op <= Op::kDiv; }
+bool is_elementwise(Op op) { return is_unary(op) || is_binary(op); }
+bool is_collective(Op op) { return op >= Op::kAllGather && op <= Op::kAllToAll; }
+bool is_source(Op op) { return op <= Op::kConstant; }
+
+const char* reduce_name(ReduceKind k) { return k == ReduceKind::kSum ? "sum" : "max"; }
+
+int64_t num_elements(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "f32[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+bool Sharding::is_replicated() const {
+  if (!partial.empty()) return false;
+  for (auto& d : dims)
+    if (!d.empty()) return false;
+  return true;
+}
+
+bool Sharding::uses(const std::string& axis) const {
+  for (auto& d : dims)
+    if (std::find(d.begin(), d.end(), axis) != d.end()) return true;
+  return std::find(partial.begin(), partial.end(), axis) != partial.end();
+}
+
+std::vector<std::string> Sharding::used_axes() const {
+  std::vector<std::string> r;
+  for (auto& d : dims) r.insert(r.end(), d.begin(), d.end());
+  r.insert(r.end(), partial.begin(), partial.end());
+  return r;
+}
+
+int64_t Sharding::parts(const Mesh& mesh, size_t d) const { return mesh.size(dims[d]); }
+
+Shape Sharding::local_shape(const Shape& global, const Mesh& mesh) const {
+  Shape s = global;
+  for (size_t d = 0; d < s.size() && d < dims.size(); ++d) s[d] /= parts(mesh, d);
+  return s;
+}
+
+static std::string axes_braces(const std::vector<std::string>& axes) {
+  std::string s = "{";
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", \"" : "\"") + axes[i] + "\"";
+  return s + "}";
+}
+
+std::string Sharding::str() const {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + axes_braces(dims[i]);
+  s += "]";
+  if (!partial.empty()) {
+    s += " partial";
+    if (partial_kind == ReduceKind::kMax) s += "_max";
+    s += "=" + axes_braces(partial);
+  }
+  return s;
+}
+
+std::vector<int> Graph::users(int id) const {
+  std::vector<int> r;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (int a : nodes[i].args)
+      if (a == id) {
+        r.push_back(static_cast<int>(i));
+        break;
+      }
+  return r;
+}
+
+const Node* Graph::find(std::string_view name, Op op) const {
+  for (auto& n : nodes)
+    if (n.op == op && n.name == name) return &n;
+  return nullptr;
+}
+
+Shape dot_shape(const Shape& lhs, const Shape& rhs, const DotDims& d) {
+  Shape out;
+  for (int b : d.lhs_batch) out.push_back(lhs[b]);
+  auto is_in = [](const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  for (int i = 0; i < static_cast<int>(lhs.size()); ++i)
+    if (!is_in(d.lhs_batch, i) && !is_in(d.lhs_contract, i)) out.push_back(lhs[i]);
+  for (int i = 0; i < static_cast<int>(rhs.size()); ++i)
+    if (!is_in(d.rhs_batch, i) && !is_in(d.rhs_contract, i)) out.push_back(rhs[i]);
+  return out;
+}
+
+}  // namespace sharc::ir

@@ -1,0 +1,174 @@
+// The sharc IR: a topologically ordered list of nodes over global shapes (the
+// traced DSL program) or, after partition_per_device, over per-device local
+// shapes with explicit collectives. There is one list of op kinds,
+// SHARC_OP_KINDS, and the enum, names, arity, printer and verifier all follow
+// from it, so a new op fails to compile (-Wswitch) until every switch handles
+// it. Nodes are plain values; passes build a new Graph rather than mutate.
+//
+// Text spelling (printer.cpp, used by logs, dumps, goldens and diagnostics):
+//   %4 = dot(%2, %3) contract=[1]x[0] : f32[8,1024] [{"data"}, {}]   // model.cpp:31 dot2
+// Shardings use Shardy's spelling: one {...} per dimension listing the mesh
+// axes it is split over, and `partial={"model"}` for pending sums.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dsl/error.h"
+#include "dsl/initializers.h"
+#include "dsl/mesh.h"
+#include "dsl/partition_spec.h"
+
+namespace sharc::ir {
+
+// X(Enum, text name, arity (-1 = variadic))
+#define SHARC_OP_KINDS(X)                                                      \
+  /* Sources. */                                                               \
+  X(Parameter, "parameter", 0)                                                 \
+  X(Input, "input", 0)                                                         \
+  X(Constant, "constant", 0) /* every element = scalar */                      \
+  /* Elementwise binary; operands have equal shapes (broadcasts are explicit). */ \
+  X(Add, "add", 2)                                                             \
+  X(Sub, "sub", 2)                                                             \
+  X(Mul, "mul", 2)                                                             \
+  X(Div, "div", 2)                                                             \
+  /* Elementwise unary. */                                                     \
+  X(Neg, "neg", 1)                                                             \
+  X(Relu, "relu", 1)                                                           \
+  X(Gelu, "gelu", 1) /* tanh approximation, as jax.nn.gelu */                  \
+  X(Tanh, "tanh", 1)                                                           \
+  X(Exp, "exp", 1)                                                             \
+  X(Log, "log", 1)                                                             \
+  X(Sqrt, "sqrt", 1)                                                           \
+  /* Layout and contraction. */                                                \
+  X(Broadcast, "broadcast", 1) /* ints = output dim of each operand dim */     \
+  X(Reshape, "reshape", 1)                                                     \
+  X(Transpose, "transpose", 1) /* ints = perm: out dim i = operand dim perm[i] */ \
+  X(Dot, "dot", 2)             /* dot_general, see DotDims */                  \
+  X(Reduce, "reduce", 1)       /* ints = reduced axes, removed from the shape */ \
+  X(ShardingConstraint, "sharding_constraint", 1)                              \
+  /* Collectives and device-local slicing: partitioned IR only. */             \
+  X(AllGather, "all_gather", 1)         /* concat along dim over axes */       \
+  X(ReduceScatter, "reduce_scatter", 1) /* reduce over axes, split dim */      \
+  X(AllReduce, "all_reduce", 1)                                                \
+  X(AllToAll, "all_to_all", 1) /* split dim, concat dim2, over axes */         \
+  X(LocalSlice, "local_slice", 1) /* keep this device's block of dim over axes */
+
+enum class Op {
+#define SHARC_X(e, n, a) k##e,
+  SHARC_OP_KINDS(SHARC_X)
+#undef SHARC_X
+};
+
+const char* op_name(Op op);
+int op_arity(Op op);
+bool is_elementwise(Op op);   // unary or binary elementwise
+bool is_unary(Op op);
+bool is_binary(Op op);
+bool is_collective(Op op);    // AllGather ... AllToAll (not LocalSlice)
+bool is_source(Op op);        // Parameter, Input, Constant
+
+enum class ReduceKind { kSum, kMax };
+const char* reduce_name(ReduceKind k);
+
+using Shape = std::vector<int64_t>;
+int64_t num_elements(const Shape& s);
+std::string shape_str(const Shape& s);  // f32[8,1024]
+
+// A resolved layout: per dimension the mesh axes it is split over (major
+// first), plus axes over which the value is a pending partial sum/max.
+struct Sharding {
+  std::vector<std::vector<std::string>> dims;
+  std::vector<std::string> partial;
+  ReduceKind partial_kind = ReduceKind::kSum;
+
+  static Sharding replicated(size_t rank) { return {std::vector<std::vector<std::string>>(rank), {}}; }
+  size_t rank() const { return dims.size(); }
+  bool is_replicated() const;
+  bool uses(const std::string& axis) const;  // in dims or partial
+  std::vector<std::string> used_axes() const;
+  // Number of blocks dimension d is split into on mesh.
+  int64_t parts(const Mesh& mesh, size_t d) const;
+  Shape local_shape(const Shape& global, const Mesh& mesh) const;
+  bool operator==(const Sharding&) const = default;
+  std::string str() const;  // [{"data"}, {}] partial={"model"}
+};
+
+// dot_general dimension numbers (XLA). Output dims: batch dims (in lhs_batch
+// order), then lhs free dims, then rhs free dims, each in operand order.
+struct DotDims {
+  std::vector<int> lhs_batch, rhs_batch, lhs_contract, rhs_contract;
+  bool operator==(const DotDims&) const = default;
+};
+
+struct Node {
+  Op op = Op::kConstant;
+  std::vector<int> args;
+  Shape shape;  // global shape, or local shape in partitioned IR
+  std::string name;  // Parameter/Input: '/'-joined path; else the layer label ("dot1")
+  SrcLoc loc;        // the DSL call that created it
+
+  // Attributes (meaning depends on op; see SHARC_OP_KINDS).
+  std::vector<int> ints;
+  DotDims dot;
+  ReduceKind reduce = ReduceKind::kSum;
+  double scalar = 0.0;       // Constant
+  Initializer init;          // Parameter
+  std::vector<std::string> axes;  // collectives / LocalSlice: mesh axes, major first
+  int dim = -1, dim2 = -1;        // collectives / LocalSlice
+
+  // Layout. `spec` is the user's annotation as written (Parameter from its
+  // initializer, Input, ShardingConstraint), `rules` its logical rules if any.
+  // `sharding` is the resolved layout: set for annotated nodes by
+  // resolve_logical_axes (and then `fixed`), for all by propagate_shardings.
+  std::optional<P> spec;
+  std::optional<LogicalRules> rules;
+  std::optional<Sharding> sharding;
+  bool fixed = false;
+};
+
+struct Output {
+  std::string name;
+  int value = -1;
+  SrcLoc loc;
+  std::optional<P> spec;              // requested out sharding (unresolved)
+  std::optional<Sharding> sharding;   // resolved / chosen
+};
+
+struct Graph {
+  std::string name;
+  Mesh mesh;                 // set by the pipeline before resolve_logical_axes
+  bool partitioned = false;  // shapes are local; collectives may appear
+  std::vector<Node> nodes;
+  std::vector<Output> outputs;
+
+  int add(Node n) {
+    nodes.push_back(std::move(n));
+    return static_cast<int>(nodes.size()) - 1;
+  }
+  const Node& operator[](int id) const { return nodes[id]; }
+  Node& operator[](int id) { return nodes[id]; }
+  std::vector<int> users(int id) const;
+  const Node* find(std::string_view name, Op op) const;  // first with that name
+};
+
+// Printer (printer.cpp): the one text form of the IR.
+std::ostream& operator<<(std::ostream& os, const Node& n);
+std::ostream& operator<<(std::ostream& os, const Graph& g);
+std::string to_string(const Graph& g);
+std::string node_str(const Graph& g, int id);  // one line, as in a dump
+std::string dot_dims_str(const DotDims& d);
+
+// Verifier (verifier.cpp). Checks every Constraints: item of the ops and
+// throws internal_error naming the node on the first violation: an invalid
+// graph after a pass is a sharc bug, never the user's fault (user mistakes are
+// caught with user_error where the DSL builds the node).
+void verify(const Graph& g);
+
+// Shape inference shared by the DSL and the partitioner.
+Shape dot_shape(const Shape& lhs, const Shape& rhs, const DotDims& d);
+
+}  // namespace sharc::ir

@@ -1,0 +1,26 @@
+// Pass: resolve_logical_axes.
+//
+// Requires: a traced global graph with g.mesh set; annotations (`spec`) on
+//   parameters, inputs, sharding constraints and outputs as the user wrote them.
+// Ensures: every annotated node (and output) has `sharding` set, `fixed` true,
+//   naming only mesh axes, each axis at most once, with a rank equal to the
+//   tensor's and every dimension divisible by the product of its axes' sizes.
+//   Violations are user errors at the annotation's DSL line.
+//
+// A name is logical if the node's rules (or the program's) have a rule for it:
+// it maps to the first rule's mesh axis not already used by the tensor (Flax
+// semantics; a rule to None replicates). Otherwise it must be a mesh axis.
+//
+//   before: %1 = parameter() "w2" init=lecun_normal() spec=P('hidden', 'embed') : f32[1024,1024]
+//   after:  %1 = parameter() "w2" ... : f32[1024,1024] [{"model"}, {}] fixed
+#pragma once
+
+#include <optional>
+
+#include "codegen/ir.h"
+
+namespace sharc {
+
+ir::Graph resolve_logical_axes(ir::Graph g, const std::optional<LogicalRules>& program_rules = std::nullopt);
+
+}  // namespace sharc

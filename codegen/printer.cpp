@@ -1,0 +1,124 @@
+// The one printer of the IR. Logs, numbered pass dumps, golden files,
+// diagnostics and the comments in generated code all use this spelling, so a
+// line in a golden diff reads the same as the comment above its kernel.
+#include <sstream>
+
+#include "codegen/ir.h"
+
+namespace sharc::ir {
+
+namespace {
+
+std::string ints_str(const std::vector<int>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string axes_str(const std::vector<std::string>& axes) {
+  std::string s = "{";
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", \"" : "\"") + axes[i] + "\"";
+  return s + "}";
+}
+
+std::string scalar_str(double v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+std::string dot_dims_str(const DotDims& d) {
+  std::string s;
+  if (!d.lhs_batch.empty()) s += "batch=" + ints_str(d.lhs_batch) + "x" + ints_str(d.rhs_batch) + " ";
+  return s + "contract=" + ints_str(d.lhs_contract) + "x" + ints_str(d.rhs_contract);
+}
+
+std::ostream& operator<<(std::ostream& os, const Node& n) {
+  os << op_name(n.op) << "(";
+  for (size_t i = 0; i < n.args.size(); ++i) os << (i ? ", %" : "%") << n.args[i];
+  os << ")";
+  switch (n.op) {
+    case Op::kParameter:
+      os << " \"" << n.name << "\" init=" << n.init.str();
+      if (n.spec) os << " spec=" << n.spec->str();
+      break;
+    case Op::kInput:
+      os << " \"" << n.name << "\"";
+      if (n.spec) os << " spec=" << n.spec->str();
+      break;
+    case Op::kConstant:
+      os << " " << scalar_str(n.scalar);
+      break;
+    case Op::kBroadcast:
+      os << " dims=" << ints_str(n.ints);
+      break;
+    case Op::kTranspose:
+      os << " perm=" << ints_str(n.ints);
+      break;
+    case Op::kReduce:
+      os << " " << reduce_name(n.reduce) << " axes=" << ints_str(n.ints);
+      break;
+    case Op::kDot:
+      os << " " << dot_dims_str(n.dot);
+      break;
+    case Op::kShardingConstraint:
+      if (n.spec) os << " spec=" << n.spec->str();
+      break;
+    case Op::kAllGather:
+    case Op::kLocalSlice:
+      os << " dim=" << n.dim << " axes=" << axes_str(n.axes);
+      break;
+    case Op::kReduceScatter:
+      os << " " << reduce_name(n.reduce) << " dim=" << n.dim << " axes=" << axes_str(n.axes);
+      break;
+    case Op::kAllReduce:
+      os << " " << reduce_name(n.reduce) << " axes=" << axes_str(n.axes);
+      break;
+    case Op::kAllToAll:
+      os << " split=" << n.dim << " concat=" << n.dim2 << " axes=" << axes_str(n.axes);
+      break;
+    default:
+      break;
+  }
+  os << " : " << shape_str(n.shape);
+  if (n.sharding) os << " " << n.sharding->str();
+  if (n.fixed) os << " fixed";
+  if (n.loc.known() || (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput)) {
+    os << "  //";
+    if (n.loc.known()) os << " " << n.loc.str();
+    if (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput) os << " " << n.name;
+  }
+  return os;
+}
+
+std::string node_str(const Graph& g, int id) {
+  std::ostringstream os;
+  os << "%" << id << " = " << g.nodes[id];
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Graph& g) {
+  os << "program @" << g.name;
+  if (!g.mesh.axes().empty()) os << " mesh=" << g.mesh.str();
+  if (g.partitioned) os << " per-device";
+  os << " {\n";
+  for (size_t i = 0; i < g.nodes.size(); ++i) os << "  " << node_str(g, static_cast<int>(i)) << "\n";
+  for (auto& o : g.outputs) {
+    os << "  return \"" << o.name << "\" %" << o.value;
+    if (o.sharding) os << " " << o.sharding->str();
+    else if (o.spec) os << " spec=" << o.spec->str();
+    os << "\n";
+  }
+  return os << "}\n";
+}
+
+std::string to_string(const Graph& g) {
+  std::ostringstream os;
+  os << g;
+  return os.str();
+}
+
+}  // namespace sharc::ir

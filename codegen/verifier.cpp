@@ -1,0 +1,185 @@
+// The IR verifier: checks the Constraints of every op (listed here, one
+// `fail_if` each) and the graph-level invariants (topological order, outputs,
+// shardings consistent with the mesh). It runs at pipeline entry and exit, and
+// after every pass when the pipeline is asked to (PipelineOptions::verify_each).
+#include <algorithm>
+#include <set>
+
+#include "codegen/ir.h"
+
+namespace sharc::ir {
+
+namespace {
+
+struct Checker {
+  const Graph& g;
+  int id = 0;
+
+  void fail_if(bool bad, const std::string& what) const {
+    if (bad) internal_error("IR verification failed at " + node_str(g, id) + ": " + what);
+  }
+
+  bool is_perm(const std::vector<int>& p, size_t n) const {
+    if (p.size() != n) return false;
+    std::vector<int> s = p;
+    std::sort(s.begin(), s.end());
+    for (size_t i = 0; i < n; ++i)
+      if (s[i] != static_cast<int>(i)) return false;
+    return true;
+  }
+
+  void check_sharding(const Sharding& s, const Shape& shape, bool local) const {
+    fail_if(s.rank() != shape.size(), "sharding rank differs from tensor rank");
+    std::set<std::string> seen;
+    for (auto& a : s.used_axes()) {
+      fail_if(!g.mesh.has(a), "sharding names unknown mesh axis \"" + a + "\"");
+      fail_if(!seen.insert(a).second, "mesh axis \"" + a + "\" used twice");
+    }
+    if (!local)
+      for (size_t d = 0; d < shape.size(); ++d)
+        fail_if(shape[d] % s.parts(g.mesh, d) != 0, "dimension " + std::to_string(d) +
+                                                        " does not divide by its axes");
+  }
+
+  void check(const Node& n) {
+    const Op op = n.op;
+    // Constraints: operands precede their user (the list is topologically ordered).
+    for (int a : n.args) fail_if(a < 0 || a >= id, "operand %" + std::to_string(a) + " is not defined before use");
+    // Constraints: operand count matches the op's arity.
+    fail_if(op_arity(op) >= 0 && static_cast<int>(n.args.size()) != op_arity(op), "wrong operand count");
+    for (auto d : n.shape) fail_if(d <= 0, "non-positive dimension");
+    auto arg = [&](int i) -> const Node& { return g.nodes[n.args[i]]; };
+    // Constraints: collectives and local slices appear only in partitioned IR.
+    fail_if((is_collective(op) || op == Op::kLocalSlice) && !g.partitioned,
+            "collective in a global (unpartitioned) program");
+    if (n.sharding) check_sharding(*n.sharding, n.shape, g.partitioned);
+
+    if (is_binary(op)) {
+      // Constraints: binary elementwise operands and result have one shape.
+      fail_if(arg(0).shape != n.shape || arg(1).shape != n.shape, "elementwise shapes differ");
+    } else if (is_unary(op) || op == Op::kShardingConstraint) {
+      fail_if(arg(0).shape != n.shape, "shape differs from operand");
+    }
+    switch (op) {
+      case Op::kParameter:
+      case Op::kInput:
+        // Constraints: sources are named.
+        fail_if(n.name.empty(), "unnamed source");
+        break;
+      case Op::kBroadcast: {
+        // Constraints: ints maps each operand dim to a strictly increasing output
+        // dim whose size equals the operand's, or the operand dim is 1.
+        const Shape& in = arg(0).shape;
+        fail_if(n.ints.size() != in.size(), "broadcast dims size differs from operand rank");
+        for (size_t i = 0; i < in.size(); ++i) {
+          int o = n.ints[i];
+          fail_if(o < 0 || o >= static_cast<int>(n.shape.size()), "broadcast dim out of range");
+          fail_if(i > 0 && o <= n.ints[i - 1], "broadcast dims not increasing");
+          fail_if(in[i] != 1 && in[i] != n.shape[o], "broadcast size mismatch");
+        }
+        break;
+      }
+      case Op::kReshape:
+        // Constraints: element count is preserved.
+        fail_if(num_elements(n.shape) != num_elements(arg(0).shape), "reshape changes element count");
+        break;
+      case Op::kTranspose: {
+        // Constraints: ints is a permutation; out dim i has operand dim perm[i]'s size.
+        fail_if(!is_perm(n.ints, arg(0).shape.size()), "perm is not a permutation");
+        for (size_t i = 0; i < n.ints.size(); ++i)
+          fail_if(n.shape[i] != arg(0).shape[n.ints[i]], "transpose shape mismatch");
+        break;
+      }
+      case Op::kReduce: {
+        // Constraints: axes are distinct operand dims; they are removed from the shape.
+        const Shape& in = arg(0).shape;
+        std::set<int> ax(n.ints.begin(), n.ints.end());
+        fail_if(ax.size() != n.ints.size(), "duplicate reduce axis");
+        Shape expect;
+        for (int i = 0; i < static_cast<int>(in.size()); ++i)
+          if (!ax.count(i)) expect.push_back(in[i]);
+        for (int a : ax) fail_if(a < 0 || a >= static_cast<int>(in.size()), "reduce axis out of range");
+        fail_if(expect != n.shape, "reduce shape mismatch");
+        break;
+      }
+      case Op::kDot: {
+        // Constraints: batch and contracting lists pair up with equal sizes; the
+        // result shape is dot_shape().
+        const Shape &l = arg(0).shape, &r = arg(1).shape;
+        const DotDims& d = n.dot;
+        fail_if(d.lhs_batch.size() != d.rhs_batch.size() || d.lhs_contract.size() != d.rhs_contract.size(),
+                "unpaired dot dimensions");
+        auto in_range = [](const std::vector<int>& v, const Shape& s) {
+          for (int x : v)
+            if (x < 0 || x >= static_cast<int>(s.size())) return false;
+          return true;
+        };
+        fail_if(!in_range(d.lhs_batch, l) || !in_range(d.lhs_contract, l) ||
+                    !in_range(d.rhs_batch, r) || !in_range(d.rhs_contract, r),
+                "dot dimension out of range");
+        if (!in_range(d.lhs_batch, l) || !in_range(d.rhs_batch, r)) break;
+        for (size_t i = 0; i < d.lhs_batch.size(); ++i)
+          fail_if(l[d.lhs_batch[i]] != r[d.rhs_batch[i]], "batch size mismatch");
+        for (size_t i = 0; i < d.lhs_contract.size(); ++i)
+          fail_if(l[d.lhs_contract[i]] != r[d.rhs_contract[i]], "contraction size mismatch");
+        fail_if(dot_shape(l, r, d) != n.shape, "dot result shape mismatch");
+        break;
+      }
+      case Op::kAllGather:
+      case Op::kReduceScatter:
+      case Op::kLocalSlice:
+      case Op::kAllToAll:
+      case Op::kAllReduce: {
+        // Constraints: collectives name at least one mesh axis, no axis twice;
+        // dim (and dim2) are in range.
+        fail_if(n.axes.empty(), "collective over no axes");
+        std::set<std::string> seen;
+        for (auto& a : n.axes) {
+          fail_if(!g.mesh.has(a), "unknown mesh axis \"" + a + "\"");
+          fail_if(!seen.insert(a).second, "axis repeated");
+        }
+        if (op == Op::kAllReduce) {
+          fail_if(arg(0).shape != n.shape, "all_reduce changes shape");
+          break;
+        }
+        const int rank = static_cast<int>(n.shape.size());
+        fail_if(n.dim < 0 || n.dim >= rank, "dim out of range");
+        if (n.dim < 0 || n.dim >= rank) break;
+        const int64_t k = g.mesh.size(n.axes);
+        Shape expect = arg(0).shape;
+        if (op == Op::kAllGather) expect[n.dim] *= k;
+        if (op == Op::kReduceScatter || op == Op::kLocalSlice) {
+          fail_if(expect[n.dim] % k != 0, "dim does not divide by axes");
+          expect[n.dim] /= k;
+        }
+        if (op == Op::kAllToAll) {
+          fail_if(n.dim2 < 0 || n.dim2 >= rank || n.dim2 == n.dim, "bad concat dim");
+          if (n.dim2 < 0 || n.dim2 >= rank) break;
+          fail_if(expect[n.dim] % k != 0, "split dim does not divide by axes");
+          expect[n.dim] /= k;
+          expect[n.dim2] *= k;
+        }
+        fail_if(expect != n.shape, "collective result shape mismatch");
+        break;
+      }
+      default:
+        break;
+    }
+  }
+};
+
+}  // namespace
+
+void verify(const Graph& g) {
+  Checker c{g};
+  for (c.id = 0; c.id < static_cast<int>(g.nodes.size()); ++c.id) c.check(g.nodes[c.id]);
+  std::set<std::string> names;
+  for (auto& o : g.outputs) {
+    if (o.value < 0 || o.value >= static_cast<int>(g.nodes.size()))
+      internal_error("IR verification failed: output \"" + o.name + "\" refers to no node");
+    if (!names.insert(o.name).second)
+      internal_error("IR verification failed: two outputs named \"" + o.name + "\"");
+  }
+}
+
+}  // namespace sharc::ir

@@ -1,0 +1,53 @@
+// Parameter initializers, as in flax.nnx.initializers, and the sharding
+// metadata wrappers with_partitioning / with_metadata. An Initializer is data,
+// not a function: it travels into the IR and into generated code, where each
+// device evaluates it for its own shard only. Values come from a counter-based
+// RNG keyed by (seed, parameter path, global element index), so the same seed
+// gives bitwise identical weights on every mesh (runtime/init.h).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "dsl/partition_spec.h"
+
+namespace sharc {
+
+enum class InitKind { kZeros, kOnes, kConstant, kNormal, kUniform, kLecunNormal, kXavierUniform };
+
+struct Initializer {
+  InitKind kind = InitKind::kZeros;
+  double a = 0.0;  // normal: stddev; uniform: scale (U[0, scale)); constant: value
+  std::optional<P> sharding;                // with_partitioning / with_metadata
+  std::optional<LogicalRules> rules;        // with_metadata(..., sharding_rules)
+  std::string str() const;                  // lecun_normal(), normal(0.02), ...
+};
+
+inline Initializer make_initializer(InitKind kind, double a = 0.0) {
+  Initializer i;
+  i.kind = kind;
+  i.a = a;
+  return i;
+}
+inline Initializer zeros() { return make_initializer(InitKind::kZeros); }
+inline Initializer ones() { return make_initializer(InitKind::kOnes); }
+inline Initializer constant(double v) { return make_initializer(InitKind::kConstant, v); }
+inline Initializer normal(double stddev = 1e-2) { return make_initializer(InitKind::kNormal, stddev); }
+inline Initializer uniform(double scale = 1e-2) { return make_initializer(InitKind::kUniform, scale); }
+// Truncated normal (at 2 sigma) with variance 1/fan_in, like Flax's lecun_normal.
+inline Initializer lecun_normal() { return make_initializer(InitKind::kLecunNormal); }
+// Uniform with variance 2/(fan_in + fan_out), like Flax's xavier_uniform.
+inline Initializer xavier_uniform() { return make_initializer(InitKind::kXavierUniform); }
+
+inline Initializer with_partitioning(Initializer init, P spec) {
+  init.sharding = std::move(spec);
+  return init;
+}
+inline Initializer with_metadata(Initializer init, P sharding,
+                                 std::optional<LogicalRules> sharding_rules = std::nullopt) {
+  init.sharding = std::move(sharding);
+  init.rules = std::move(sharding_rules);
+  return init;
+}
+
+}  // namespace sharc

@@ -1,0 +1,296 @@
+// DSL ops: operand checks with user-facing errors, then IR nodes.
+#include "dsl/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace sharc {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::Shape;
+
+Tracer& tracer_of(const Tensor& a, const SrcLoc& loc) {
+  if (!a.valid()) user_error(loc, "operation on an empty Tensor");
+  return *a.tracer();
+}
+
+Tensor make(Tracer& t, Op op, std::vector<int> args, Shape shape, const SrcLoc& loc) {
+  Node n;
+  n.op = op;
+  n.args = std::move(args);
+  n.shape = std::move(shape);
+  n.loc = loc;
+  return t.add(std::move(n));
+}
+
+Tensor constant_like(Tracer& t, double v, const Shape& shape, const SrcLoc& loc) {
+  Node n;
+  n.op = Op::kConstant;
+  n.scalar = v;
+  n.shape = shape;
+  n.loc = loc;
+  return t.add(std::move(n));
+}
+
+// Broadcasts x (right-aligned, numpy rules) to `shape`; identity if equal.
+Tensor broadcast_impl(Tensor x, const Shape& shape, const SrcLoc& loc) {
+  const Shape& in = x.shape();
+  if (in == shape) return x;
+  Node n;
+  n.op = Op::kBroadcast;
+  n.args = {x.id()};
+  n.shape = shape;
+  n.loc = loc;
+  const int off = static_cast<int>(shape.size()) - static_cast<int>(in.size());
+  for (int i = 0; i < static_cast<int>(in.size()); ++i) n.ints.push_back(off + i);
+  return tracer_of(x, loc).add(std::move(n));
+}
+
+Shape broadcast_shapes(const Tensor& a, const Tensor& b, const SrcLoc& loc) {
+  const Shape &x = a.shape(), &y = b.shape();
+  const size_t r = std::max(x.size(), y.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t dx = i < r - x.size() ? 1 : x[i - (r - x.size())];
+    const int64_t dy = i < r - y.size() ? 1 : y[i - (r - y.size())];
+    if (dx != dy && dx != 1 && dy != 1)
+      user_error(loc, "incompatible broadcast: " + a.describe() + " and " + b.describe() +
+                          ": dimension " + std::to_string(i) + " of the result would be both " +
+                          std::to_string(dx) + " and " + std::to_string(dy));
+    out[i] = std::max(dx, dy);
+  }
+  return out;
+}
+
+Tensor binary(Op op, Tensor a, Tensor b, const SrcLoc& loc) {
+  Tracer& t = tracer_of(a, loc);
+  tracer_of(b, loc);
+  const Shape out = broadcast_shapes(a, b, loc);
+  a = broadcast_impl(a, out, loc);
+  b = broadcast_impl(b, out, loc);
+  return make(t, op, {a.id(), b.id()}, out, loc);
+}
+
+Tensor unary(Op op, Tensor x, const SrcLoc& loc) {
+  return make(tracer_of(x, loc), op, {x.id()}, x.shape(), loc);
+}
+
+int normalize_axis(const Tensor& x, int axis, const SrcLoc& loc, const char* what) {
+  const int r = static_cast<int>(x.rank());
+  if (axis < -r || axis >= r)
+    user_error(loc, std::string(what) + ": axis " + std::to_string(axis) + " is out of range for " +
+                        x.describe());
+  return axis < 0 ? axis + r : axis;
+}
+
+Tensor reduce_impl(ir::ReduceKind kind, Tensor x, std::vector<int> axes, bool keepdims,
+                   const SrcLoc& loc, const char* what) {
+  std::set<int> ax;
+  for (int a : axes)
+    if (!ax.insert(normalize_axis(x, a, loc, what)).second)
+      user_error(loc, std::string(what) + ": axis " + std::to_string(a) + " listed twice");
+  Shape out, kept;
+  for (int i = 0; i < static_cast<int>(x.rank()); ++i) {
+    if (!ax.count(i)) out.push_back(x.shape()[i]);
+    kept.push_back(ax.count(i) ? 1 : x.shape()[i]);
+  }
+  Node n;
+  n.op = Op::kReduce;
+  n.args = {x.id()};
+  n.shape = out;
+  n.reduce = kind;
+  n.ints.assign(ax.begin(), ax.end());
+  n.loc = loc;
+  Tensor r = tracer_of(x, loc).add(std::move(n));
+  return keepdims ? reshape(r, kept, loc) : r;
+}
+
+}  // namespace
+
+Tensor add(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kAdd, a, b, loc); }
+Tensor sub(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kSub, a, b, loc); }
+Tensor mul(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kMul, a, b, loc); }
+Tensor div(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kDiv, a, b, loc); }
+Tensor add(Tensor a, double b, SrcLoc loc) {
+  return binary(Op::kAdd, a, constant_like(tracer_of(a, loc), b, a.shape(), loc), loc);
+}
+Tensor mul(Tensor a, double b, SrcLoc loc) {
+  return binary(Op::kMul, a, constant_like(tracer_of(a, loc), b, a.shape(), loc), loc);
+}
+Tensor neg(Tensor x, SrcLoc loc) { return unary(Op::kNeg, x, loc); }
+Tensor relu(Tensor x, SrcLoc loc) { return unary(Op::kRelu, x, loc); }
+Tensor gelu(Tensor x, SrcLoc loc) { return unary(Op::kGelu, x, loc); }
+Tensor tanh(Tensor x, SrcLoc loc) { return unary(Op::kTanh, x, loc); }
+Tensor exp(Tensor x, SrcLoc loc) { return unary(Op::kExp, x, loc); }
+Tensor log(Tensor x, SrcLoc loc) { return unary(Op::kLog, x, loc); }
+Tensor sqrt(Tensor x, SrcLoc loc) { return unary(Op::kSqrt, x, loc); }
+
+Tensor dot_general(Tensor a, Tensor b, ir::DotDims d, SrcLoc loc) {
+  Tracer& t = tracer_of(a, loc);
+  tracer_of(b, loc);
+  const Shape &l = a.shape(), &r = b.shape();
+  auto check_dims = [&](const std::vector<int>& v, const Tensor& x, const char* which) {
+    std::set<int> seen;
+    for (int i : v)
+      if (i < 0 || i >= static_cast<int>(x.rank()) || !seen.insert(i).second)
+        user_error(loc, std::string("dot_general: bad ") + which + " dimension " + std::to_string(i) +
+                            " for " + x.describe());
+  };
+  check_dims(d.lhs_batch, a, "lhs batch");
+  check_dims(d.rhs_batch, b, "rhs batch");
+  check_dims(d.lhs_contract, a, "lhs contracting");
+  check_dims(d.rhs_contract, b, "rhs contracting");
+  if (d.lhs_batch.size() != d.rhs_batch.size() || d.lhs_contract.size() != d.rhs_contract.size())
+    user_error(loc, "dot_general: lhs and rhs list different numbers of batch or contracting dimensions");
+  for (size_t i = 0; i < d.lhs_contract.size(); ++i)
+    if (l[d.lhs_contract[i]] != r[d.rhs_contract[i]])
+      user_error(loc, "matmul contraction mismatch: " + a.describe() + " contracts dimension " +
+                          std::to_string(d.lhs_contract[i]) + " of size " +
+                          std::to_string(l[d.lhs_contract[i]]) + " with dimension " +
+                          std::to_string(d.rhs_contract[i]) + " of size " +
+                          std::to_string(r[d.rhs_contract[i]]) + " of " + b.describe());
+  for (size_t i = 0; i < d.lhs_batch.size(); ++i)
+    if (l[d.lhs_batch[i]] != r[d.rhs_batch[i]])
+      user_error(loc, "matmul batch mismatch: " + a.describe() + " and " + b.describe() +
+                          " have batch sizes " + std::to_string(l[d.lhs_batch[i]]) + " and " +
+                          std::to_string(r[d.rhs_batch[i]]));
+  Node n;
+  n.op = Op::kDot;
+  n.args = {a.id(), b.id()};
+  n.shape = ir::dot_shape(l, r, d);
+  n.dot = std::move(d);
+  n.loc = loc;
+  return t.add(std::move(n));
+}
+
+Tensor matmul(Tensor a, Tensor b, SrcLoc loc) {
+  tracer_of(a, loc);
+  tracer_of(b, loc);
+  const int ra = static_cast<int>(a.rank()), rb = static_cast<int>(b.rank());
+  if (ra == 0 || rb == 0)
+    user_error(loc, "matmul of a scalar: " + a.describe() + " x " + b.describe());
+  ir::DotDims d;
+  if (rb <= 2) {
+    // (..., K) x (K[, N]): contract a's last with b's first.
+    d.lhs_contract = {ra - 1};
+    d.rhs_contract = {0};
+  } else {
+    // Batched: (B..., M, K) x (B..., K, N) with equal leading batch dims.
+    if (ra != rb)
+      user_error(loc, "matmul: batched operands need equal ranks, got " + a.describe() + " and " +
+                          b.describe());
+    for (int i = 0; i < ra - 2; ++i) {
+      d.lhs_batch.push_back(i);
+      d.rhs_batch.push_back(i);
+    }
+    d.lhs_contract = {ra - 1};
+    d.rhs_contract = {rb - 2};
+  }
+  return dot_general(a, b, std::move(d), loc);
+}
+
+Tensor dot(Tensor a, Tensor b, SrcLoc loc) { return matmul(a, b, loc); }
+
+Tensor reshape(Tensor x, std::vector<int64_t> shape, SrcLoc loc) {
+  Tracer& t = tracer_of(x, loc);
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) user_error(loc, "reshape: more than one -1 in " + ir::shape_str(shape));
+      infer = i;
+    } else if (shape[i] <= 0) {
+      user_error(loc, "reshape: bad dimension " + std::to_string(shape[i]));
+    } else {
+      known *= shape[i];
+    }
+  }
+  const int64_t total = ir::num_elements(x.shape());
+  if (infer >= 0 && total % known == 0) shape[infer] = total / known;
+  if (ir::num_elements(shape) != total || (infer >= 0 && total % known != 0))
+    user_error(loc, "reshape: cannot reshape " + x.describe() + " (" + std::to_string(total) +
+                        " elements) to " + ir::shape_str(shape));
+  if (shape == x.shape()) return x;
+  return make(t, Op::kReshape, {x.id()}, shape, loc);
+}
+
+Tensor transpose(Tensor x, std::vector<int> perm, SrcLoc loc) {
+  Tracer& t = tracer_of(x, loc);
+  std::vector<int> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  bool ok = perm.size() == x.rank();
+  for (size_t i = 0; ok && i < sorted.size(); ++i) ok = sorted[i] == static_cast<int>(i);
+  if (!ok) user_error(loc, "transpose: perm is not a permutation of the dimensions of " + x.describe());
+  Shape out;
+  for (int p : perm) out.push_back(x.shape()[p]);
+  Node n;
+  n.op = Op::kTranspose;
+  n.args = {x.id()};
+  n.shape = out;
+  n.ints = std::move(perm);
+  n.loc = loc;
+  return t.add(std::move(n));
+}
+
+Tensor broadcast_to(Tensor x, std::vector<int64_t> shape, SrcLoc loc) {
+  Tracer& t = tracer_of(x, loc);
+  Tensor probe = constant_like(t, 0.0, shape, loc);  // only for the shape check
+  const Shape out = broadcast_shapes(x, probe, loc);
+  t.graph().nodes.pop_back();
+  if (out != shape)
+    user_error(loc, "incompatible broadcast: cannot broadcast " + x.describe() + " to " +
+                        ir::shape_str(shape));
+  return broadcast_impl(x, shape, loc);
+}
+
+Tensor sum(Tensor x, std::vector<int> axes, bool keepdims, SrcLoc loc) {
+  return reduce_impl(ir::ReduceKind::kSum, x, std::move(axes), keepdims, loc, "sum");
+}
+
+Tensor max(Tensor x, std::vector<int> axes, bool keepdims, SrcLoc loc) {
+  return reduce_impl(ir::ReduceKind::kMax, x, std::move(axes), keepdims, loc, "max");
+}
+
+Tensor mean(Tensor x, std::vector<int> axes, bool keepdims, SrcLoc loc) {
+  int64_t count = 1;
+  for (int a : axes) count *= x.shape()[normalize_axis(x, a, loc, "mean")];
+  Tensor s = reduce_impl(ir::ReduceKind::kSum, x, std::move(axes), keepdims, loc, "mean");
+  return mul(s, 1.0 / static_cast<double>(count), loc);
+}
+
+Tensor softmax(Tensor x, int axis, SrcLoc loc) {
+  axis = normalize_axis(x, axis, loc, "softmax");
+  Tensor m = max(x, {axis}, /*keepdims=*/true, loc);
+  Tensor e = exp(sub(x, m, loc), loc);
+  return div(e, sum(e, {axis}, /*keepdims=*/true, loc), loc);
+}
+
+Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps, SrcLoc loc) {
+  const int64_t c = x.dim(-1);
+  if (scale.rank() != 1 || scale.dim(0) != c || bias.rank() != 1 || bias.dim(0) != c)
+    user_error(loc, "layer_norm: scale " + scale.describe() + " and bias " + bias.describe() +
+                        " must be 1-D of size " + std::to_string(c) + " to normalize " + x.describe());
+  Tensor mu = mean(x, {-1}, /*keepdims=*/true, loc);
+  Tensor xc = sub(x, mu, loc);
+  Tensor var = mean(mul(xc, xc, loc), {-1}, /*keepdims=*/true, loc);
+  Tensor inv = div(constant_like(tracer_of(x, loc), 1.0, var.shape(), loc),
+                   sqrt(add(var, eps, loc), loc), loc);
+  return add(mul(mul(xc, inv, loc), scale, loc), bias, loc);
+}
+
+Tensor with_sharding_constraint(Tensor x, P spec, SrcLoc loc) {
+  Tracer& t = tracer_of(x, loc);
+  Node n;
+  n.op = Op::kShardingConstraint;
+  n.args = {x.id()};
+  n.shape = x.shape();
+  n.spec = std::move(spec);
+  n.loc = loc;
+  return t.add(std::move(n));
+}
+
+}  // namespace sharc

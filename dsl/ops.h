@@ -1,0 +1,66 @@
+// The ops of the DSL. Each validates its operands against the global shapes
+// and reports mistakes at the caller's line (matmul contraction mismatch,
+// incompatible broadcast, bad axes), then appends IR nodes. Composite ops
+// (softmax, layer_norm, mean) expand into primitive nodes so that propagation,
+// partitioning and autodiff only know the primitives; the emitter fuses them
+// back into loops.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "dsl/tensor.h"
+
+namespace sharc {
+
+// Elementwise, with numpy broadcasting.
+Tensor add(Tensor a, Tensor b, SrcLoc loc = Here::current());
+Tensor sub(Tensor a, Tensor b, SrcLoc loc = Here::current());
+Tensor mul(Tensor a, Tensor b, SrcLoc loc = Here::current());
+Tensor div(Tensor a, Tensor b, SrcLoc loc = Here::current());
+Tensor add(Tensor a, double b, SrcLoc loc = Here::current());
+Tensor mul(Tensor a, double b, SrcLoc loc = Here::current());
+Tensor neg(Tensor x, SrcLoc loc = Here::current());
+Tensor relu(Tensor x, SrcLoc loc = Here::current());
+Tensor gelu(Tensor x, SrcLoc loc = Here::current());
+Tensor tanh(Tensor x, SrcLoc loc = Here::current());
+Tensor exp(Tensor x, SrcLoc loc = Here::current());
+Tensor log(Tensor x, SrcLoc loc = Here::current());
+Tensor sqrt(Tensor x, SrcLoc loc = Here::current());
+
+// Operators take no location (operators cannot have default arguments); the
+// nodes they create are attributed to the enclosing module call if any.
+inline Tensor operator+(Tensor a, Tensor b) { return add(a, b, SrcLoc()); }
+inline Tensor operator-(Tensor a, Tensor b) { return sub(a, b, SrcLoc()); }
+inline Tensor operator*(Tensor a, Tensor b) { return mul(a, b, SrcLoc()); }
+inline Tensor operator/(Tensor a, Tensor b) { return div(a, b, SrcLoc()); }
+inline Tensor operator*(Tensor a, double b) { return mul(a, b, SrcLoc()); }
+inline Tensor operator+(Tensor a, double b) { return add(a, b, SrcLoc()); }
+
+// numpy.matmul: (..., M, K) x (K, N) or batched (B..., M, K) x (B..., K, N).
+Tensor matmul(Tensor a, Tensor b, SrcLoc loc = Here::current());
+// jnp.dot for 1-D/2-D operands (same as matmul there).
+Tensor dot(Tensor a, Tensor b, SrcLoc loc = Here::current());
+// lax.dot_general: explicit batch and contracting dimensions.
+Tensor dot_general(Tensor a, Tensor b, ir::DotDims dims, SrcLoc loc = Here::current());
+
+// Layout. reshape accepts one -1.
+Tensor reshape(Tensor x, std::vector<int64_t> shape, SrcLoc loc = Here::current());
+Tensor transpose(Tensor x, std::vector<int> perm, SrcLoc loc = Here::current());
+Tensor broadcast_to(Tensor x, std::vector<int64_t> shape, SrcLoc loc = Here::current());
+
+// Reductions over the given axes (negative counts from the end), which are
+// removed from the shape unless keepdims.
+Tensor sum(Tensor x, std::vector<int> axes, bool keepdims = false, SrcLoc loc = Here::current());
+Tensor mean(Tensor x, std::vector<int> axes, bool keepdims = false, SrcLoc loc = Here::current());
+Tensor max(Tensor x, std::vector<int> axes, bool keepdims = false, SrcLoc loc = Here::current());
+
+Tensor softmax(Tensor x, int axis = -1, SrcLoc loc = Here::current());
+// Normalizes over the last axis; scale and bias are 1-D of that size.
+Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps = 1e-6,
+                  SrcLoc loc = Here::current());
+
+// Pins the layout of an intermediate value (jax.lax.with_sharding_constraint).
+Tensor with_sharding_constraint(Tensor x, P spec, SrcLoc loc = Here::current());
+
+}  // namespace sharc

@@ -1,0 +1,60 @@
+// Programs: what a model file declares and the generator lowers. A program is
+// a function that receives a ProgramBuilder, declares inputs (with their
+// shardings), builds the model, and names its outputs:
+//
+//   SHARC_PROGRAM(dot_relu_dot, b) {
+//     DotReluDot model(b.scope(), 1024);
+//     b.output("y", model(b.input("x", {8, 1024}, P("data", None))));
+//   }
+//
+// SHARC_PROGRAM registers the function in a process-wide registry that the
+// generator's main (codegen/generator_main.cpp) looks programs up in.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "dsl/module.h"
+
+namespace sharc {
+
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(Tracer& tracer) : tracer_(tracer) {}
+  Scope scope() { return Scope(&tracer_); }
+  // A program input with its global shape and layout (like jax.device_put with
+  // a NamedSharding). The default spec replicates it.
+  Tensor input(const std::string& name, std::vector<int64_t> shape, P spec = P(),
+               SrcLoc loc = Here::current());
+  // A program output; `spec` pins its layout, otherwise propagation picks it.
+  void output(const std::string& name, Tensor value, std::optional<P> spec = std::nullopt,
+              SrcLoc loc = Here::current());
+  ir::Graph& graph() { return tracer_.graph(); }
+
+ private:
+  Tracer& tracer_;
+};
+
+using ProgramFn = std::function<void(ProgramBuilder&)>;
+
+// Runs fn under a fresh Tracer and returns the traced global graph.
+ir::Graph trace(const std::string& name, const ProgramFn& fn);
+
+class ProgramRegistry {
+ public:
+  static std::map<std::string, ProgramFn>& all();
+  static void add(const std::string& name, ProgramFn fn) { all()[name] = std::move(fn); }
+};
+
+struct ProgramRegistration {
+  ProgramRegistration(const char* name, ProgramFn fn) { ProgramRegistry::add(name, std::move(fn)); }
+};
+
+#define SHARC_PROGRAM(name, builder)                                                   \
+  static void sharc_program_##name(::sharc::ProgramBuilder& builder);                 \
+  static const ::sharc::ProgramRegistration sharc_registration_##name(#name,          \
+                                                                      sharc_program_##name); \
+  static void sharc_program_##name(::sharc::ProgramBuilder& builder)
+
+}  // namespace sharc

@@ -1,0 +1,15 @@
+// The umbrella header a model file includes.
+// defines: Mesh (mesh.h), P/None/axes/LogicalRules (partition_spec.h),
+// initializers and with_partitioning/with_metadata (initializers.h), Tensor and
+// Tracer (tensor.h), ops (ops.h), Scope/Linear/LayerNorm (module.h),
+// ProgramBuilder and SHARC_PROGRAM (program.h), Error (error.h).
+#pragma once
+
+#include "dsl/error.h"
+#include "dsl/initializers.h"
+#include "dsl/mesh.h"
+#include "dsl/module.h"
+#include "dsl/ops.h"
+#include "dsl/partition_spec.h"
+#include "dsl/program.h"
+#include "dsl/tensor.h"

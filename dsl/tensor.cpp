@@ -1,0 +1,49 @@
+// Tracer bookkeeping and Tensor accessors.
+#include "dsl/tensor.h"
+
+namespace sharc {
+
+namespace {
+thread_local Tracer* g_current = nullptr;
+}
+
+Tracer::Tracer(std::string program_name) : previous_(g_current) {
+  graph_.name = std::move(program_name);
+  g_current = this;
+}
+
+Tracer::~Tracer() { g_current = previous_; }
+
+Tracer& Tracer::current(const SrcLoc& loc) {
+  if (!g_current)
+    user_error(loc, "no program is being traced: DSL calls must run inside a SHARC_PROGRAM body");
+  return *g_current;
+}
+
+Tensor Tracer::add(ir::Node n) {
+  if (n.op != ir::Op::kParameter && n.op != ir::Op::kInput && n.name.empty()) n.name = label_;
+  return Tensor(this, graph_.add(std::move(n)));
+}
+
+const ir::Shape& Tensor::shape() const {
+  if (!tracer_) internal_error("use of an empty Tensor");
+  return tracer_->graph().nodes[id_].shape;
+}
+
+int64_t Tensor::dim(int i) const {
+  const auto& s = shape();
+  if (i < 0) i += static_cast<int>(s.size());
+  return s.at(i);
+}
+
+std::string Tensor::describe() const {
+  if (!tracer_) return "<empty tensor>";
+  const ir::Node& n = tracer_->graph().nodes[id_];
+  std::string what;
+  if (n.op == ir::Op::kParameter) what = "parameter '" + n.name + "'";
+  else if (n.op == ir::Op::kInput) what = "input '" + n.name + "'";
+  else what = std::string(ir::op_name(n.op)) + " result %" + std::to_string(id_);
+  return what + " " + ir::shape_str(n.shape);
+}
+
+}  // namespace sharc

@@ -1,0 +1,73 @@
+// Tensor: a handle to a value in the program being traced. DSL calls do not
+// compute anything; each appends one IR node (recording the caller's
+// source_location) to the Tracer that is current on this thread, which is how
+// the generator turns the user's C++ model into a global IR graph.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/ir.h"
+
+namespace sharc {
+
+class Tracer;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(Tracer* tracer, int id) : tracer_(tracer), id_(id) {}
+
+  bool valid() const { return tracer_ != nullptr; }
+  int id() const { return id_; }
+  Tracer* tracer() const { return tracer_; }
+  const ir::Shape& shape() const;
+  int64_t dim(int i) const;  // negative i counts from the end
+  size_t rank() const { return shape().size(); }
+  // How diagnostics name this value: 'dot1/kernel' f32[1024,1024].
+  std::string describe() const;
+
+ private:
+  Tracer* tracer_ = nullptr;
+  int id_ = -1;
+};
+
+// A parameter is a tensor whose node is an ir::Op::kParameter.
+using Param = Tensor;
+
+// Owns the graph being traced. Exactly one is current per thread while a
+// program function runs (see program.h).
+class Tracer {
+ public:
+  explicit Tracer(std::string program_name);
+  ~Tracer();
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  static Tracer& current(const SrcLoc& loc);  // user error if none is active
+  ir::Graph& graph() { return graph_; }
+  Tensor add(ir::Node n);
+
+  // Label stack: ops traced inside a module's call are labelled with its path.
+  const std::string& label() const { return label_; }
+  void set_label(std::string l) { label_ = std::move(l); }
+
+ private:
+  ir::Graph graph_;
+  std::string label_;
+  Tracer* previous_ = nullptr;
+};
+
+// RAII: labels nodes created in its lifetime with a module path ("dot1").
+class LabelScope {
+ public:
+  LabelScope(Tracer& t, const std::string& label) : t_(t), saved_(t.label()) { t.set_label(label); }
+  ~LabelScope() { t_.set_label(saved_); }
+
+ private:
+  Tracer& t_;
+  std::string saved_;
+};
+
+}  // namespace sharc

@@ -1,0 +1,76 @@
+// Backend-independent parts of Communicator: statistics formatting, the
+// permutation check every backend must apply before sending anything (so a bad
+// permutation fails on every member instead of deadlocking some), and the
+// blocking ppermute built from its asynchronous halves.
+#include "runtime/communicator.h"
+
+#include <stdexcept>
+
+namespace sharc::rt {
+
+const char* collective_kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
+    case CollectiveKind::kPPermute:
+      return "ppermute";
+  }
+  return "unknown";
+}
+
+uint64_t CommStats::total_bytes() const {
+  uint64_t t = 0;
+  for (uint64_t b : bytes_sent) t += b;
+  return t;
+}
+
+uint64_t CommStats::total_calls() const {
+  uint64_t t = 0;
+  for (uint64_t c : calls) t += c;
+  return t;
+}
+
+std::string CommStats::to_string() const {
+  std::string s;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    if (calls[k] == 0) continue;
+    s += collective_kind_name(static_cast<CollectiveKind>(k));
+    s += ": " + std::to_string(calls[k]) + (calls[k] == 1 ? " call, " : " calls, ") +
+         std::to_string(bytes_sent[k]) + " bytes sent\n";
+  }
+  return s;
+}
+
+void validate_permutation(const Permutation& perm, int group_size) {
+  std::vector<bool> src_seen(group_size, false), dst_seen(group_size, false);
+  for (const auto& [src, dst] : perm) {
+    const std::string pair = "(" + std::to_string(src) + ", " + std::to_string(dst) + ")";
+    if (src < 0 || src >= group_size || dst < 0 || dst >= group_size) {
+      throw std::invalid_argument("ppermute: pair " + pair + " is out of range for a group of " +
+                                  std::to_string(group_size));
+    }
+    if (src_seen[src]) {
+      throw std::invalid_argument("ppermute: pair " + pair + " repeats source " +
+                                  std::to_string(src) + "; perm must be a permutation");
+    }
+    if (dst_seen[dst]) {
+      throw std::invalid_argument("ppermute: pair " + pair + " repeats destination " +
+                                  std::to_string(dst) + "; perm must be a permutation");
+    }
+    src_seen[src] = dst_seen[dst] = true;
+  }
+}
+
+void Communicator::ppermute(const float* in, float* out, size_t count, const Group& group,
+                            const Permutation& perm) {
+  PendingRecv pending = ppermute_start(in, out, count, group, perm);
+  ppermute_wait(pending);
+}
+
+}  // namespace sharc::rt

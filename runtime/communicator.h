@@ -1,0 +1,107 @@
+// Communicator: the collective-communication interface generated per-device
+// code calls. It is an interface only; backends (ThreadWorld today, MPI and NCCL
+// later) implement it. Every operation is blocking and collective over a Group:
+// each member calls it with the same counts and the same group, and all members
+// issue their collectives on a given group in the same order. Statistics count
+// bytes this device SENDS, which is what a cost model for ring collectives
+// predicts, and are kept in the base class so every backend reports alike.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/mesh.h"
+
+namespace sharc::rt {
+
+enum class ReduceOp { kSum, kMax };
+
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kPPermute };
+inline constexpr int kNumCollectiveKinds = 5;
+
+// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ppermute".
+const char* collective_kind_name(CollectiveKind kind);
+
+struct CommStats {
+  uint64_t bytes_sent[kNumCollectiveKinds] = {};
+  // Every call counts, including calls on groups of one that move no data.
+  uint64_t calls[kNumCollectiveKinds] = {};
+
+  uint64_t bytes(CollectiveKind k) const { return bytes_sent[static_cast<int>(k)]; }
+  uint64_t count(CollectiveKind k) const { return calls[static_cast<int>(k)]; }
+  uint64_t total_bytes() const;
+  uint64_t total_calls() const;
+  // One line per kind that was called: "all_reduce: 3 calls, 24576 bytes sent".
+  std::string to_string() const;
+};
+
+// (source position, destination position) pairs within a group.
+using Permutation = std::vector<std::pair<int, int>>;
+
+// Throws std::invalid_argument naming the offending pair when a position is out
+// of [0, group_size) or a source or destination appears twice.
+void validate_permutation(const Permutation& perm, int group_size);
+
+// The receiving half of an asynchronous ppermute, filled in by ppermute_start()
+// and completed by ppermute_wait(). Treat as opaque outside backends.
+struct PendingRecv {
+  float* out = nullptr;
+  size_t count = 0;
+  int src_rank = -1;     // global rank we receive from; -1: nothing arrives, out is zeroed
+  uint64_t tag[2] = {};  // backend matching key
+  bool active = false;   // true between start and wait
+  std::shared_ptr<void> backend_state;  // e.g. an MPI_Request
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // this device's global rank
+  virtual int size() const = 0;  // number of devices in the world
+
+  // In place: every member ends with the elementwise reduction over members.
+  // The result is bitwise identical on all members.
+  virtual void all_reduce(float* data, size_t count, const Group& group, ReduceOp op) = 0;
+  // out[p*count_per_rank ...] = `in` of the member at position p. `in` may alias
+  // its own slot out + position*count_per_rank (the NCCL in-place convention).
+  virtual void all_gather(const float* in, float* out, size_t count_per_rank,
+                          const Group& group) = 0;
+  // `in` holds group.size()*count_per_rank floats; the member at position p gets
+  // chunk p reduced over all members. `out` must not overlap `in`.
+  virtual void reduce_scatter(const float* in, float* out, size_t count_per_rank,
+                              const Group& group, ReduceOp op) = 0;
+  // Chunk j of `in` goes to position j; chunk i of `out` came from position i.
+  // `out` must not overlap `in`.
+  virtual void all_to_all(const float* in, float* out, size_t count_per_rank,
+                          const Group& group) = 0;
+  // Each (src, dst) pair sends src's `in` to dst's `out`. A member that receives
+  // nothing gets zeros (JAX semantics). `in` may equal `out`.
+  void ppermute(const float* in, float* out, size_t count, const Group& group,
+                const Permutation& perm);
+  // Sends immediately and returns; ppermute_wait() blocks until this member's
+  // incoming block has landed in `out`. `in` may be reused as soon as start
+  // returns; `out` must stay valid until the wait.
+  virtual PendingRecv ppermute_start(const float* in, float* out, size_t count, const Group& group,
+                                     const Permutation& perm) = 0;
+  virtual void ppermute_wait(PendingRecv& pending) = 0;
+  virtual void barrier(const Group& group) = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ protected:
+  void count_call(CollectiveKind k) { ++stats_.calls[static_cast<int>(k)]; }
+  void count_bytes(CollectiveKind k, uint64_t bytes) {
+    stats_.bytes_sent[static_cast<int>(k)] += bytes;
+  }
+
+ private:
+  CommStats stats_;
+};
+
+}  // namespace sharc::rt

@@ -1,0 +1,300 @@
+// Implementations of the per-device kernels. The strided engine simplifies a
+// (shape, stride) pair before looping: size-1 dimensions are dropped and a
+// dimension is merged into its inner neighbour whenever the two are laid out
+// contiguously in both input and output. After that a transpose that keeps the
+// last dimension copies whole rows, a broadcast fills rows, and a transpose that
+// moves the last dimension runs a 16x16 tiled loop so both sides stay in cache.
+#include "runtime/kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace sharc::rt {
+namespace {
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size());
+  int64_t acc = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    s[d] = acc;
+    acc *= shape[d];
+  }
+  return s;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+// Drops size-1 dimensions and merges dimension d into d+1 when every stride
+// array is contiguous across the pair. `strides` holds one array per operand.
+void simplify(std::vector<int64_t>& shape, std::vector<std::vector<int64_t>*> strides) {
+  std::vector<int64_t> s;
+  std::vector<std::vector<int64_t>> st(strides.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !s.empty();
+    for (size_t k = 0; merge && k < strides.size(); ++k) {
+      merge = st[k].back() == (*strides[k])[d] * shape[d];
+    }
+    if (merge) {
+      s.back() *= shape[d];
+      for (size_t k = 0; k < strides.size(); ++k) st[k].back() = (*strides[k])[d];
+    } else {
+      s.push_back(shape[d]);
+      for (size_t k = 0; k < strides.size(); ++k) st[k].push_back((*strides[k])[d]);
+    }
+  }
+  shape = std::move(s);
+  for (size_t k = 0; k < strides.size(); ++k) *strides[k] = std::move(st[k]);
+}
+
+// Calls f(a_offset, b_offset) for every index of `shape` in row-major order,
+// maintaining both offsets incrementally (no division in the loop).
+template <class F>
+void for_each_offset(const std::vector<int64_t>& shape, const std::vector<int64_t>& a_stride,
+                     const std::vector<int64_t>& b_stride, F&& f) {
+  const int r = static_cast<int>(shape.size());
+  const int64_t total = num_elements(shape);
+  std::vector<int64_t> idx(r, 0);
+  int64_t a = 0, b = 0;
+  for (int64_t t = 0; t < total; ++t) {
+    f(a, b);
+    for (int d = r - 1; d >= 0; --d) {
+      a += a_stride[d];
+      b += b_stride[d];
+      if (++idx[d] < shape[d]) break;
+      a -= a_stride[d] * shape[d];
+      b -= b_stride[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+float sum_row(const float* x, int64_t n) {
+  // Eight independent partial sums let the compiler vectorise without
+  // -ffast-math while keeping one fixed, deterministic summation order.
+  float s[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int k = 0; k < 8; ++k) s[k] += x[j + k];
+  }
+  for (; j < n; ++j) s[j % 8] += x[j];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+float max_row(const float* x, int64_t n, float init) {
+  // Max is order-independent, so partial maxima change nothing but speed.
+  float m[8] = {init, init, init, init, init, init, init, init};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int k = 0; k < 8; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
+  }
+  for (; j < n; ++j) m[0] = std::max(m[0], x[j]);
+  for (int k = 1; k < 8; ++k) m[0] = std::max(m[0], m[k]);
+  return m[0];
+}
+
+}  // namespace
+
+int64_t num_elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, bool trans_a,
+          const float* B, bool trans_b, float* C, float beta) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < batch * M * N; ++i) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
+    return;
+  }
+  const int lda = static_cast<int>(trans_a ? M : K);
+  const int ldb = static_cast<int>(trans_b ? K : N);
+  for (int64_t b = 0; b < batch; ++b) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), 1.0f, A + b * M * K, lda, B + b * K * N, ldb, beta,
+                C + b * M * N, static_cast<int>(N));
+  }
+}
+
+void strided_copy(const float* in, const std::vector<int64_t>& shape_in,
+                  const std::vector<int64_t>& in_strides, float* out) {
+  if (num_elements(shape_in) == 0) return;
+  std::vector<int64_t> shape = shape_in, is = in_strides, os = contiguous_strides(shape_in);
+  simplify(shape, {&is, &os});
+  const int r = static_cast<int>(shape.size());
+  if (r == 0) {
+    out[0] = in[0];
+    return;
+  }
+  const int64_t n = shape[r - 1], step = is[r - 1];
+
+  // Tiled path: the input's unit-stride dimension k is not the output's last,
+  // so a row loop would read with a large stride; walk (k, last) in tiles.
+  int k = -1;
+  for (int d = 0; d < r - 1 && step != 0 && step != 1; ++d) {
+    if (is[d] == 1) k = d;
+  }
+  if (k >= 0) {
+    constexpr int64_t T = 16;  // measured: 16 beats 8, 32 and 64 on 2048^2
+    const int64_t m = shape[k], out_k = os[k];
+    std::vector<int64_t> rs, ris, ros;  // the remaining dimensions
+    for (int d = 0; d < r - 1; ++d) {
+      if (d == k) continue;
+      rs.push_back(shape[d]);
+      ris.push_back(is[d]);
+      ros.push_back(os[d]);
+    }
+    for_each_offset(rs, ris, ros, [&](int64_t a, int64_t b) {
+      for (int64_t i0 = 0; i0 < m; i0 += T) {
+        const int64_t i1 = std::min(m, i0 + T);
+        for (int64_t j0 = 0; j0 < n; j0 += T) {
+          const int64_t j1 = std::min(n, j0 + T);
+          for (int64_t i = i0; i < i1; ++i) {
+            const float* src = in + a + i;
+            float* dst = out + b + i * out_k;
+            for (int64_t j = j0; j < j1; ++j) dst[j] = src[j * step];
+          }
+        }
+      }
+    });
+    return;
+  }
+
+  shape.pop_back();
+  is.pop_back();
+  os.pop_back();
+  for_each_offset(shape, is, os, [&](int64_t a, int64_t b) {
+    const float* src = in + a;
+    float* dst = out + b;
+    if (step == 1) {
+      std::memcpy(dst, src, n * sizeof(float));
+    } else if (step == 0) {
+      std::fill(dst, dst + n, *src);
+    } else {
+      for (int64_t j = 0; j < n; ++j) dst[j] = src[j * step];
+    }
+  });
+}
+
+void transpose(const float* in, const std::vector<int64_t>& in_shape, const std::vector<int>& perm,
+               float* out) {
+  const size_t r = in_shape.size();
+  std::vector<bool> seen(r, false);
+  bool ok = perm.size() == r;
+  for (size_t i = 0; ok && i < r; ++i) {
+    ok = perm[i] >= 0 && static_cast<size_t>(perm[i]) < r && !seen[perm[i]];
+    if (ok) seen[perm[i]] = true;
+  }
+  if (!ok) {
+    std::string p;
+    for (size_t i = 0; i < perm.size(); ++i) p += (i ? ", " : "") + std::to_string(perm[i]);
+    throw std::invalid_argument("transpose: perm (" + p + ") is not a permutation of the " +
+                                std::to_string(r) + " dims of " + shape_str(in_shape));
+  }
+  const std::vector<int64_t> in_strides = contiguous_strides(in_shape);
+  std::vector<int64_t> shape(r), strides(r);
+  for (size_t i = 0; i < r; ++i) {
+    shape[i] = in_shape[perm[i]];
+    strides[i] = in_strides[perm[i]];
+  }
+  strided_copy(in, shape, strides, out);
+}
+
+void broadcast(const float* in, const std::vector<int64_t>& in_shape,
+               const std::vector<int64_t>& out_shape, float* out) {
+  const size_t ri = in_shape.size(), ro = out_shape.size();
+  auto fail = [&] {
+    throw std::invalid_argument("broadcast: cannot broadcast " + shape_str(in_shape) + " to " +
+                                shape_str(out_shape));
+  };
+  if (ri > ro) fail();
+  const std::vector<int64_t> in_strides = contiguous_strides(in_shape);
+  std::vector<int64_t> strides(ro, 0);
+  for (size_t d = ro - ri; d < ro; ++d) {
+    const size_t di = d - (ro - ri);
+    if (in_shape[di] == out_shape[d]) {
+      strides[d] = in_strides[di];
+    } else if (in_shape[di] != 1) {
+      fail();
+    }
+  }
+  strided_copy(in, out_shape, strides, out);
+}
+
+void reduce(const float* in, const std::vector<int64_t>& in_shape, const std::vector<int>& axes,
+            ReduceOp op, float* out) {
+  const int r = static_cast<int>(in_shape.size());
+  std::vector<bool> reduced(r, false);
+  for (int a : axes) {
+    if (a < 0 || a >= r || reduced[a]) {
+      throw std::invalid_argument("reduce: axis " + std::to_string(a) +
+                                  (a >= 0 && a < r ? " repeated" : " out of range") + " for " +
+                                  shape_str(in_shape));
+    }
+    reduced[a] = true;
+  }
+  // Output strides over the input's dimensions: 0 on reduced axes, so every
+  // input element lands on its output element.
+  std::vector<int64_t> os(r, 0);
+  int64_t out_count = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    if (reduced[d]) continue;
+    os[d] = out_count;
+    out_count *= in_shape[d];
+  }
+  const float identity = op == ReduceOp::kSum ? 0.0f : -std::numeric_limits<float>::infinity();
+  std::fill(out, out + out_count, identity);
+  if (num_elements(in_shape) == 0) return;
+
+  std::vector<int64_t> shape = in_shape, is = contiguous_strides(in_shape);
+  simplify(shape, {&is, &os});
+  if (shape.empty()) {  // every dimension had size 1
+    out[0] = in[0];
+    return;
+  }
+  const int64_t n = shape.back();
+  const bool inner_reduced = os.back() == 0;
+  shape.pop_back();
+  is.pop_back();
+  os.pop_back();
+  for_each_offset(shape, is, os, [&](int64_t a, int64_t b) {
+    const float* x = in + a;
+    float* y = out + b;
+    if (inner_reduced) {
+      if (op == ReduceOp::kSum) {
+        *y += sum_row(x, n);
+      } else {
+        *y = max_row(x, n, *y);
+      }
+    } else if (op == ReduceOp::kSum) {
+      for (int64_t j = 0; j < n; ++j) y[j] += x[j];
+    } else {
+      for (int64_t j = 0; j < n; ++j) y[j] = std::max(y[j], x[j]);
+    }
+  });
+}
+
+void copy(const float* in, float* out, size_t count) {
+  if (count) std::memcpy(out, in, count * sizeof(float));
+}
+
+void fill(float* out, size_t count, float value) {
+  std::fill(out, out + count, value);
+}
+
+void scale(float* data, size_t count, float factor) {
+  for (size_t i = 0; i < count; ++i) data[i] *= factor;
+}
+
+}  // namespace sharc::rt

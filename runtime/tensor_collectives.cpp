@@ -1,0 +1,134 @@
+// Pack / unpack around the flat collectives. A tensor viewed along `dim` is
+// (outer, dim, inner): with outer == 1 the group-order chunks of the flat
+// collective coincide with the blocks along dim, so no copy is made; otherwise
+// the blocks are interleaved per outer index and are gathered with one strided
+// copy each way.
+#include "runtime/tensor_collectives.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "runtime/kernels.h"
+
+namespace sharc::rt {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+void check_dim(const char* what, const std::vector<int64_t>& shape, int dim) {
+  if (dim < 0 || dim >= static_cast<int>(shape.size())) {
+    throw std::invalid_argument(std::string(what) + ": dim " + std::to_string(dim) +
+                                " out of range for shape " + shape_str(shape));
+  }
+}
+
+void check_divisible(const char* what, const std::vector<int64_t>& shape, int dim, int parts) {
+  check_dim(what, shape, dim);
+  if (parts < 1 || shape[dim] % parts != 0) {
+    throw std::invalid_argument(std::string(what) + ": dim " + std::to_string(dim) + " of " +
+                                shape_str(shape) + " does not split into " + std::to_string(parts) +
+                                " equal blocks");
+  }
+}
+
+int64_t product(const std::vector<int64_t>& shape, int from, int to) {
+  int64_t n = 1;
+  for (int d = from; d < to; ++d) n *= shape[d];
+  return n;
+}
+
+// `blocks` holds n contiguous blocks of `block_shape` back to back (block j at
+// j * block_count); writes their concatenation along dim into out.
+void concat_blocks(const float* blocks, const std::vector<int64_t>& block_shape, int dim, int n,
+                   float* out) {
+  // Output viewed as (outer, n, dim * inner): the n axis steps from one source
+  // block to the next in `blocks`, the other two walk inside a block.
+  const int64_t outer = product(block_shape, 0, dim);
+  const int64_t row = product(block_shape, dim, static_cast<int>(block_shape.size()));
+  strided_copy(blocks, {outer, n, row}, {row, outer * row, 1}, out);
+}
+
+}  // namespace
+
+void slice_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
+                 float* out) {
+  check_divisible("slice_block", shape, dim, parts);
+  if (index < 0 || index >= parts) {
+    throw std::invalid_argument("slice_block: block " + std::to_string(index) + " of " +
+                                std::to_string(parts));
+  }
+  // View as (outer, parts, block_row) and take one plane of the middle axis.
+  const int64_t outer = product(shape, 0, dim);
+  const int64_t row = product(shape, dim, static_cast<int>(shape.size()));
+  const int64_t block_row = row / parts;
+  strided_copy(in + index * block_row, {outer, block_row}, {row, 1}, out);
+}
+
+void all_gather_dim(Communicator& comm, const Group& group, const float* in,
+                    const std::vector<int64_t>& local_shape, int dim, float* out) {
+  check_dim("all_gather_dim", local_shape, dim);
+  const int n = group.size();
+  const size_t count = num_elements(local_shape);
+  if (product(local_shape, 0, dim) == 1) {
+    comm.all_gather(in, out, count, group);
+    return;
+  }
+  std::vector<float> blocks(count * n);
+  comm.all_gather(in, blocks.data(), count, group);
+  concat_blocks(blocks.data(), local_shape, dim, n, out);
+}
+
+void reduce_scatter_dim(Communicator& comm, const Group& group, const float* in,
+                        const std::vector<int64_t>& full_shape, int dim, float* out, ReduceOp op) {
+  const int n = group.size();
+  check_divisible("reduce_scatter_dim", full_shape, dim, n);
+  const size_t block = num_elements(full_shape) / n;
+  if (product(full_shape, 0, dim) == 1) {
+    comm.reduce_scatter(in, out, block, group, op);
+    return;
+  }
+  // Pack block j of every outer index into flat chunk j: view `in` as
+  // (outer, n, block_row) and copy it out as (n, outer, block_row).
+  const int64_t outer = product(full_shape, 0, dim);
+  const int64_t row = product(full_shape, dim, static_cast<int>(full_shape.size()));
+  const int64_t block_row = row / n;
+  std::vector<float> packed(num_elements(full_shape));
+  strided_copy(in, {n, outer, block_row}, {block_row, row, 1}, packed.data());
+  comm.reduce_scatter(packed.data(), out, block, group, op);
+}
+
+void all_to_all_dim(Communicator& comm, const Group& group, const float* in,
+                    const std::vector<int64_t>& local_shape, int split_dim, int concat_dim,
+                    float* out) {
+  const int n = group.size();
+  check_divisible("all_to_all_dim", local_shape, split_dim, n);
+  check_dim("all_to_all_dim", local_shape, concat_dim);
+  std::vector<int64_t> block_shape = local_shape;
+  block_shape[split_dim] /= n;
+  const size_t block = num_elements(block_shape);
+
+  const bool split_outer = product(local_shape, 0, split_dim) == 1;
+  const bool concat_outer = product(block_shape, 0, concat_dim) == 1;
+  std::vector<float> packed, received;
+  const float* send = in;
+  if (!split_outer) {
+    const int64_t outer = product(local_shape, 0, split_dim);
+    const int64_t row = product(local_shape, split_dim, static_cast<int>(local_shape.size()));
+    packed.resize(block * n);
+    strided_copy(in, {n, outer, row / n}, {row / n, row, 1}, packed.data());
+    send = packed.data();
+  }
+  float* recv = out;
+  if (!concat_outer) {
+    received.resize(block * n);
+    recv = received.data();
+  }
+  comm.all_to_all(send, recv, block, group);
+  if (!concat_outer) concat_blocks(received.data(), block_shape, concat_dim, n, out);
+}
+
+}  // namespace sharc::rt

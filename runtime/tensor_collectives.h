@@ -1,0 +1,39 @@
+// Dimension-aware collectives for row-major tensors: the reshards the
+// partitioner emits (gather a sharded dim, scatter a reduced one, move a mesh
+// axis from one dim to another) expressed over flat Communicator calls. When
+// the dim is the outermost non-trivial one the pieces are already contiguous
+// and the collective runs directly on the caller's buffers; otherwise blocks are
+// packed into / unpacked from a temporary, which is host memory not charged to
+// any DeviceMemory. Byte counts are those of the underlying flat collective.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "runtime/mesh.h"
+
+namespace sharc::rt {
+
+// out has local_shape with dim multiplied by group.size(); member p's piece is
+// block p along dim.
+void all_gather_dim(Communicator& comm, const Group& group, const float* in,
+                    const std::vector<int64_t>& local_shape, int dim, float* out);
+
+// `in` has full_shape; dim is split into group.size() blocks and member p gets
+// block p reduced over the group. full_shape[dim] must divide evenly.
+void reduce_scatter_dim(Communicator& comm, const Group& group, const float* in,
+                        const std::vector<int64_t>& full_shape, int dim, float* out, ReduceOp op);
+
+// split_dim is cut into group.size() blocks, block j goes to member j, and the
+// received blocks are concatenated along concat_dim in source order. Output
+// shape: local_shape with split_dim divided and concat_dim multiplied by n.
+void all_to_all_dim(Communicator& comm, const Group& group, const float* in,
+                    const std::vector<int64_t>& local_shape, int split_dim, int concat_dim,
+                    float* out);
+
+// No communication: out = block `index` of `parts` equal blocks of `in` along dim.
+void slice_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
+                 float* out);
+
+}  // namespace sharc::rt

@@ -1,0 +1,81 @@
+// ThreadWorld: the loopback backend, N simulated devices as threads of one
+// process, so partitioned programs and collective schedules run in tests
+// without GPUs or MPI. It is not a shared-memory shortcut: devices exchange
+// copies of blocks over per-(src, dst) FIFO channels, and the collectives are
+// the real ring algorithms, so byte counts and reduction orders match what a
+// ring backend (NCCL) would do. Messages carry a (group, sequence) tag so an
+// asynchronous ppermute can overlap other collectives between the same devices.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "runtime/memory.h"
+#include "runtime/mesh.h"
+
+namespace sharc::rt {
+
+namespace detail {
+class ThreadComm;
+struct Fabric;
+}  // namespace detail
+
+// A simulated link applied to every message: the receiver does not see a block
+// before send time + queueing behind earlier blocks on the same (src, dst) link
+// + bytes / bytes_per_s + latency_s. Defaults model an infinitely fast link.
+struct LinkModel {
+  double latency_s = 0;
+  double bytes_per_s = 0;  // 0 = infinite bandwidth
+};
+
+// Thrown on devices that were blocked in a receive when another device failed;
+// run() reports the original failure, not these.
+class WorldAborted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ThreadWorld {
+ public:
+  // Throws std::invalid_argument on mismatched names/sizes, a size < 1 or a
+  // repeated axis name.
+  explicit ThreadWorld(MeshShape mesh);
+  ~ThreadWorld();
+  ThreadWorld(const ThreadWorld&) = delete;
+  ThreadWorld& operator=(const ThreadWorld&) = delete;
+
+  const MeshShape& mesh() const { return mesh_; }
+  int size() const { return mesh_.num_devices(); }
+  Communicator& comm(int rank);
+  DeviceMemory& memory(int rank);
+
+  void set_link(const LinkModel& link);
+  // A receive that waits longer than this throws (and so aborts the run): a
+  // mismatched collective schedule fails instead of hanging the test suite.
+  // 0 waits forever. Default 60 s.
+  void set_recv_timeout(double seconds);
+
+  // Runs fn(rank) on one thread per device and joins them. If any device
+  // throws, the others are woken out of their receives and the first
+  // exception is rethrown here. Throws std::logic_error if the devices all
+  // returned but some message was never received (e.g. a ppermute_start with no
+  // ppermute_wait). Tag sequences restart with every run; statistics do not.
+  void run(const std::function<void(int rank)>& fn);
+
+  // Sum of every device's statistics, and a reset of all of them.
+  CommStats total_stats() const;
+  void reset_stats();
+
+ private:
+  MeshShape mesh_;
+  std::unique_ptr<detail::Fabric> fabric_;
+  std::vector<std::unique_ptr<detail::ThreadComm>> comms_;
+  std::vector<std::unique_ptr<DeviceMemory>> memories_;
+  bool running_ = false;
+};
+
+}  // namespace sharc::rt
