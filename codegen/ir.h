@@ -144,6 +144,9 @@ struct Graph {
   bool partitioned = false;  // shapes are local; collectives may appear
   std::vector<Node> nodes;
   std::vector<Output> outputs;
+  // Program-wide logical axis rules (ProgramBuilder::set_logical_rules); a
+  // PipelineOptions::rules given to lower() takes precedence.
+  std::optional<LogicalRules> rules;
 
   int add(Node n) {
     nodes.push_back(std::move(n));

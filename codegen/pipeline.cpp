@@ -1,12 +1,14 @@
 // The lowering pipeline; see pipeline.h. Order matters:
 //  - resolve_logical_axes first: later passes only know mesh axes;
 //  - propagate_shardings needs the fixed (user) shardings as seeds;
-//  - partition_per_device needs a sharding on every node.
+//  - partition_per_device needs a sharding on every node;
+//  - cancel_reshards cleans up after partition_per_device.
 #include "codegen/pipeline.h"
 
 #include <filesystem>
 #include <fstream>
 
+#include "codegen/passes/cancel_reshards.h"
 #include "codegen/passes/partition_per_device.h"
 #include "codegen/passes/propagate_shardings.h"
 #include "codegen/passes/resolve_logical_axes.h"
@@ -39,12 +41,15 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   g.mesh = mesh;
   ir::verify(g);
   stage("traced", g);
-  g = resolve_logical_axes(std::move(g), options.rules);
+  std::optional<LogicalRules> rules = options.rules ? options.rules : g.rules;
+  g = resolve_logical_axes(std::move(g), rules);
   stage("after_resolve_logical_axes", g);
   g = propagate_shardings(std::move(g));
   stage("after_propagate_shardings", g);
   ir::Graph local = partition_per_device(g);
   stage("after_partition_per_device", local);
+  local = cancel_reshards(local);  // after partitioning: it only sees collectives
+  stage("after_cancel_reshards", local);
   ir::verify(local);
   return {std::move(g), std::move(local)};
 }

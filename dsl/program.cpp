@@ -39,4 +39,9 @@ std::map<std::string, ProgramFn>& ProgramRegistry::all() {
   return programs;
 }
 
+std::map<std::string, SrcLoc>& ProgramRegistry::locations() {
+  static std::map<std::string, SrcLoc> locations;
+  return locations;
+}
+
 }  // namespace sharc

@@ -30,6 +30,10 @@ class ProgramBuilder {
   // A program output; `spec` pins its layout, otherwise propagation picks it.
   void output(const std::string& name, Tensor value, std::optional<P> spec = std::nullopt,
               SrcLoc loc = Here::current());
+  // Program-wide logical axis rules (Flax `sharding_rules`), used for every
+  // annotation that carries no rules of its own. PipelineOptions::rules, when
+  // given to lower(), takes precedence.
+  void set_logical_rules(LogicalRules rules) { tracer_.graph().rules = std::move(rules); }
   ir::Graph& graph() { return tracer_.graph(); }
 
  private:
@@ -44,11 +48,19 @@ ir::Graph trace(const std::string& name, const ProgramFn& fn);
 class ProgramRegistry {
  public:
   static std::map<std::string, ProgramFn>& all();
-  static void add(const std::string& name, ProgramFn fn) { all()[name] = std::move(fn); }
+  // Where each program was declared (its SHARC_PROGRAM line), for the banner
+  // of generated files.
+  static std::map<std::string, SrcLoc>& locations();
+  static void add(const std::string& name, ProgramFn fn, SrcLoc loc = SrcLoc()) {
+    all()[name] = std::move(fn);
+    locations()[name] = std::move(loc);
+  }
 };
 
 struct ProgramRegistration {
-  ProgramRegistration(const char* name, ProgramFn fn) { ProgramRegistry::add(name, std::move(fn)); }
+  ProgramRegistration(const char* name, ProgramFn fn, SrcLoc loc = Here::current()) {
+    ProgramRegistry::add(name, std::move(fn), std::move(loc));
+  }
 };
 
 #define SHARC_PROGRAM(name, builder)                                                   \

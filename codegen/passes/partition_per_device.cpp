@@ -248,15 +248,15 @@ class Partitioner {
     Sharding want = required(n, 0, S, links);
     Sharding local = S;
     local.partial_kind = n.reduce;
-    for (int r : n.ints)
-      for (auto& ax : sharding_of(a).dims[r])
-        if (!S.uses(ax) && !contains(local.partial, ax) && want.dims[r].empty() &&
-            std::find_if(want.dims.begin(), want.dims.end(), [&](auto& d) { return contains(d, ax); }) ==
-                want.dims.end()) {
-          want.dims[r] = sharding_of(a).dims[r];
-          for (auto& x : want.dims[r]) local.partial.push_back(x);
-          break;
-        }
+    for (int r : n.ints) {
+      const auto& have = sharding_of(a).dims[r];
+      bool free = true;
+      for (auto& ax : have)
+        for (auto& d : want.dims) free = free && !contains(d, ax);
+      if (have.empty() || !free) continue;  // gathered by reshard() instead
+      want.dims[r] = have;
+      local.partial.insert(local.partial.end(), have.begin(), have.end());
+    }
     m.args[0] = reshard(a, want);
     const int v = emit(std::move(m), n.shape, local);
     map_[id] = reshard(v, S);

@@ -11,9 +11,18 @@ std::string what(const ir::Graph& g, const ir::Node& n, int id) {
   switch (n.op) {
     case ir::Op::kParameter: return "parameter '" + n.name + "' " + ir::shape_str(n.shape);
     case ir::Op::kInput: return "input '" + n.name + "' " + ir::shape_str(n.shape);
-    default:
-      return "with_sharding_constraint on %" + std::to_string(n.args.empty() ? id : n.args[0]) + " " +
-             ir::shape_str(n.shape);
+    default: {
+      // Name the constrained value the way Tensor::describe() does, so the
+      // user can find it: "with_sharding_constraint of relu result %3 f32[8,16]".
+      if (n.args.empty()) return "with_sharding_constraint %" + std::to_string(id);
+      const ir::Node& a = g.nodes[n.args[0]];
+      std::string v;
+      if (a.op == ir::Op::kParameter) v = "parameter '" + a.name + "'";
+      else if (a.op == ir::Op::kInput) v = "input '" + a.name + "'";
+      else v = std::string(ir::op_name(a.op)) + " result %" + std::to_string(n.args[0]);
+      if (!a.name.empty() && !ir::is_source(a.op)) v += " in '" + a.name + "'";
+      return "with_sharding_constraint of " + v + " " + ir::shape_str(n.shape);
+    }
   }
 }
 
@@ -61,8 +70,8 @@ ir::Sharding resolve(const P& spec, const std::optional<LogicalRules>& rules, co
       }
       if (!axis) continue;  // a rule to None: replicated
       if (!mesh.has(*axis))
-        user_error(loc, "sharding rule maps '" + name + "' to unknown mesh axis '" + *axis + "' (mesh axes: " +
-                            mesh.names() + ")");
+        user_error(loc, "sharding rule maps '" + name + "' to unknown mesh axis '" + *axis + "' in " +
+                            spec.str() + " for " + subject + " (mesh axes: " + mesh.names() + ")");
       if (std::find(used.begin(), used.end(), *axis) != used.end())
         user_error(loc, "mesh axis '" + *axis + "' is used twice in " + spec.str() + " for " + subject +
                             "; a mesh axis may shard at most one dimension of a tensor");
