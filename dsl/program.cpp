@@ -14,6 +14,9 @@ Tensor ProgramBuilder::input(const std::string& name, std::vector<int64_t> shape
   n.name = name;
   n.shape = std::move(shape);
   n.loc = loc;
+  // The default P() means "replicated" whatever the rank (not a rank-0 spec,
+  // which resolve_logical_axes would reject as a rank mismatch).
+  if (spec.rank() == 0) spec = P(std::vector<DimSpec>(n.shape.size()));
   n.spec = std::move(spec);
   return tracer_.add(std::move(n));
 }

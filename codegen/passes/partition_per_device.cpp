@@ -257,6 +257,9 @@ class Partitioner {
       want.dims[r] = have;
       local.partial.insert(local.partial.end(), have.begin(), have.end());
     }
+    // A kind without partial axes is not a layout: keep shardings canonical
+    // (Sharding::operator== compares partial_kind too).
+    if (local.partial.empty()) local.partial_kind = ir::ReduceKind::kSum;
     m.args[0] = reshard(a, want);
     const int v = emit(std::move(m), n.shape, local);
     map_[id] = reshard(v, S);
