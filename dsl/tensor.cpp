@@ -25,7 +25,7 @@ Tensor Tracer::add(ir::Node n) {
   return Tensor(this, graph_.add(std::move(n)));
 }
 
-const ir::Shape& Tensor::shape() const {
+ir::Shape Tensor::shape() const {
   if (!tracer_) internal_error("use of an empty Tensor");
   return tracer_->graph().nodes[id_].shape;
 }

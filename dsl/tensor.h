@@ -22,7 +22,8 @@ class Tensor {
   bool valid() const { return tracer_ != nullptr; }
   int id() const { return id_; }
   Tracer* tracer() const { return tracer_; }
-  const ir::Shape& shape() const;
+  // A copy: the node list it lives in grows as the program is traced.
+  ir::Shape shape() const;
   int64_t dim(int i) const;  // negative i counts from the end
   size_t rank() const { return shape().size(); }
   // How diagnostics name this value: 'dot1/kernel' f32[1024,1024].
