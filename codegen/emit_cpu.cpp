@@ -1,0 +1,1027 @@
+// The CPU emitter; see emit_cpu.h. Structure: Names hands out unique C++
+// identifiers; CodeWriter is the indenting printer; CpuEmitter walks the
+// partitioned graph once to decide fusion, buffers and last uses, then prints
+// each placeholder's text. Every statement it prints for a node mirrors the
+// corresponding case of execute_partitioned() (codegen/execute.cpp).
+#include "codegen/emit_cpu.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "codegen/interpret.h"
+
+namespace sharc {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::Shape;
+
+// ---------------------------------------------------------------------------
+// Spelling helpers.
+
+template <class T>
+std::string join(const std::vector<T>& v, const std::string& sep) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? sep : "") << v[i];
+  return os.str();
+}
+
+// {4, 1024}: a shape, permutation or axis list as a braced initializer.
+template <class T>
+std::string braced(const std::vector<T>& v) {
+  return "{" + join(v, ", ") + "}";
+}
+
+std::string quoted(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    r += c;
+  }
+  return r + "\"";
+}
+
+// A float literal that parses back to exactly static_cast<float>(v), the value
+// the interpreter's Constant holds.
+std::string float_literal(double v) {
+  const float f = static_cast<float>(v);
+  if (std::isnan(f)) return "std::numeric_limits<float>::quiet_NaN()";
+  if (std::isinf(f))
+    return f > 0 ? "std::numeric_limits<float>::infinity()"
+                 : "(-std::numeric_limits<float>::infinity())";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f));
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  s += "f";
+  return f < 0 ? "(" + s + ")" : s;
+}
+
+std::string double_literal(double v) {
+  if (std::isnan(v)) return "std::numeric_limits<double>::quiet_NaN()";
+  if (std::isinf(v))
+    return v > 0 ? "std::numeric_limits<double>::infinity()"
+                 : "-std::numeric_limits<double>::infinity()";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+const char* init_kind_name(rt::InitKind k) {
+  switch (k) {
+    case rt::InitKind::kZeros:
+      return "kZeros";
+    case rt::InitKind::kOnes:
+      return "kOnes";
+    case rt::InitKind::kConstant:
+      return "kConstant";
+    case rt::InitKind::kNormal:
+      return "kNormal";
+    case rt::InitKind::kUniform:
+      return "kUniform";
+    case rt::InitKind::kLecunNormal:
+      return "kLecunNormal";
+    case rt::InitKind::kXavierUniform:
+      return "kXavierUniform";
+  }
+  internal_error("unknown InitKind");
+}
+
+const char* reduce_op(ir::ReduceKind k) {
+  return k == ir::ReduceKind::kSum ? "rt::ReduceOp::kSum" : "rt::ReduceOp::kMax";
+}
+
+// "dot1/kernel" -> "dot1_kernel": a C++ identifier (not yet unique).
+std::string identifier(const std::string& name) {
+  std::string s;
+  for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "v_" + s;
+  return s;
+}
+
+// Unique identifiers within one scope. Generated names (t0, v1, ...) and the
+// fixed names of the templates are reserved, so a user input called "out" or
+// "t3" gets a suffix instead of a clash.
+class Names {
+ public:
+  Names() {
+    for (const char* k :
+         {"dev",     "comm",   "mem",      "rank",    "in",       "out",      "i",      "rt",
+          "std",     "seed",   "coords",   "sharc",   "and",      "auto",     "bool",   "break",
+          "case",    "char",   "class",    "const",   "continue", "default",  "delete", "do",
+          "double",  "else",   "enum",     "float",   "for",      "if",       "int",    "long",
+          "new",     "not",    "or",       "private", "public",   "return",   "short",  "signed",
+          "sizeof",  "static", "struct",   "switch",  "template", "this",     "throw",  "try",
+          "typedef", "union",  "unsigned", "using",   "void",     "volatile", "while",  "xor"})
+      taken_.insert(k);
+  }
+  // A fresh identifier derived from a user name.
+  std::string user(const std::string& name) {
+    std::string base = identifier(name);
+    if (generated_like(base)) base += "_";
+    return take(base);
+  }
+  // The next name of a generated family ("t" -> t0, t1, ...).
+  std::string next(const std::string& prefix) {
+    for (;;) {
+      std::string s = prefix + std::to_string(counters_[prefix]++);
+      if (!taken_.count(s)) return take(s);
+    }
+  }
+
+ private:
+  static bool generated_like(const std::string& s) {
+    if (s.size() < 2 || (s[0] != 't' && s[0] != 'v' && s[0] != 'i')) return false;
+    return std::all_of(s.begin() + 1, s.end(), [](char c) { return std::isdigit(c); });
+  }
+  std::string take(std::string base) {
+    std::string s = base;
+    for (int k = 2; taken_.count(s); ++k) s = base + "_" + std::to_string(k);
+    taken_.insert(s);
+    return s;
+  }
+  std::set<std::string> taken_;
+  std::map<std::string, int> counters_;
+};
+
+// The indenting printer. Lines are appended with the current indent; open()
+// and close() bracket a block and close() names what it closes.
+class CodeWriter {
+ public:
+  explicit CodeWriter(int indent = 0) : indent_(indent) {}
+  CodeWriter& line(const std::string& s = "") {
+    if (!s.empty()) os_ << std::string(2 * indent_, ' ') << s;
+    os_ << "\n";
+    return *this;
+  }
+  void open(const std::string& head) {
+    line(head.empty() ? "{" : head + " {");
+    ++indent_;
+  }
+  void close(const std::string& what = "") {
+    --indent_;
+    line(what.empty() ? "}" : "}  // " + what);
+  }
+  // Without the final newline, so a placeholder line can hold the block.
+  std::string str() const {
+    std::string s = os_.str();
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+
+ private:
+  std::ostringstream os_;
+  int indent_;
+};
+
+// ---------------------------------------------------------------------------
+
+std::string loc_prefix(const Node& n) {
+  std::string s = n.loc.known() ? n.loc.str() : "";
+  if (!n.name.empty() && !ir::is_source(n.op)) s += (s.empty() ? "" : " ") + n.name;
+  return s.empty() ? "" : s + ": ";
+}
+
+std::string shape_comment(const Node& n) {
+  return ir::shape_str(n.shape) + (n.sharding ? " " + n.sharding->str() : "");
+}
+
+class CpuEmitter {
+ public:
+  CpuEmitter(const ir::Graph& g, const EmitOptions& o) : g_(g), o_(o), mesh_(g.mesh) {
+    if (!g.partitioned) internal_error("emit_cpu needs a partitioned (per-device) graph");
+    ir::verify(g);
+    analyse();
+  }
+
+  EmittedFiles run() {
+    std::vector<std::pair<std::string, std::string>> common = {
+        {"SHARC_BANNER", banner()},
+        {"SHARC_NAMESPACE", o_.cpp_namespace},
+    };
+    auto with = [&](std::vector<std::pair<std::string, std::string>> v) {
+      v.insert(v.begin(), common.begin(), common.end());
+      return v;
+    };
+    EmittedFiles f;
+    f.header = fill_template(o_.templates.header,
+                             with({{"SHARC_NUM_DEVICES", std::to_string(mesh_.num_devices())},
+                                   {"SHARC_MESH_LITERAL", "R\"(" + mesh_.str() + ")\""},
+                                   {"SHARC_MESH_SHAPE", mesh_shape_literal()},
+                                   {"SHARC_TENSOR_INFO", tensor_info()},
+                                   {"SHARC_INPUT_FIELDS", io_fields(true)},
+                                   {"SHARC_OUTPUT_FIELDS", io_fields(false)}}),
+                             "templates/program.h");
+    f.source = fill_template(o_.templates.source,
+                             with({{"SHARC_HEADER_NAME", o_.header_name},
+                                   {"SHARC_INIT_SPECS", init_specs()},
+                                   {"SHARC_DEVICE_FIELDS", device_fields()},
+                                   {"SHARC_DEVICE_SETUP", device_setup()},
+                                   {"SHARC_INIT_BODY", init_body()},
+                                   {"SHARC_FORWARD_BODY", forward_body()},
+                                   {"SHARC_PARAMETER_SHARD", parameter_lookup(false)},
+                                   {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)}}),
+                             "templates/program.cpp");
+    return f;
+  }
+
+ private:
+  // ---- analysis ----------------------------------------------------------
+
+  void analyse() {
+    const size_t n = g_.nodes.size();
+    users_.assign(n, {});
+    for (size_t i = 0; i < n; ++i)
+      for (int a : g_.nodes[i].args) users_[a].insert(static_cast<int>(i));
+    is_output_.assign(n, false);
+    for (auto& o : g_.outputs) {
+      is_output_[o.value] = true;
+      const Node& v = g_[o.value];
+      if (!v.sharding || !v.sharding->partial.empty())
+        internal_error("output \"" + o.name +
+                       "\" is a partial sum; partition_per_device must resolve it");
+    }
+
+    // Fusion: an elementwise node is computed inside its user's loop when that
+    // user is its only one, is elementwise too, and the value is no output.
+    // A Constant is always a literal inside elementwise loops and gets a buffer
+    // only when something else reads it.
+    inlined_.assign(n, false);
+    needs_buffer_.assign(n, true);
+    for (size_t i = 0; i < n; ++i) {
+      const Node& v = g_.nodes[i];
+      if (ir::is_elementwise(v.op) && users_[i].size() == 1 && !is_output_[i] &&
+          ir::is_elementwise(g_[*users_[i].begin()].op))
+        inlined_[i] = true;
+      if (v.op == Op::kConstant) {
+        bool other = is_output_[i];
+        for (int u : users_[i]) other = other || !ir::is_elementwise(g_[u].op);
+        needs_buffer_[i] = other;
+      }
+      if (inlined_[i] || v.op == Op::kParameter) needs_buffer_[i] = false;
+    }
+
+    // Names: parameters by path (members of Device), inputs and outputs by
+    // name, everything else t0, t1, ... in program order.
+    var_.assign(n, "");
+    Names device_names;
+    for (auto& a : mesh_.axes()) axis_var_[a.name] = device_names.user(a.name + "_index");
+    for (size_t i = 0; i < n; ++i)
+      if (g_.nodes[i].op == Op::kParameter) var_[i] = device_names.user(g_.nodes[i].name);
+    for (const Node& v : g_.nodes)
+      if (needs_group(v) && !group_var_.count(v.axes))
+        group_var_[v.axes] = device_names.user("group_" + join(v.axes, "_"));
+    for (size_t i = 0; i < n; ++i)
+      if (g_.nodes[i].op == Op::kInput) var_[i] = locals_.user(g_.nodes[i].name);
+    for (auto& o : g_.outputs)
+      if (var_[o.value].empty() && needs_buffer_[o.value]) var_[o.value] = locals_.user(o.name);
+    for (size_t i = 0; i < n; ++i)
+      if (var_[i].empty() && needs_buffer_[i]) var_[i] = locals_.next("t");
+
+    // Names of the header's constants and the Inputs/Outputs fields.
+    Names api;
+    for (size_t i = 0; i < n; ++i)
+      if (g_.nodes[i].op == Op::kInput) field_[g_.nodes[i].name] = api.user(g_.nodes[i].name);
+    Names out_fields;
+    for (auto& o : g_.outputs) out_field_[o.name] = out_fields.user(o.name);
+  }
+
+  // Collectives and local slices run over a Group of the listed axes.
+  static bool needs_group(const Node& v) {
+    return ir::is_collective(v.op) || v.op == Op::kLocalSlice;
+  }
+
+  // ---- small spellings ----------------------------------------------------
+
+  std::string banner() const {
+    const std::string model =
+        o_.model_file.empty() ? std::string("<unknown model>") : o_.model_file;
+    return "// GENERATED by sharc from " + model + " for mesh " + mesh_.str() + ". Do not edit.";
+  }
+
+  std::string mesh_shape_literal() const {
+    std::vector<std::string> names, sizes;
+    for (auto& a : mesh_.axes()) {
+      names.push_back(quoted(a.name));
+      sizes.push_back(std::to_string(a.size));
+    }
+    return "{" + braced(names) + ", " + braced(sizes) + "}";
+  }
+
+  Shape global_shape(const Node& v) const {
+    Shape s = v.shape;
+    for (size_t d = 0; d < s.size(); ++d) s[d] *= v.sharding->parts(mesh_, d);
+    return s;
+  }
+
+  static std::vector<int64_t> strides_of(const Shape& s) {
+    std::vector<int64_t> st(s.size(), 1);
+    for (int d = static_cast<int>(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
+    return st;
+  }
+
+  // {{"data"}, {}}: a Spec initializer (mesh axes per dimension).
+  static std::string spec_literal(const ir::Sharding& s) {
+    std::vector<std::string> dims;
+    for (auto& d : s.dims) {
+      std::vector<std::string> q;
+      for (auto& a : d) q.push_back(quoted(a));
+      dims.push_back(braced(q));
+    }
+    return braced(dims);
+  }
+
+  // This device's block index along dim d of sharding s: the mixed-radix
+  // number of its coordinates on the dimension's axes, as block_index() in
+  // partition_per_device. Empty when the dim is not split.
+  std::string block_index_expr(const ir::Sharding& s, size_t d) const {
+    std::string e;
+    for (auto& a : s.dims[d]) {
+      if (mesh_.size(a) == 1) continue;
+      const std::string coord = "dev." + axis_var_.at(a);
+      e = e.empty() ? coord : "(" + e + ") * " + std::to_string(mesh_.size(a)) + " + " + coord;
+    }
+    return e;
+  }
+
+  // The global coordinate where this device's block of v starts along dim d:
+  // "0", or e.g. "dev.model_index * 256".
+  std::string block_start_expr(const Node& v, size_t d) const {
+    const std::string b = block_index_expr(*v.sharding, d);
+    if (b.empty()) return "0";
+    const std::string t = b.find(' ') == std::string::npos ? b : "(" + b + ")";
+    return v.shape[d] == 1 ? t : t + " * " + std::to_string(v.shape[d]);
+  }
+
+  // Element offset of this device's block within the global row-major array:
+  // the sum over split dims of block start * stride ("0" when unsplit).
+  std::string block_offset_expr(const Node& v) const {
+    const auto st = strides_of(global_shape(v));
+    std::vector<std::string> terms;
+    for (size_t d = 0; d < v.shape.size(); ++d) {
+      const std::string start = block_start_expr(v, d);
+      if (start == "0") continue;
+      terms.push_back(st[d] == 1 ? start : start + " * " + std::to_string(st[d]));
+    }
+    return terms.empty() ? "0" : join(terms, " + ");
+  }
+
+  // Pointer to a value's data and its i-th element, by where it lives.
+  std::string ptr(int v) const {
+    SHARC_CHECK(!var_[v].empty(), "value %" + std::to_string(v) + " has no buffer");
+    return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + ".data()";
+  }
+  std::string elem(int v) const {
+    return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + "[i]";
+  }
+
+  // ---- header pieces -------------------------------------------------------
+
+  std::string tensor_info() const {
+    CodeWriter w;
+    auto shape_array = [&](const std::string& name, const Shape& s) {
+      w.line("inline constexpr std::array<int64_t, " + std::to_string(s.size()) + "> " + name +
+             " = " + braced(s) + ";");
+    };
+    w.line("// ---- inputs: global shapes and layouts");
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      if (v.op != Op::kInput) continue;
+      const std::string f = field_.at(v.name);
+      w.line("// \"" + v.name + "\", declared at " + v.loc.str());
+      shape_array("kInput_" + f + "_shape", global_shape(v));
+      w.line("inline const Spec kInput_" + f + "_spec = " + spec_literal(*v.sharding) + ";");
+    }
+    w.line();
+    w.line("// ---- outputs: global shapes and layouts");
+    for (auto& o : g_.outputs) {
+      const Node& v = g_[o.value];
+      const std::string f = out_field_.at(o.name);
+      w.line("// \"" + o.name + "\", declared at " + o.loc.str());
+      shape_array("kOutput_" + f + "_shape", global_shape(v));
+      w.line("inline const Spec kOutput_" + f + "_spec = " + spec_literal(*v.sharding) + ";");
+    }
+    w.line();
+    w.line("// ---- parameters: paths, global shapes and layouts");
+    std::vector<std::string> paths;
+    for (auto& v : g_.nodes)
+      if (v.op == Op::kParameter) paths.push_back(quoted(v.name));
+    w.line("inline constexpr std::array<std::string_view, " + std::to_string(paths.size()) +
+           "> kParameterPaths = {");
+    for (auto& p : paths) w.line("    " + p + ",");
+    w.line("};");
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      if (v.op != Op::kParameter) continue;
+      w.line("// \"" + v.name + "\": " + v.init.str() + ", declared at " + v.loc.str());
+      shape_array("kParam_" + var_[i] + "_shape", global_shape(v));
+      w.line("inline const Spec kParam_" + var_[i] + "_spec = " + spec_literal(*v.sharding) + ";");
+    }
+    return w.str();
+  }
+
+  std::string io_fields(bool inputs) const {
+    CodeWriter w(2);
+    if (inputs) {
+      for (const Node& v : g_.nodes)
+        if (v.op == Op::kInput)
+          w.line("const float* " + field_.at(v.name) + " = nullptr;  // " +
+                 ir::shape_str(global_shape(v)));
+    } else {
+      for (auto& o : g_.outputs)
+        w.line("float* " + out_field_.at(o.name) + " = nullptr;  // " +
+               ir::shape_str(global_shape(g_[o.value])));
+    }
+    return w.str();
+  }
+
+  // ---- source pieces ------------------------------------------------------
+
+  std::string init_specs() const {
+    CodeWriter w;
+    w.line("// Parameter initialisers: the numbers sharc::init_spec() gives the oracle, so");
+    w.line("// every device draws exactly the elements of the global tensor it holds.");
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      if (v.op != Op::kParameter) continue;
+      const Shape gs = global_shape(v);
+      const rt::InitSpec s = init_spec(v.init, v.name, gs);
+      char key[32];
+      std::snprintf(key, sizeof key, "0x%016" PRIx64 "ull", s.key);
+      w.line("// \"" + v.name + "\": " + v.init.str() + " over the global " + ir::shape_str(gs) +
+             ".");
+      w.line("constexpr rt::InitSpec kInit_" + var_[i] + " = {");
+      w.line("    .kind = rt::InitKind::" + std::string(init_kind_name(s.kind)) + ",");
+      w.line("    .a = " + double_literal(s.a) + ",");
+      w.line("    .fan_in = " + std::to_string(s.fan_in) + ",");
+      w.line("    .fan_out = " + std::to_string(s.fan_out) + ",");
+      w.line("    .key = " + std::string(key) + ",  // init_key(" + quoted(v.name) + ")");
+      w.line("};");
+    }
+    return w.str();
+  }
+
+  std::string device_fields() const {
+    CodeWriter w(1);
+    w.line("// This device's coordinates on the mesh axes.");
+    for (auto& a : mesh_.axes())
+      w.line("int64_t " + axis_var_.at(a.name) + " = 0;  // on " + quoted(a.name) + ", of " +
+             std::to_string(a.size));
+    if (!group_var_.empty()) {
+      w.line("// Collective groups: the devices that differ from this one only on the listed");
+      w.line("// axes, ordered by them (the order decides which block each member holds).");
+      for (auto& [axes, var] : group_var_) {
+        std::vector<std::string> q;
+        for (auto& a : axes) q.push_back(quoted(a));
+        w.line("rt::Group " + var + ";  // over " + join(q, ", "));
+      }
+    }
+    w.line("// Parameter shards, persistent.");
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      if (v.op != Op::kParameter) continue;
+      w.line("rt::Buffer " + var_[i] + ";  // " + shape_comment(v) + " of \"" + v.name + "\" " +
+             ir::shape_str(global_shape(v)));
+    }
+    return w.str();
+  }
+
+  std::string device_setup() const {
+    CodeWriter w(2);
+    for (size_t k = 0; k < mesh_.axes().size(); ++k)
+      w.line("dev->" + axis_var_.at(mesh_.axes()[k].name) + " = coords[" + std::to_string(k) +
+             "];");
+    for (auto& [axes, var] : group_var_) {
+      std::vector<int> idx;
+      for (auto& a : axes) idx.push_back(mesh_.index(a));
+      std::vector<std::string> q;
+      for (auto& a : axes) q.push_back(quoted(a));
+      w.line("dev->" + var + " = rt::make_group(world.mesh(), rank, " + braced(idx) + ");  // " +
+             join(q, ", "));
+    }
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      if (v.op != Op::kParameter) continue;
+      w.line("dev->" + var_[i] + " = rt::Buffer(" + std::to_string(ir::num_elements(v.shape)) +
+             ", &mem);  // " + ir::shape_str(v.shape));
+    }
+    return w.str();
+  }
+
+  std::string init_body() const {
+    CodeWriter w(1);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      if (v.op != Op::kParameter) continue;
+      const std::string head = "// " + v.loc.str() + " \"" + v.name + "\": block " +
+                               shape_comment(v) + " of the global " +
+                               ir::shape_str(global_shape(v));
+      if (v.shape.empty()) {
+        w.line(head);
+        w.line("rt::init_block(kInit_" + var_[i] + ", seed, nullptr, nullptr, nullptr, 0, dev." +
+               var_[i] + ".data());");
+        continue;
+      }
+      std::vector<std::string> starts;
+      for (size_t d = 0; d < v.shape.size(); ++d) starts.push_back(block_start_expr(v, d));
+      w.open("");
+      w.line(head);
+      w.line("const int64_t local[] = " + braced(v.shape) + ";");
+      w.line("const int64_t offset[] = " + braced(starts) + ";");
+      w.line("rt::init_block(kInit_" + var_[i] + ", seed, kParam_" + var_[i] +
+             "_shape.data(), offset,");
+      w.line("               local, " + std::to_string(v.shape.size()) + ", dev." + var_[i] +
+             ".data());");
+      w.close(v.name);
+    }
+    return w.str();
+  }
+
+  std::string parameter_lookup(bool size) const {
+    CodeWriter w(1);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      if (v.op != Op::kParameter) continue;
+      if (size)
+        w.line("if (path == " + quoted(v.name) + ") return " +
+               std::to_string(ir::num_elements(v.shape)) + ";  // " + ir::shape_str(v.shape));
+      else
+        w.line("if (path == " + quoted(v.name) + ") return dev." + var_[i] + ".data();");
+    }
+    return w.str();
+  }
+
+  // ---- the SPMD body ------------------------------------------------------
+
+  // One statement of the body: a node, or for a fused loop its root.
+  struct Stmt {
+    int node;
+    std::vector<int> tree;   // fused loop: the nodes computed in it, in order (root last)
+    std::vector<int> reads;  // buffers it reads
+  };
+
+  void collect_tree(int v, std::vector<int>& tree, std::vector<int>& reads) const {
+    for (int a : g_[v].args) {
+      if (inlined_[a])
+        collect_tree(a, tree, reads);
+      else if (g_[a].op != Op::kConstant && std::find(reads.begin(), reads.end(), a) == reads.end())
+        reads.push_back(a);
+    }
+    if (std::find(tree.begin(), tree.end(), v) == tree.end()) tree.push_back(v);
+  }
+
+  std::vector<Stmt> statements() const {
+    std::vector<Stmt> out;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      const int id = static_cast<int>(i);
+      if (v.op == Op::kParameter || inlined_[i] || (v.op == Op::kConstant && !needs_buffer_[i]))
+        continue;
+      Stmt s{id, {}, {}};
+      if (ir::is_elementwise(v.op)) {
+        collect_tree(id, s.tree, s.reads);
+        std::sort(s.tree.begin(), s.tree.end());
+      } else {
+        for (int a : v.args)
+          if (std::find(s.reads.begin(), s.reads.end(), a) == s.reads.end()) s.reads.push_back(a);
+      }
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // The node a statement is attributed to: itself, or for a fused loop whose
+  // root has no DSL line (operators record none) the first op in it that has.
+  // Its sharding is the root's: the loop writes the root's buffer.
+  Node anchor(const Stmt& s) const {
+    Node a = g_[s.node];
+    if (a.loc.known()) return a;
+    for (int t : s.tree)
+      if (g_[t].loc.known()) {
+        a.loc = g_[t].loc;
+        a.name = g_[t].name;
+        break;
+      }
+    return a;
+  }
+
+  // Statements are grouped into sections by layer label ("dot1"), or by DSL
+  // line for ops outside any module. Returns {key, title}.
+  std::pair<std::string, std::string> section(const Node& v) const {
+    if (v.op == Op::kInput) return {"\x01inputs", "inputs"};
+    const std::string where = v.loc.known() ? v.loc.str() : "";
+    if (!v.name.empty()) return {v.name, where.empty() ? v.name : v.name + " (" + where + ")"};
+    return {where, std::string(ir::op_name(v.op)) + (where.empty() ? "" : " (" + where + ")")};
+  }
+
+  static std::string rule(const std::string& title) {
+    const int width = 69 - static_cast<int>(title.size());  // 80 columns at indent 1
+    return "// ---- " + title + " " + std::string(std::max(4, width), '-');
+  }
+
+  // "// <loc> <label>: <in shardings> -> <out sharding> => <what>"
+  std::string describe(const Node& v, const std::vector<int>& reads,
+                       const std::string& what) const {
+    std::vector<std::string> ins;
+    for (int r : reads) {
+      const std::string s = g_[r].sharding->str();
+      if (std::find(ins.begin(), ins.end(), s) == ins.end()) ins.push_back(s);
+    }
+    std::string change =
+        ins.empty() ? v.sharding->str() : join(ins, ", ") + " -> " + v.sharding->str();
+    return "// " + loc_prefix(v) + change + " => " + what;
+  }
+
+  std::string declare(int v) const {
+    return "rt::Buffer " + var_[v] + "(" + std::to_string(ir::num_elements(g_[v].shape)) +
+           ", &mem);  // " + shape_comment(g_[v]);
+  }
+
+  static std::string unary_expr(Op op, const std::string& x) {
+    switch (op) {
+      case Op::kNeg:
+        return "-" + x;
+      case Op::kRelu:
+        return "rt::relu(" + x + ")";
+      case Op::kGelu:
+        return "rt::gelu(" + x + ")";
+      case Op::kTanh:
+        return "std::tanh(" + x + ")";
+      case Op::kExp:
+        return "std::exp(" + x + ")";
+      case Op::kLog:
+        return "std::log(" + x + ")";
+      case Op::kSqrt:
+        return "std::sqrt(" + x + ")";
+      default:
+        internal_error(std::string("not a unary op: ") + ir::op_name(op));
+    }
+  }
+
+  static std::string binary_expr(Op op, const std::string& a, const std::string& b) {
+    switch (op) {
+      case Op::kAdd:
+        return a + " + " + b;
+      case Op::kSub:
+        return a + " - " + b;
+      case Op::kMul:
+        return a + " * " + b;
+      case Op::kDiv:
+        return a + " / " + b;
+      default:
+        internal_error(std::string("not a binary op: ") + ir::op_name(op));
+    }
+  }
+
+  // A fused elementwise loop: inlined nodes become named scalars (one
+  // statement each, so float rounding matches the interpreter's per-op
+  // buffers), the root is stored.
+  void emit_fused(CodeWriter& w, const Stmt& s) {
+    const Node& root = g_[s.node];
+    std::vector<std::string> ops;
+    for (int t : s.tree) ops.push_back(ir::op_name(g_[t].op));
+    w.line(describe(anchor(s), s.reads, (s.tree.size() > 1 ? "fused " : "") + join(ops, ", ")));
+    w.line(declare(s.node));
+    std::map<int, std::string> scalar;
+    auto operand = [&](int a) {
+      if (scalar.count(a)) return scalar[a];
+      if (g_[a].op == Op::kConstant) return float_literal(g_[a].scalar);
+      return elem(a);
+    };
+    auto expr = [&](int t) {
+      const Node& v = g_[t];
+      return ir::is_unary(v.op) ? unary_expr(v.op, operand(v.args[0]))
+                                : binary_expr(v.op, operand(v.args[0]), operand(v.args[1]));
+    };
+    const std::string n = std::to_string(ir::num_elements(root.shape));
+    const std::string head = "for (int64_t i = 0; i < " + n + "; ++i)";
+    if (s.tree.size() == 1) {
+      w.line(head + " " + var_[s.node] + "[i] = " + expr(s.node) + ";");
+      return;
+    }
+    w.open(head);
+    int k = 0;
+    for (int t : s.tree) {
+      const Node& v = g_[t];
+      const std::string where = v.loc.known() ? "  // " + v.loc.str() + " " + ir::op_name(v.op)
+                                              : "  // " + std::string(ir::op_name(v.op));
+      if (t == s.node) {
+        w.line(var_[s.node] + "[i] = " + expr(t) + ";" + where);
+      } else {
+        const std::string name = "v" + std::to_string(k++);
+        w.line("const float " + name + " = " + expr(t) + ";" + where);
+        scalar[t] = name;
+      }
+    }
+    w.close("fused loop of " + var_[s.node]);
+  }
+
+  // Local dot_general exactly as execute.cpp's local_dot(): operands
+  // transposed to (batch, free, contract) and (batch, contract, free) when
+  // needed, then one batched GEMM.
+  void emit_dot(CodeWriter& w, const Stmt& s) {
+    const Node& v = g_[s.node];
+    const int l = v.args[0], r = v.args[1];
+    const Shape &ls = g_[l].shape, &rs = g_[r].shape;
+    const ir::DotDims& d = v.dot;
+    auto in = [](const std::vector<int>& xs, int x) {
+      return std::find(xs.begin(), xs.end(), x) != xs.end();
+    };
+    std::vector<int> lperm = d.lhs_batch, rperm = d.rhs_batch;
+    int64_t B = 1, M = 1, N = 1, K = 1;
+    for (int b : d.lhs_batch) B *= ls[b];
+    for (int i = 0; i < static_cast<int>(ls.size()); ++i)
+      if (!in(d.lhs_batch, i) && !in(d.lhs_contract, i)) lperm.push_back(i), M *= ls[i];
+    for (int c : d.lhs_contract) lperm.push_back(c), K *= ls[c];
+    for (int c : d.rhs_contract) rperm.push_back(c);
+    for (int i = 0; i < static_cast<int>(rs.size()); ++i)
+      if (!in(d.rhs_batch, i) && !in(d.rhs_contract, i)) rperm.push_back(i), N *= rs[i];
+    auto identity = [](const std::vector<int>& p) {
+      for (size_t i = 0; i < p.size(); ++i)
+        if (p[i] != static_cast<int>(i)) return false;
+      return true;
+    };
+    w.line(describe(v, s.reads, "dot " + ir::dot_dims_str(d)));
+    w.line(declare(s.node));
+    std::string lp = ptr(l), rp = ptr(r);
+    std::vector<std::string> temps;
+    auto transposed = [&](int x, const std::vector<int>& perm, const std::string& role) {
+      const std::string t = locals_.user(var_[s.node] + "_" + role);
+      Shape moved;
+      for (int p : perm) moved.push_back(g_[x].shape[p]);
+      w.line("rt::Buffer " + t + "(" + std::to_string(ir::num_elements(g_[x].shape)) +
+             ", &mem);  // " + ir::shape_str(moved) + ": " + role + " as " +
+             (role == "lhs" ? "(batch, free, contract)" : "(batch, contract, free)"));
+      w.line("rt::transpose(" + ptr(x) + ", " + braced(g_[x].shape) + ", " + braced(perm) + ", " +
+             t + ".data());");
+      temps.push_back(t);
+      return t + ".data()";
+    };
+    if (!identity(lperm)) lp = transposed(l, lperm, "lhs");
+    if (!identity(rperm)) rp = transposed(r, rperm, "rhs");
+    w.line("rt::gemm(/*batch=*/" + std::to_string(B) + ", /*M=*/" + std::to_string(M) + ", /*N=*/" +
+           std::to_string(N) + ", /*K=*/" + std::to_string(K) + ",");
+    w.line("         " + lp + ", false, " + rp + ", false, " + ptr(s.node) + ");");
+    for (auto& t : temps) w.line(t + " = rt::Buffer();");
+  }
+
+  std::string group(const Node& v) const { return "dev." + group_var_.at(v.axes); }
+
+  void emit_stmt(CodeWriter& w, const Stmt& s) {
+    const Node& v = g_[s.node];
+    const int id = s.node;
+    const std::string count = std::to_string(ir::num_elements(v.shape));
+    auto a0 = [&] { return ptr(v.args[0]); };
+    auto shape0 = [&] { return braced(g_[v.args[0]].shape); };
+    std::vector<std::string> q;
+    for (auto& a : v.axes) q.push_back(a);
+    const std::string axes = "(" + join(q, ", ") + ")";
+    if (ir::is_elementwise(v.op)) return emit_fused(w, s);
+    if (v.op == Op::kDot) return emit_dot(w, s);
+    switch (v.op) {
+      case Op::kInput: {
+        w.line("// " + (v.loc.known() ? v.loc.str() + ": " : "") + "input \"" + v.name + "\" " +
+               ir::shape_str(global_shape(v)) + " " + v.sharding->str() +
+               " => this device's block");
+        w.line(declare(id));
+        const std::string src = "in." + field_.at(v.name);
+        const std::string off = block_offset_expr(v);
+        if (v.shape.empty()) {
+          w.line(var_[id] + "[0] = " + src + "[0];");
+        } else {
+          w.line("rt::strided_copy(" + (off == "0" ? src : src + " + " + off) + ", " +
+                 braced(v.shape) + ", " + braced(strides_of(global_shape(v))) + ", " + ptr(id) +
+                 ");");
+        }
+        return;
+      }
+      case Op::kConstant:
+        w.line(describe(v, {}, "constant"));
+        w.line(declare(id));
+        w.line("rt::fill(" + ptr(id) + ", " + count + ", " + float_literal(v.scalar) + ");");
+        return;
+      case Op::kReshape:
+      case Op::kShardingConstraint:
+        w.line(describe(v, s.reads, ir::op_name(v.op)));
+        w.line(declare(id));
+        w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        return;
+      case Op::kBroadcast: {
+        Shape expanded(v.shape.size(), 1);
+        for (size_t i = 0; i < v.ints.size(); ++i) expanded[v.ints[i]] = g_[v.args[0]].shape[i];
+        w.line(describe(v, s.reads, "broadcast"));
+        w.line(declare(id));
+        w.line("rt::broadcast(" + a0() + ", " + braced(expanded) + ", " + braced(v.shape) + ", " +
+               ptr(id) + ");");
+        return;
+      }
+      case Op::kTranspose:
+        w.line(describe(v, s.reads, "transpose"));
+        w.line(declare(id));
+        w.line("rt::transpose(" + a0() + ", " + shape0() + ", " + braced(v.ints) + ", " + ptr(id) +
+               ");");
+        return;
+      case Op::kReduce:
+        w.line(describe(v, s.reads, std::string("reduce ") + ir::reduce_name(v.reduce)));
+        w.line(declare(id));
+        w.line("rt::reduce(" + a0() + ", " + shape0() + ", " + braced(v.ints) + ", " +
+               reduce_op(v.reduce) + ", " + ptr(id) + ");");
+        return;
+      case Op::kAllGather:
+        w.line(describe(v, s.reads, "all_gather" + axes));
+        w.line(declare(id));
+        w.line("rt::all_gather_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
+               ", /*dim=*/" + std::to_string(v.dim) + ", " + ptr(id) + ");");
+        return;
+      case Op::kReduceScatter:
+        w.line(describe(v, s.reads, "reduce_scatter" + axes));
+        w.line(declare(id));
+        w.line("rt::reduce_scatter_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
+               ", /*dim=*/" + std::to_string(v.dim) + ", " + ptr(id) + ", " + reduce_op(v.reduce) +
+               ");");
+        return;
+      case Op::kAllReduce:
+        w.line(describe(v, s.reads, "all_reduce" + axes));
+        w.line(declare(id));
+        w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        w.line("comm.all_reduce(" + ptr(id) + ", " + count + ", " + group(v) + ", " +
+               reduce_op(v.reduce) + ");");
+        return;
+      case Op::kAllToAll:
+        w.line(describe(v, s.reads, "all_to_all" + axes));
+        w.line(declare(id));
+        w.line("rt::all_to_all_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
+               ", /*split_dim=*/" + std::to_string(v.dim) + ", /*concat_dim=*/" +
+               std::to_string(v.dim2) + ", " + ptr(id) + ");");
+        return;
+      case Op::kLocalSlice:
+        w.line(describe(v, s.reads, "local_slice" + axes));
+        w.line(declare(id));
+        w.line("rt::slice_block(" + a0() + ", " + shape0() + ", /*dim=*/" + std::to_string(v.dim) +
+               ", " + group(v) + ".size(), " + group(v) + ".position, " + ptr(id) + ");");
+        return;
+      default:
+        break;
+    }
+    internal_error(std::string("emit_cpu cannot emit ") + ir::op_name(v.op) + " " +
+                   ir::shape_str(v.shape) + " at " + v.loc.str());
+  }
+
+  // Each device writes its block of every output into the caller's global
+  // array. A block held by several devices (replicated over some axes) is
+  // written by the one at coordinate 0 on those axes only.
+  void emit_output(CodeWriter& w, const ir::Output& o) {
+    const Node& v = g_[o.value];
+    const std::string dst = "out." + out_field_.at(o.name);
+    const Shape gs = global_shape(v);
+    std::vector<std::string> owner, repl;
+    for (auto& a : mesh_.axes()) {
+      bool used = false;
+      for (auto& d : v.sharding->dims)
+        used = used || std::find(d.begin(), d.end(), a.name) != d.end();
+      if (used || a.size == 1) continue;
+      owner.push_back("dev." + axis_var_.at(a.name) + " == 0");
+      repl.push_back(quoted(a.name));
+    }
+    w.line(
+        "// \"" + o.name + "\" (" + o.loc.str() + "): block " + shape_comment(v) +
+        " of the global " + ir::shape_str(gs) +
+        (repl.empty() ? "" : "; replicated over " + join(repl, ", ") + ", so one copy writes it"));
+    const bool guarded = !owner.empty();
+    if (guarded) w.open("if (" + join(owner, " && ") + ")");
+    const std::string src = ptr(o.value);
+    if (v.shape.empty()) {
+      w.line(dst + "[0] = " + src + "[0];");
+    } else {
+      // Copy whole runs: dims after k are not split, so each block row from
+      // dim k on is contiguous in both arrays.
+      int k = static_cast<int>(v.shape.size()) - 1;
+      while (k > 0 && v.shape[k] == gs[k]) --k;
+      const auto gst = strides_of(gs), lst = strides_of(v.shape);
+      int64_t chunk = 1;
+      for (size_t d = k; d < v.shape.size(); ++d) chunk *= v.shape[d];
+      std::vector<std::string> src_terms, dst_terms;
+      int loops = 0;
+      for (int d = 0; d < k; ++d) {
+        const std::string start = block_start_expr(v, d);
+        std::string idx;
+        if (v.shape[d] > 1) {
+          idx = "i" + std::to_string(d);
+          w.open("for (int64_t " + idx + " = 0; " + idx + " < " + std::to_string(v.shape[d]) +
+                 "; ++" + idx + ")");
+          ++loops;
+          src_terms.push_back(idx + " * " + std::to_string(lst[d]));
+        }
+        std::string at = start == "0" ? idx : idx.empty() ? start : "(" + start + " + " + idx + ")";
+        if (!at.empty()) dst_terms.push_back(at + " * " + std::to_string(gst[d]));
+      }
+      const std::string start_k = block_start_expr(v, k);
+      if (start_k != "0")
+        dst_terms.push_back(gst[k] == 1 ? start_k : start_k + " * " + std::to_string(gst[k]));
+      const std::string s = src_terms.empty() ? src : src + " + " + join(src_terms, " + ");
+      const std::string d = dst_terms.empty() ? dst : dst + " + " + join(dst_terms, " + ");
+      w.line("std::copy_n(" + s + ", " + std::to_string(chunk) + ", " + d + ");");
+      for (int l = loops - 1; l >= 0; --l) w.close();
+    }
+    if (guarded) w.close(quoted(o.name));
+  }
+
+  std::string forward_body() {
+    const std::vector<Stmt> stmts = statements();
+    // Last statement reading each value; outputs live to the end.
+    std::vector<int> last(g_.nodes.size(), -1);
+    for (size_t k = 0; k < stmts.size(); ++k)
+      for (int r : stmts[k].reads) last[r] = static_cast<int>(k);
+    CodeWriter w(1);
+    std::string current = "\x02";
+    for (size_t k = 0; k < stmts.size(); ++k) {
+      const auto [key, title] = section(anchor(stmts[k]));
+      if (key != current) {
+        if (k) w.line();
+        w.line(rule(title));
+        current = key;
+      }
+      emit_stmt(w, stmts[k]);
+      for (int r : stmts[k].reads)
+        if (last[r] == static_cast<int>(k) && !is_output_[r] && g_[r].op != Op::kParameter)
+          w.line(var_[r] + " = rt::Buffer();  // last use of " + var_[r]);
+    }
+    w.line();
+    w.line(rule("outputs"));
+    for (auto& o : g_.outputs) emit_output(w, o);
+    return w.str();
+  }
+
+  const ir::Graph& g_;
+  const EmitOptions& o_;
+  const Mesh& mesh_;
+  std::vector<std::set<int>> users_;
+  std::vector<bool> is_output_, inlined_, needs_buffer_;
+  std::vector<std::string> var_;
+  std::map<std::string, std::string> axis_var_, field_, out_field_;
+  std::map<std::vector<std::string>, std::string> group_var_;
+  Names locals_;
+};
+
+}  // namespace
+
+std::string fill_template(const std::string& text,
+                          const std::vector<std::pair<std::string, std::string>>& values,
+                          const std::string& what) {
+  std::map<std::string, std::string> map(values.begin(), values.end());
+  std::set<std::string> used;
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t at = text.find('@', pos);
+    if (at == std::string::npos) break;
+    size_t end = at + 1;
+    while (end < text.size() &&
+           (std::isupper(static_cast<unsigned char>(text[end])) ||
+            std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '_'))
+      ++end;
+    if (end == at + 1 || end >= text.size() || text[end] != '@') {
+      out.append(text, pos, at + 1 - pos);
+      pos = at + 1;
+      continue;
+    }
+    const std::string key = text.substr(at + 1, end - at - 1);
+    auto it = map.find(key);
+    if (it == map.end())
+      internal_error(what + " has placeholder @" + key + "@ that the emitter does not fill");
+    used.insert(key);
+    out.append(text, pos, at - pos);
+    out += it->second;
+    pos = end + 1;
+  }
+  out.append(text, pos, std::string::npos);
+  for (auto& [k, v] : map)
+    if (!used.count(k)) internal_error(what + " lacks placeholder @" + k + "@");
+  return out;
+}
+
+EmitTemplates load_templates(const std::string& dir) {
+  auto read = [&](const std::string& file) {
+    const std::string path = dir + "/" + file;
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(SrcLoc(path, 1), "cannot read the emitter template " + file);
+    std::ostringstream os;
+    os << f.rdbuf();
+    return os.str();
+  };
+  return {read("program.h"), read("program.cpp")};
+}
+
+EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options) {
+  return CpuEmitter(partitioned, options).run();
+}
+
+}  // namespace sharc

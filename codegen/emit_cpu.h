@@ -1,0 +1,58 @@
+// The CPU emitter: turns a partitioned (per-device) graph into one readable C++
+// program, a header with a small typed API and a source with ONE SPMD function
+// that every device runs with its own rank. It is a printer, not a compiler:
+// node by node it calls the same runtime kernels and collectives as the
+// per-device interpreter (execute.cpp), in the same order, so the generated
+// code and the interpreter agree bit for bit. Its one liberty is fusion:
+// chains of elementwise ops become one loop over scalars.
+//
+// The fixed text (includes, class skeleton, Program methods) lives in
+// templates/program.h and templates/program.cpp; the emitter fills their
+// @SHARC_...@ placeholders and nothing else. Output is deterministic: names
+// come from the program (parameter paths, input/output names, layer labels)
+// and node order, never from addresses, timestamps or absolute paths.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/ir.h"
+
+namespace sharc {
+
+// The text of the two template files (see load_templates).
+struct EmitTemplates {
+  std::string header;  // templates/program.h
+  std::string source;  // templates/program.cpp
+};
+
+// Reads program.h and program.cpp from `dir`; throws sharc::Error naming the
+// missing file.
+EmitTemplates load_templates(const std::string& dir);
+
+struct EmitOptions {
+  std::string program;        // the registered program name, e.g. "dot_relu_dot"
+  std::string cpp_namespace;  // e.g. "sharc_gen::dot_relu_dot"
+  std::string header_name;    // how the source includes the header: "dot_relu_dot.h"
+  std::string model_file;     // repo-relative model file for the banner ("" = unknown)
+  EmitTemplates templates;
+};
+
+struct EmittedFiles {
+  std::string header, source;
+};
+
+// Emits the program. `partitioned` must be the output of lower() (verified,
+// g.partitioned). Fails loudly (internal_error naming the op and its DSL line)
+// on anything it cannot emit exactly, rather than emitting something half-right.
+EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options);
+
+// Replaces every @KEY@ in `text` by values[KEY]. Throws internal_error when a
+// placeholder has no value or a value is never used (template and emitter out
+// of step). Exposed for tests.
+std::string fill_template(const std::string& text,
+                          const std::vector<std::pair<std::string, std::string>>& values,
+                          const std::string& what);
+
+}  // namespace sharc

@@ -1,0 +1,199 @@
+// main() of a sharc generator: a model file (which registers programs with
+// SHARC_PROGRAM) linked with this library becomes the executable that cmake's
+// sharc_add_program() runs at build time:
+//
+//   model.generator --program dot_relu_dot --mesh data=2,model=4 [--devices 8]
+//                   --out-dir DIR --templates DIR [--name STEM] [--namespace NS]
+//                   [--dump-ir DIR]
+//
+// It traces the program, lowers it for the mesh and writes DIR/STEM.h and
+// DIR/STEM.cpp (STEM defaults to the program name, NS to sharc_gen::STEM),
+// plus numbered per-pass IR dumps with --dump-ir. A mistake in the model
+// (sharc::Error) prints `file:line: error: ...` to stderr and exits 1, and
+// leaves no output: the files are written to temporaries and renamed only
+// once everything succeeded, and a failure also removes the outputs of an
+// earlier run, so a failed build never compiles stale generated code.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "codegen/emit_cpu.h"
+#include "codegen/pipeline.h"
+#include "dsl/program.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
+    "          [--devices N] [--name FILE_STEM] [--namespace NS] [--dump-ir DIR]\n";
+
+struct Args {
+  std::string program, mesh, out_dir, templates, dump_ir, cpp_namespace, name;
+  int devices = 0;  // 0: the product of the mesh
+};
+
+// Thrown for command-line mistakes (printed with the usage line).
+struct UsageError {
+  std::string message;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
+      return argv[++i];
+    };
+    if (flag == "--program")
+      a.program = value();
+    else if (flag == "--mesh")
+      a.mesh = value();
+    else if (flag == "--out-dir")
+      a.out_dir = value();
+    else if (flag == "--templates")
+      a.templates = value();
+    else if (flag == "--dump-ir")
+      a.dump_ir = value();
+    else if (flag == "--namespace")
+      a.cpp_namespace = value();
+    else if (flag == "--name")
+      a.name = value();
+    else if (flag == "--devices") {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1)
+        throw UsageError{"--devices wants a positive integer, not '" + v + "'"};
+      a.devices = static_cast<int>(n);
+    } else if (flag == "--help" || flag == "-h") {
+      throw UsageError{""};
+    } else {
+      throw UsageError{"unknown option '" + flag + "'"};
+    }
+  }
+  if (a.program.empty()) throw UsageError{"--program is required"};
+  if (a.mesh.empty()) throw UsageError{"--mesh is required"};
+  if (a.out_dir.empty()) throw UsageError{"--out-dir is required"};
+  if (a.templates.empty()) throw UsageError{"--templates is required"};
+  if (a.name.empty()) a.name = a.program;
+  if (a.cpp_namespace.empty()) a.cpp_namespace = "sharc_gen::" + a.name;
+  return a;
+}
+
+std::string registered_programs() {
+  std::string s;
+  for (auto& [name, fn] : sharc::ProgramRegistry::all()) s += (s.empty() ? "" : ", ") + name;
+  return s.empty() ? "(none: does the model file use SHARC_PROGRAM?)" : s;
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) throw std::runtime_error("cannot write " + path.string());
+}
+
+// The outputs of one run, and how to publish or discard them together.
+class Outputs {
+ public:
+  Outputs(const fs::path& dir, const std::string& stem)
+      : finals_{dir / (stem + ".h"), dir / (stem + ".cpp")} {
+    for (auto& f : finals_) temps_.push_back(fs::path(f.string() + ".tmp"));
+  }
+  void write(const sharc::EmittedFiles& files) {
+    fs::create_directories(finals_[0].parent_path());
+    write_file(temps_[0], files.header);
+    write_file(temps_[1], files.source);
+    for (size_t i = 0; i < finals_.size(); ++i) fs::rename(temps_[i], finals_[i]);
+  }
+  // Removes temporaries and any earlier outputs: after a failure the build must
+  // not find (and compile) a previous run's files.
+  void discard() noexcept {
+    std::error_code ec;
+    for (auto& f : temps_) fs::remove(f, ec);
+    for (auto& f : finals_) fs::remove(f, ec);
+  }
+
+ private:
+  std::vector<fs::path> finals_, temps_;
+};
+
+int run(const Args& a) {
+  auto it = sharc::ProgramRegistry::all().find(a.program);
+  if (it == sharc::ProgramRegistry::all().end())
+    throw sharc::Error(sharc::SrcLoc(),
+                       "no program named '" + a.program +
+                           "' is registered; this generator has: " + registered_programs());
+  const sharc::SrcLoc where = sharc::ProgramRegistry::locations()[a.program];
+  // The mesh comes from the build, not from a DSL line: its errors carry no
+  // location and main() prefixes them with the command-line flag.
+  const sharc::Mesh mesh = sharc::Mesh::parse(a.mesh, a.devices, sharc::SrcLoc());
+
+  if (!a.dump_ir.empty() && fs::is_directory(a.dump_ir))
+    for (auto& e : fs::directory_iterator(a.dump_ir))  // dumps of an earlier pipeline
+      if (e.path().extension() == ".ir") fs::remove(e.path());
+
+  sharc::ir::Graph traced = sharc::trace(a.program, it->second);
+  sharc::PipelineOptions options;
+  options.dump_dir = a.dump_ir;
+  sharc::Lowered lowered = sharc::lower(std::move(traced), mesh, options);
+
+  sharc::EmitOptions eo;
+  eo.program = a.program;
+  eo.cpp_namespace = a.cpp_namespace;
+  eo.header_name = a.name + ".h";
+  eo.model_file = where.file;
+  eo.templates = sharc::load_templates(a.templates);
+  const sharc::EmittedFiles files = sharc::emit_cpu(lowered.partitioned, eo);
+
+  Outputs out(a.out_dir, a.name);
+  try {
+    out.write(files);
+  } catch (...) {
+    out.discard();
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    if (!e.message.empty()) std::fprintf(stderr, "%s: %s\n", argv[0], e.message.c_str());
+    std::fprintf(stderr, kUsage, argv[0]);
+    return e.message.empty() ? 0 : 2;
+  }
+  Outputs outputs(args.out_dir, args.name);
+  try {
+    return run(args);
+  } catch (const sharc::Error& e) {
+    outputs.discard();
+    if (e.loc().known()) {
+      std::cerr << e.what() << "\n";
+    } else {
+      // Not a DSL line (the mesh flag, an unknown program): name the generator.
+      const std::string prefix = e.loc().str() + ": ";
+      std::string message = e.what();
+      if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+      std::cerr << fs::path(argv[0]).filename().string() << " --program " << args.program
+                << " --mesh " << args.mesh << ": " << message << "\n";
+    }
+    return 1;
+  } catch (const std::exception& e) {
+    outputs.discard();
+    std::cerr << "sharc generator: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,91 @@
+@SHARC_BANNER@
+//
+// One SPMD function, Program::forward_device(), runs on every device with its
+// own rank: local shapes are the same everywhere, only block offsets and
+// collective groups depend on the rank, and those are fixed once per device
+// when Program is constructed. Buffers are charged to the device's
+// rt::DeviceMemory and freed after their last use. Every kernel and collective
+// names the DSL line that caused it and the layout change it makes; the
+// statements match the per-device interpreter (codegen/execute.cpp) call for
+// call, except that elementwise chains are fused into one loop.
+//
+// The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
+// the program-specific parts.
+#include "@SHARC_HEADER_NAME@"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/communicator.h"
+#include "runtime/elementwise.h"
+#include "runtime/init.h"
+#include "runtime/kernels.h"
+#include "runtime/memory.h"
+#include "runtime/tensor_collectives.h"
+
+namespace @SHARC_NAMESPACE@ {
+
+namespace rt = sharc::rt;
+
+namespace {
+
+@SHARC_INIT_SPECS@
+
+}  // namespace
+
+struct Program::Device {
+@SHARC_DEVICE_FIELDS@
+};  // struct Program::Device
+
+Program::Program(rt::ThreadWorld& world) : world_(world) {
+  if (world.mesh().to_string() != kMesh)
+    throw std::invalid_argument("generated for mesh " + std::string(kMesh) + ", not " +
+                                world.mesh().to_string());
+  for (int rank = 0; rank < kNumDevices; ++rank) {
+    auto dev = std::make_unique<Device>();
+    [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
+    const std::vector<int> coords = world.mesh().coords(rank);
+@SHARC_DEVICE_SETUP@
+    devices_.push_back(std::move(dev));
+  }
+}
+
+Program::~Program() = default;
+
+void Program::init(uint64_t seed) {
+  world_.run([&](int rank) { init_device(rank, seed); });
+}
+
+void Program::init_device(int rank, [[maybe_unused]] uint64_t seed) {
+  [[maybe_unused]] Device& dev = *devices_[rank];
+@SHARC_INIT_BODY@
+}  // Program::init_device
+
+void Program::forward(const Inputs& in, Outputs& out) {
+  world_.run([&](int rank) { forward_device(rank, in, out); });
+}
+
+// The SPMD body: the same statements on every device.
+void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
+                             [[maybe_unused]] Outputs& out) {
+  [[maybe_unused]] Device& dev = *devices_[rank];
+  [[maybe_unused]] rt::Communicator& comm = world_.comm(rank);
+  [[maybe_unused]] rt::DeviceMemory& mem = world_.memory(rank);
+@SHARC_FORWARD_BODY@
+}  // Program::forward_device
+
+const float* Program::parameter_shard(int rank, std::string_view path) const {
+  [[maybe_unused]] const Device& dev = *devices_.at(rank);
+@SHARC_PARAMETER_SHARD@
+  throw std::out_of_range("no parameter \"" + std::string(path) + "\" in this program");
+}
+
+size_t Program::parameter_shard_size(std::string_view path) const {
+@SHARC_PARAMETER_SHARD_SIZE@
+  throw std::out_of_range("no parameter \"" + std::string(path) + "\" in this program");
+}
+
+}  // namespace @SHARC_NAMESPACE@
