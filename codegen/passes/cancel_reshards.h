@@ -3,7 +3,8 @@
 // Requires: a partitioned graph (partition_per_device has run).
 // Ensures: no local_slice takes back exactly the block an all_gather just
 //   assembled (same dimension, same axes); such a pair is replaced by the
-//   all_gather's operand, and an all_gather left without users is removed.
+//   all_gather's operand, and an all_gather left without users is removed
+//   (as is any other node no output depends on; parameters and inputs stay).
 //   Values, outputs and every other node are unchanged.
 //
 // The pair appears when one op wants a value replicated on an axis (e.g. a

@@ -241,22 +241,35 @@ class Partitioner {
 
   // Reduced dimensions keep their axes: the local reduce then leaves partial
   // results over those axes, resolved by reshard() into the node's sharding.
+  // As for a dot, an axis S also uses must end its result dimension: the local
+  // result leaves it out and the reduce-scatter of the partial puts it back
+  // (cheaper than moving the operand's reduced dimension with an all_to_all).
   void lower_reduce(int id, Node m, const std::vector<DimLink>& links) {
     const Node& n = g_.nodes[id];
     const Sharding& S = *n.sharding;
     const int a = map_[n.args[0]];
-    Sharding want = required(n, 0, S, links);
     Sharding local = S;
     local.partial_kind = n.reduce;
+    std::vector<std::pair<int, std::vector<std::string>>> kept;  // reduced dim, its axes
     for (int r : n.ints) {
       const auto& have = sharding_of(a).dims[r];
-      bool free = true;
-      for (auto& ax : have)
-        for (auto& d : want.dims) free = free && !contains(d, ax);
-      if (have.empty() || !free) continue;  // gathered by reshard() instead
-      want.dims[r] = have;
+      if (have.empty()) continue;
+      Sharding trial = local;
+      bool ok = true;
+      for (auto ax = have.rbegin(); ax != have.rend() && ok; ++ax)  // minor axis first
+        for (auto& d : trial.dims)
+          if (contains(d, *ax)) {
+            ok = d.back() == *ax;
+            if (ok) d.pop_back();
+            break;
+          }
+      if (!ok) continue;  // gathered by reshard() instead
+      local = std::move(trial);
       local.partial.insert(local.partial.end(), have.begin(), have.end());
+      kept.emplace_back(r, have);
     }
+    Sharding want = required(n, 0, local, links);
+    for (auto& [r, axes] : kept) want.dims[r] = axes;
     // A kind without partial axes is not a layout: keep shardings canonical
     // (Sharding::operator== compares partial_kind too).
     if (local.partial.empty()) local.partial_kind = ir::ReduceKind::kSum;

@@ -16,7 +16,8 @@
 // by reduce_scatter onto a result dimension (the one T shards on a, else the
 // largest divisible free dimension; an all_gather follows when T wants the
 // result replicated on a: the two halves of a ring all-reduce, same bytes), or
-// all_reduce when no dimension divides.
+// all_reduce when no dimension divides. A reduce over a dimension sharded on a
+// likewise leaves partial sums (or maxes) over a, resolved the same way.
 //
 //   before: %4 = dot(%3, %1) contract=[1]x[0] : f32[8,1024] [{"data"}, {}]
 //   after:  %6 = dot(%5, %1) contract=[1]x[0] : f32[4,1024] [{"data"}, {}] partial={"model"}

@@ -40,44 +40,68 @@ ir::Sharding resolve(const P& spec, const std::optional<LogicalRules>& rules, co
     user_error(loc, "spec " + spec.str() + " has " + std::to_string(spec.rank()) +
                         (spec.rank() == 1 ? " entry" : " entries") + " but " + subject + " has rank " +
                         std::to_string(shape.size()));
+  // One slot per name in the spec, in dimension order.
+  struct Slot {
+    size_t dim = 0;
+    std::string name;
+    bool has_rule = false, done = false;
+    std::optional<std::string> axis;  // none: replicated
+  };
+  std::vector<Slot> slots;
+  for (size_t d = 0; d < shape.size(); ++d)
+    for (const std::string& name : spec[d].axes) {
+      Slot sl;
+      sl.dim = d;
+      sl.name = name;
+      if (rules)
+        for (const auto& r : *rules) sl.has_rule = sl.has_rule || r.logical == name;
+      slots.push_back(std::move(sl));
+    }
+  // 1. A name without a rule must be a mesh axis, and claims it before any rule applies.
+  for (Slot& sl : slots) {
+    if (sl.has_rule) continue;
+    if (!mesh.has(sl.name)) {
+      if (rules)
+        user_error(loc, "logical axis name '" + sl.name + "' in " + spec.str() + " for " + subject +
+                            " has no rule in sharding_rules " + rules_str(*rules) +
+                            " and is not a mesh axis (mesh axes: " + mesh.names() + ")");
+      user_error(loc, "unknown mesh axis '" + sl.name + "' in " + spec.str() + " for " + subject +
+                          "; the mesh " + mesh.str() + " has axes " + mesh.names());
+    }
+    sl.axis = sl.name;
+    sl.done = true;
+  }
+  // 2. Flax semantics: rules in order of precedence, each taking the unresolved
+  //    names it matches if its mesh axis is still free in the tensor (so an
+  //    earlier rule wins across dimensions too); a rule to None replicates.
+  //    Names no rule could take stay replicated.
+  auto is_free = [&](const std::string& axis) {
+    for (const Slot& sl : slots)
+      if (sl.done && sl.axis == axis) return false;
+    return true;
+  };
+  if (rules)
+    for (const auto& r : *rules)
+      for (Slot& sl : slots) {
+        if (sl.done || sl.name != r.logical || (r.mesh_axis && !is_free(*r.mesh_axis))) continue;
+        if (r.mesh_axis && !mesh.has(*r.mesh_axis))
+          user_error(loc, "sharding rule maps '" + sl.name + "' to unknown mesh axis '" +
+                              *r.mesh_axis + "' in " + spec.str() + " for " + subject +
+                              " (mesh axes: " + mesh.names() + ")");
+        sl.axis = r.mesh_axis;
+        sl.done = true;
+      }
   ir::Sharding s = ir::Sharding::replicated(shape.size());
   std::vector<std::string> used;
+  for (const Slot& sl : slots) {
+    if (!sl.axis) continue;
+    if (std::find(used.begin(), used.end(), *sl.axis) != used.end())
+      user_error(loc, "mesh axis '" + *sl.axis + "' is used twice in " + spec.str() + " for " +
+                          subject + "; a mesh axis may shard at most one dimension of a tensor");
+    used.push_back(*sl.axis);
+    s.dims[sl.dim].push_back(*sl.axis);
+  }
   for (size_t d = 0; d < shape.size(); ++d) {
-    for (const std::string& name : spec[d].axes) {
-      bool has_rule = false;
-      std::optional<std::string> axis;
-      if (rules) {
-        // Flax semantics: the first rule for this name whose mesh axis is still free.
-        for (const auto& r : *rules) {
-          if (r.logical != name) continue;
-          has_rule = true;
-          if (!r.mesh_axis || std::find(used.begin(), used.end(), *r.mesh_axis) == used.end()) {
-            axis = r.mesh_axis;
-            break;
-          }
-        }
-      }
-      if (!has_rule) {
-        if (!mesh.has(name)) {
-          if (rules)
-            user_error(loc, "logical axis name '" + name + "' in " + spec.str() + " for " + subject +
-                                " has no rule in sharding_rules " + rules_str(*rules) +
-                                " and is not a mesh axis (mesh axes: " + mesh.names() + ")");
-          user_error(loc, "unknown mesh axis '" + name + "' in " + spec.str() + " for " + subject +
-                              "; the mesh " + mesh.str() + " has axes " + mesh.names());
-        }
-        axis = name;
-      }
-      if (!axis) continue;  // a rule to None: replicated
-      if (!mesh.has(*axis))
-        user_error(loc, "sharding rule maps '" + name + "' to unknown mesh axis '" + *axis + "' in " +
-                            spec.str() + " for " + subject + " (mesh axes: " + mesh.names() + ")");
-      if (std::find(used.begin(), used.end(), *axis) != used.end())
-        user_error(loc, "mesh axis '" + *axis + "' is used twice in " + spec.str() + " for " + subject +
-                            "; a mesh axis may shard at most one dimension of a tensor");
-      used.push_back(*axis);
-      s.dims[d].push_back(*axis);
-    }
     const int64_t parts = s.parts(mesh, d);
     if (shape[d] % parts != 0) {
       std::string axes;

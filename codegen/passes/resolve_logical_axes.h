@@ -7,9 +7,14 @@
 //   tensor's and every dimension divisible by the product of its axes' sizes.
 //   Violations are user errors at the annotation's DSL line.
 //
-// A name is logical if the node's rules (or the program's) have a rule for it:
-// it maps to the first rule's mesh axis not already used by the tensor (Flax
-// semantics; a rule to None replicates). Otherwise it must be a mesh axis.
+// A name is logical if the node's rules (or the program's) have a rule for it;
+// otherwise it must be a mesh axis, which it names directly. Logical names
+// follow Flax's logical_to_mesh_axes: the rules are applied in order of
+// precedence, each giving its mesh axis to the names it matches if the tensor
+// does not use that axis yet (directly named axes count as used), so with
+// (('features', 'a'), ('batch', 'a'), ('batch', 'b')) P('batch', 'features')
+// becomes [{"b"}, {"a"}]. A rule to None replicates, as does a name no rule
+// could take.
 //
 //   before: %1 = parameter() "w2" init=lecun_normal() spec=P('hidden', 'embed') : f32[1024,1024]
 //   after:  %1 = parameter() "w2" ... : f32[1024,1024] [{"model"}, {}] fixed
