@@ -10,6 +10,7 @@
 #include "runtime/init.h"
 #include "runtime/kernels.h"
 #include "runtime/memory.h"
+#include "runtime/philox.h"
 #include "runtime/tensor_collectives.h"
 #include "runtime/thread_world.h"
 
@@ -79,6 +80,8 @@ float apply_unary(Op op, float x) {
     case Op::kExp: return std::exp(x);
     case Op::kLog: return std::log(x);
     case Op::kSqrt: return std::sqrt(x);
+    case Op::kSin: return std::sin(x);
+    case Op::kCos: return std::cos(x);
     default: internal_error("not unary");
   }
 }
@@ -89,6 +92,10 @@ float apply_binary(Op op, float a, float b) {
     case Op::kSub: return a - b;
     case Op::kMul: return a * b;
     case Op::kDiv: return a / b;
+    case Op::kMax: return std::max(a, b);
+    case Op::kMin: return std::min(a, b);
+    case Op::kGreater: return a > b ? 1.0f : 0.0f;
+    case Op::kEqual: return a == b ? 1.0f : 0.0f;
     default: internal_error("not binary");
   }
 }
@@ -127,7 +134,8 @@ std::vector<int64_t> block_offset(const ir::Sharding& s, const Shape& local, con
   return off;
 }
 
-ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed) {
+ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
+                               const HostValues* state) {
   if (!g.partitioned) internal_error("execute_partitioned needs a per-device graph");
   const Mesh& mesh = g.mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
@@ -147,8 +155,12 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
       if (static_cast<int64_t>(it->second.size()) != ir::num_elements(global_shape(n)))
         user_error(n.loc, "input \"" + n.name + "\" has the wrong number of values");
     }
-  std::map<std::string, std::vector<float>> input_f;
+  std::map<std::string, std::vector<float>> input_f, state_f;
   for (auto& [k, v] : inputs) input_f[k].assign(v.begin(), v.end());
+  if (state)
+    for (auto& [k, v] : *state) state_f[k].assign(v.begin(), v.end());
+  std::vector<int> updated_by(g.nodes.size(), -1);
+  for (auto& u : g.updates) updated_by[u.target] = u.value;
 
   ExecResult res;
   res.largest_param_bytes.assign(ndev, 0);
@@ -162,6 +174,10 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (int a : g.nodes[i].args) last_use[a] = static_cast<int>(i);
   for (auto& o : g.outputs) last_use[o.value] = static_cast<int>(g.nodes.size());
+  // Parameters are persistent device state; update values live to the end.
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == Op::kParameter) last_use[i] = static_cast<int>(g.nodes.size());
+  for (auto& u : g.updates) last_use[u.value] = static_cast<int>(g.nodes.size());
 
   world.run([&](int rank) {
     rt::Communicator& comm = world.comm(rank);
@@ -177,11 +193,62 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         case Op::kParameter: {
           const Shape gs = global_shape(n);
           auto off = block_offset(*n.sharding, n.shape, mesh, rank);
-          rt::init_block(init_spec(n.init, n.name, gs), seed,
-                         gs.data(), off.data(), n.shape.data(), static_cast<int>(n.shape.size()), out.data());
+          auto it = state_f.find(n.name);
+          if (it != state_f.end())
+            take_block(it->second.data(), gs, off, n.shape, out.data());
+          else
+            rt::init_block(init_spec(n.init, n.name, gs), seed, gs.data(), off.data(), n.shape.data(),
+                           static_cast<int>(n.shape.size()), out.data());
           res.largest_param_bytes[rank] = std::max(res.largest_param_bytes[rank], out.bytes());
-          std::lock_guard<std::mutex> lock(mu);
-          put_block(res.params[n.name], gs, off, n.shape, out.data());
+          break;
+        }
+        case Op::kIota: {
+          const int d = n.ints[0];
+          const int64_t base = block_offset(*n.sharding, n.shape, mesh, rank)[d];
+          int64_t inner = 1;
+          for (size_t i = d + 1; i < n.shape.size(); ++i) inner *= n.shape[i];
+          for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(base + (i / inner) % n.shape[d]);
+          break;
+        }
+        case Op::kRandomUniform: {
+          const Shape gs = global_shape(n);
+          auto off = block_offset(*n.sharding, n.shape, mesh, rank);
+          auto gst = strides_of(gs);
+          const uint64_t key = random_stream_key(n.key, arg(0)[0]);
+          std::vector<int64_t> idx(n.shape.size(), 0);
+          for (int64_t e = 0; e < count; ++e) {
+            int64_t gi = 0;
+            for (size_t d = 0; d < idx.size(); ++d) gi += (off[d] + idx[d]) * gst[d];
+            out[e] = rt::uniform_at(key, static_cast<uint64_t>(gi));
+            for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
+              if (++idx[d] < n.shape[d]) break;
+              idx[d] = 0;
+            }
+          }
+          break;
+        }
+        case Op::kSlice: {
+          const Shape& in = arg_shape(0);
+          auto st = strides_of(in);
+          rt::strided_copy(arg(0) + n.ints[1] * st[n.ints[0]], n.shape, st, out.data());
+          break;
+        }
+        case Op::kPad: {
+          // out is zeroed; copy the operand into its window.
+          auto ost = strides_of(n.shape);
+          const Shape& in = arg_shape(0);
+          std::vector<int64_t> idx(in.size(), 0);
+          const int64_t n_in = ir::num_elements(in);
+          for (int64_t e = 0; e < n_in; ++e) {
+            int64_t o = 0;
+            for (size_t d = 0; d < idx.size(); ++d)
+              o += (idx[d] + (static_cast<int>(d) == n.ints[0] ? n.ints[1] : 0)) * ost[d];
+            out[o] = arg(0)[e];
+            for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
+              if (++idx[d] < in[d]) break;
+              idx[d] = 0;
+            }
+          }
           break;
         }
         case Op::kInput:
@@ -191,11 +258,12 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         case Op::kConstant:
           rt::fill(out.data(), count, static_cast<float>(n.scalar));
           break;
-        case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv:
+        case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kMin:
+        case Op::kGreater: case Op::kEqual:
           for (int64_t i = 0; i < count; ++i) out[i] = apply_binary(n.op, arg(0)[i], arg(1)[i]);
           break;
         case Op::kNeg: case Op::kRelu: case Op::kGelu: case Op::kTanh: case Op::kExp: case Op::kLog:
-        case Op::kSqrt:
+        case Op::kSqrt: case Op::kSin: case Op::kCos:
           for (int64_t i = 0; i < count; ++i) out[i] = apply_unary(n.op, arg(0)[i]);
           break;
         case Op::kReshape:
@@ -243,6 +311,13 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         if (last_use[a] == static_cast<int>(id)) val[a] = rt::Buffer();
     }
     std::lock_guard<std::mutex> lock(mu);
+    for (size_t id = 0; id < g.nodes.size(); ++id) {
+      const Node& n = g.nodes[id];
+      if (n.op != Op::kParameter) continue;
+      const int v = updated_by[id] >= 0 ? updated_by[id] : static_cast<int>(id);
+      put_block(res.params[n.name], global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank), n.shape,
+                val[v].data());
+    }
     for (auto& o : g.outputs) {
       const Node& n = g[o.value];
       put_block(res.outputs[o.name], global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank), n.shape,

@@ -21,12 +21,16 @@ struct ExecResult {
   // Per device, the largest single allocation made while initialising
   // parameters (proves no device materialised a whole sharded parameter).
   std::vector<size_t> largest_param_bytes;
-  // Every parameter's global value, assembled from the devices' shards.
+  // Every parameter's global value after the step (its update applied, if
+  // any), assembled from the devices' shards.
   HostValues params;
 };
 
-// `inputs` holds global values; each device takes its own block.
-ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs, uint64_t seed);
+// `inputs` holds global values; each device takes its own block. Parameters
+// found in `state` (global values by path, e.g. a previous step's
+// ExecResult::params) are loaded block by block instead of initialised.
+ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs, uint64_t seed,
+                               const HostValues* state = nullptr);
 
 // Global coordinates of the first element of the block `rank` holds.
 std::vector<int64_t> block_offset(const ir::Sharding& s, const ir::Shape& local_shape,

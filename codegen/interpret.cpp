@@ -1,6 +1,8 @@
 // The double-precision oracle; see interpret.h.
 #include "codegen/interpret.h"
 
+#include "runtime/philox.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -49,6 +51,8 @@ double unary(Op op, double x) {
     case Op::kExp: return std::exp(x);
     case Op::kLog: return std::log(x);
     case Op::kSqrt: return std::sqrt(x);
+    case Op::kSin: return std::sin(x);
+    case Op::kCos: return std::cos(x);
     default: internal_error(std::string("not unary: ") + ir::op_name(op));
   }
 }
@@ -59,6 +63,10 @@ double binary(Op op, double a, double b) {
     case Op::kSub: return a - b;
     case Op::kMul: return a * b;
     case Op::kDiv: return a / b;
+    case Op::kMax: return std::max(a, b);
+    case Op::kMin: return std::min(a, b);
+    case Op::kGreater: return a > b ? 1.0 : 0.0;
+    case Op::kEqual: return a == b ? 1.0 : 0.0;
     default: internal_error(std::string("not binary: ") + ir::op_name(op));
   }
 }
@@ -118,7 +126,11 @@ std::vector<float> init_global(const ir::Node& p, uint64_t seed) {
   return v;
 }
 
-HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed) {
+uint64_t random_stream_key(uint64_t node_key, double seed_value) {
+  return node_key ^ (static_cast<uint64_t>(static_cast<int64_t>(seed_value)) * 0x9E3779B97F4A7C15ull);
+}
+
+HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed, HostValues* state) {
   if (g.partitioned) internal_error("the oracle interprets global programs only");
   std::vector<Values> val(g.nodes.size());
   for (size_t id = 0; id < g.nodes.size(); ++id) {
@@ -129,8 +141,42 @@ HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed
     Values& out = val[id];
     switch (n.op) {
       case Op::kParameter: {
+        if (state && state->count(n.name)) {
+          out = state->at(n.name);
+          if (static_cast<int64_t>(out.size()) != count)
+            internal_error("state for \"" + n.name + "\" has the wrong size");
+          break;
+        }
         auto f = init_global(n, seed);
         out.assign(f.begin(), f.end());
+        break;
+      }
+      case Op::kIota: {
+        out.resize(count);
+        const int d = n.ints[0];
+        for_each_index(n.shape, [&](int64_t e, const std::vector<int64_t>& idx) { out[e] = static_cast<double>(idx[d]); });
+        break;
+      }
+      case Op::kRandomUniform: {
+        out.resize(count);
+        const uint64_t key = random_stream_key(n.key, arg(0)[0]);
+        for (int64_t i = 0; i < count; ++i) out[i] = rt::uniform_at(key, static_cast<uint64_t>(i));
+        break;
+      }
+      case Op::kSlice:
+      case Op::kPad: {
+        const Shape& in = arg_shape(0);
+        const int d = n.ints[0];
+        const int64_t shift = n.op == Op::kSlice ? n.ints[1] : -n.ints[1];
+        auto st = strides_of(in);
+        out.assign(count, 0.0);
+        for_each_index(n.shape, [&](int64_t e, const std::vector<int64_t>& idx) {
+          const int64_t src = idx[d] + shift;
+          if (src < 0 || src >= in[d]) return;  // padding
+          int64_t off = 0;
+          for (size_t i = 0; i < idx.size(); ++i) off += (static_cast<int>(i) == d ? src : idx[i]) * st[i];
+          out[e] = arg(0)[off];
+        });
         break;
       }
       case Op::kInput: {
@@ -149,6 +195,10 @@ HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed
       case Op::kSub:
       case Op::kMul:
       case Op::kDiv:
+      case Op::kMax:
+      case Op::kMin:
+      case Op::kGreater:
+      case Op::kEqual:
         out.resize(count);
         for (int64_t i = 0; i < count; ++i) out[i] = binary(n.op, arg(0)[i], arg(1)[i]);
         break;
@@ -159,6 +209,8 @@ HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed
       case Op::kExp:
       case Op::kLog:
       case Op::kSqrt:
+      case Op::kSin:
+      case Op::kCos:
         out.resize(count);
         for (int64_t i = 0; i < count; ++i) out[i] = unary(n.op, arg(0)[i]);
         break;
@@ -216,6 +268,11 @@ HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed
   }
   HostValues result;
   for (auto& o : g.outputs) result[o.name] = val[o.value];
+  if (state) {
+    for (auto& n : g.nodes)
+      if (n.op == Op::kParameter) (*state)[n.name] = val[&n - g.nodes.data()];
+    for (auto& u : g.updates) (*state)[g.nodes[u.target].name] = val[u.value];
+  }
   return result;
 }
 

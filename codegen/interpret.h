@@ -20,7 +20,17 @@ using HostValues = std::map<std::string, std::vector<double>>;
 // Evaluates a global graph. `inputs` maps input names to row-major values of
 // their global shapes; parameters are initialised from `seed` exactly as the
 // devices do (float values, promoted). Returns every output by name.
-HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed);
+//
+// Training steps: when `state` is given, parameters found in it (by path) take
+// those values instead of their initialiser, and after the step `state` holds
+// every parameter's value with the graph's updates applied, ready for the next
+// step.
+HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
+                     HostValues* state = nullptr);
+
+// The key a random_uniform node draws with for a given seed operand value;
+// shared by every executor so dropout masks agree bit for bit.
+uint64_t random_stream_key(uint64_t node_key, double seed_value);
 
 // The initialiser of a parameter (path, global shape) in runtime form.
 rt::InitSpec init_spec(const Initializer& init, const std::string& path, const ir::Shape& global_shape);

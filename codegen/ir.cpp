@@ -27,11 +27,11 @@ int op_arity(Op op) {
   return -1;
 }
 
-bool is_unary(Op op) { return op >= Op::kNeg && op <= Op::kSqrt; }
-bool is_binary(Op op) { return op >= Op::kAdd && op <= Op::kDiv; }
+bool is_unary(Op op) { return op >= Op::kNeg && op <= Op::kCos; }
+bool is_binary(Op op) { return op >= Op::kAdd && op <= Op::kEqual; }
 bool is_elementwise(Op op) { return is_unary(op) || is_binary(op); }
 bool is_collective(Op op) { return op >= Op::kAllGather && op <= Op::kAllToAll; }
-bool is_source(Op op) { return op <= Op::kConstant; }
+bool is_source(Op op) { return op <= Op::kIota; }
 
 const char* reduce_name(ReduceKind k) { return k == ReduceKind::kSum ? "sum" : "max"; }
 

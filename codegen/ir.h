@@ -30,11 +30,16 @@ namespace sharc::ir {
   X(Parameter, "parameter", 0)                                                 \
   X(Input, "input", 0)                                                         \
   X(Constant, "constant", 0) /* every element = scalar */                      \
+  X(Iota, "iota", 0)         /* element = its global index along dim ints[0] */ \
   /* Elementwise binary; operands have equal shapes (broadcasts are explicit). */ \
   X(Add, "add", 2)                                                             \
   X(Sub, "sub", 2)                                                             \
   X(Mul, "mul", 2)                                                             \
   X(Div, "div", 2)                                                             \
+  X(Max, "max", 2)                                                             \
+  X(Min, "min", 2)                                                             \
+  X(Greater, "greater", 2) /* 1 where a > b, else 0 */                         \
+  X(Equal, "equal", 2)     /* 1 where a == b, else 0 */                        \
   /* Elementwise unary. */                                                     \
   X(Neg, "neg", 1)                                                             \
   X(Relu, "relu", 1)                                                           \
@@ -43,12 +48,18 @@ namespace sharc::ir {
   X(Exp, "exp", 1)                                                             \
   X(Log, "log", 1)                                                             \
   X(Sqrt, "sqrt", 1)                                                           \
+  X(Sin, "sin", 1)                                                             \
+  X(Cos, "cos", 1)                                                             \
   /* Layout and contraction. */                                                \
   X(Broadcast, "broadcast", 1) /* ints = output dim of each operand dim */     \
   X(Reshape, "reshape", 1)                                                     \
   X(Transpose, "transpose", 1) /* ints = perm: out dim i = operand dim perm[i] */ \
   X(Dot, "dot", 2)             /* dot_general, see DotDims */                  \
   X(Reduce, "reduce", 1)       /* ints = reduced axes, removed from the shape */ \
+  X(Slice, "slice", 1) /* ints = {dim, start, size} */                         \
+  X(Pad, "pad", 1)     /* ints = {dim, before, after}: zeros around */         \
+  /* Uniform (0,1) from Philox at (key ^ seed operand, global flat index). */  \
+  X(RandomUniform, "random_uniform", 1)                                        \
   X(ShardingConstraint, "sharding_constraint", 1)                              \
   /* Collectives and device-local slicing: partitioned IR only. */             \
   X(AllGather, "all_gather", 1)         /* concat along dim over axes */       \
@@ -69,7 +80,7 @@ bool is_elementwise(Op op);   // unary or binary elementwise
 bool is_unary(Op op);
 bool is_binary(Op op);
 bool is_collective(Op op);    // AllGather ... AllToAll (not LocalSlice)
-bool is_source(Op op);        // Parameter, Input, Constant
+bool is_source(Op op);        // Parameter, Input, Constant, Iota
 
 enum class ReduceKind { kSum, kMax };
 const char* reduce_name(ReduceKind k);
@@ -116,6 +127,7 @@ struct Node {
   DotDims dot;
   ReduceKind reduce = ReduceKind::kSum;
   double scalar = 0.0;       // Constant
+  uint64_t key = 0;          // RandomUniform: the stream (hash of its DSL site)
   Initializer init;          // Parameter
   std::vector<std::string> axes;  // collectives / LocalSlice: mesh axes, major first
   int dim = -1, dim2 = -1;        // collectives / LocalSlice
@@ -128,6 +140,20 @@ struct Node {
   std::optional<LogicalRules> rules;
   std::optional<Sharding> sharding;
   bool fixed = false;
+
+  // Training. `backward`: made by autodiff (the gradient computation), which
+  // lets the partitioner prefer all-reduce for gradients (bucketed later).
+  // `layout_of`: a Parameter holding optimizer state for parameter node
+  // `layout_of`, which it is laid out like (-1: none).
+  bool backward = false;
+  int layout_of = -1;
+};
+
+// After a training step, persistent Parameter `target` takes the value of node
+// `value` (same global shape; the partitioner reshards it to the target's layout).
+struct Update {
+  int target = -1;
+  int value = -1;
 };
 
 struct Output {
@@ -144,6 +170,7 @@ struct Graph {
   bool partitioned = false;  // shapes are local; collectives may appear
   std::vector<Node> nodes;
   std::vector<Output> outputs;
+  std::vector<Update> updates;
   // Program-wide logical axis rules (ProgramBuilder::set_logical_rules); a
   // PipelineOptions::rules given to lower() takes precedence.
   std::optional<LogicalRules> rules;

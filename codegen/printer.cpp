@@ -1,6 +1,7 @@
 // The one printer of the IR. Logs, numbered pass dumps, golden files,
 // diagnostics and the comments in generated code all use this spelling, so a
 // line in a golden diff reads the same as the comment above its kernel.
+#include <cstdio>
 #include <sstream>
 
 #include "codegen/ir.h"
@@ -44,6 +45,7 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
     case Op::kParameter:
       os << " \"" << n.name << "\" init=" << n.init.str();
       if (n.spec) os << " spec=" << n.spec->str();
+      if (n.layout_of >= 0) os << " layout_of=%" << n.layout_of;
       break;
     case Op::kInput:
       os << " \"" << n.name << "\"";
@@ -55,6 +57,21 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
     case Op::kBroadcast:
       os << " dims=" << ints_str(n.ints);
       break;
+    case Op::kIota:
+      os << " dim=" << (n.ints.empty() ? -1 : n.ints[0]);
+      break;
+    case Op::kSlice:
+      if (n.ints.size() == 3) os << " dim=" << n.ints[0] << " start=" << n.ints[1] << " size=" << n.ints[2];
+      break;
+    case Op::kPad:
+      if (n.ints.size() == 3) os << " dim=" << n.ints[0] << " before=" << n.ints[1] << " after=" << n.ints[2];
+      break;
+    case Op::kRandomUniform: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, " key=0x%016llx", static_cast<unsigned long long>(n.key));
+      os << buf;
+      break;
+    }
     case Op::kTranspose:
       os << " perm=" << ints_str(n.ints);
       break;
@@ -86,6 +103,7 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
   os << " : " << shape_str(n.shape);
   if (n.sharding) os << " " << n.sharding->str();
   if (n.fixed) os << " fixed";
+  if (n.backward) os << " backward";
   if (n.loc.known() || (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput)) {
     os << "  //";
     if (n.loc.known()) os << " " << n.loc.str();
@@ -112,6 +130,7 @@ std::ostream& operator<<(std::ostream& os, const Graph& g) {
     else if (o.spec) os << " spec=" << o.spec->str();
     os << "\n";
   }
+  for (auto& u : g.updates) os << "  update %" << u.target << " = %" << u.value << "\n";
   return os << "}\n";
 }
 

@@ -79,6 +79,36 @@ struct Checker {
         }
         break;
       }
+      case Op::kIota:
+        // Constraints: iota names one dimension of its shape.
+        fail_if(n.ints.size() != 1 || n.ints[0] < 0 || n.ints[0] >= static_cast<int>(n.shape.size()),
+                "iota dimension out of range");
+        break;
+      case Op::kRandomUniform:
+        // Constraints: random_uniform's operand (the seed) is a scalar.
+        fail_if(!arg(0).shape.empty(), "random_uniform seed is not a scalar");
+        break;
+      case Op::kSlice:
+      case Op::kPad: {
+        // Constraints: slice/pad ints = {dim, a, b} with dim in range, a, b >= 0;
+        // slice keeps [a, a+b) of dim; pad adds a zeros before and b after.
+        fail_if(n.ints.size() != 3, "slice/pad needs {dim, a, b}");
+        if (n.ints.size() != 3) break;
+        const int d = n.ints[0];
+        const Shape& in = arg(0).shape;
+        fail_if(d < 0 || d >= static_cast<int>(in.size()) || n.ints[1] < 0 || n.ints[2] < 0,
+                "slice/pad attributes out of range");
+        if (d < 0 || d >= static_cast<int>(in.size())) break;
+        Shape expect = in;
+        if (op == Op::kSlice) {
+          fail_if(n.ints[1] + n.ints[2] > in[d], "slice reaches past the end");
+          expect[d] = n.ints[2];
+        } else {
+          expect[d] = in[d] + n.ints[1] + n.ints[2];
+        }
+        fail_if(expect != n.shape, "slice/pad shape mismatch");
+        break;
+      }
       case Op::kReshape:
         // Constraints: element count is preserved.
         fail_if(num_elements(n.shape) != num_elements(arg(0).shape), "reshape changes element count");
@@ -180,6 +210,22 @@ void verify(const Graph& g) {
     if (!names.insert(o.name).second)
       internal_error("IR verification failed: two outputs named \"" + o.name + "\"");
   }
+  std::set<int> targets;
+  const int count = static_cast<int>(g.nodes.size());
+  for (auto& u : g.updates) {
+    // Constraints: an update writes a Parameter, once, from a value of its shape.
+    if (u.target < 0 || u.target >= count || g.nodes[u.target].op != Op::kParameter)
+      internal_error("IR verification failed: update target %" + std::to_string(u.target) + " is not a parameter");
+    if (u.value < 0 || u.value >= count || g.nodes[u.value].shape != g.nodes[u.target].shape)
+      internal_error("IR verification failed: update of %" + std::to_string(u.target) + " has a value of another shape");
+    if (!targets.insert(u.target).second)
+      internal_error("IR verification failed: parameter %" + std::to_string(u.target) + " updated twice");
+  }
+  for (auto& n : g.nodes)
+    // Constraints: layout_of names an earlier Parameter of the same shape.
+    if (n.layout_of >= 0 && (n.op != Op::kParameter || n.layout_of >= count ||
+                             g.nodes[n.layout_of].op != Op::kParameter || g.nodes[n.layout_of].shape != n.shape))
+      internal_error("IR verification failed: layout_of of \"" + n.name + "\" is not a parameter of its shape");
 }
 
 }  // namespace sharc::ir

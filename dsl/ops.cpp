@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include "runtime/philox.h"
+
 namespace sharc {
 
 namespace {
@@ -128,6 +130,132 @@ Tensor tanh(Tensor x, SrcLoc loc) { return unary(Op::kTanh, x, loc); }
 Tensor exp(Tensor x, SrcLoc loc) { return unary(Op::kExp, x, loc); }
 Tensor log(Tensor x, SrcLoc loc) { return unary(Op::kLog, x, loc); }
 Tensor sqrt(Tensor x, SrcLoc loc) { return unary(Op::kSqrt, x, loc); }
+Tensor sin(Tensor x, SrcLoc loc) { return unary(Op::kSin, x, loc); }
+Tensor cos(Tensor x, SrcLoc loc) { return unary(Op::kCos, x, loc); }
+Tensor maximum(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kMax, a, b, loc); }
+Tensor minimum(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kMin, a, b, loc); }
+Tensor greater(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kGreater, a, b, loc); }
+Tensor equal(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kEqual, a, b, loc); }
+
+Tensor full(std::vector<int64_t> shape, double value, SrcLoc loc) {
+  for (auto d : shape)
+    if (d <= 0) user_error(loc, "full: non-positive dimension in " + ir::shape_str(shape));
+  return constant_like(Tracer::current(loc), value, shape, loc);
+}
+
+Tensor iota(std::vector<int64_t> shape, int dim, SrcLoc loc) {
+  const int r = static_cast<int>(shape.size());
+  if (dim < -r || dim >= r) user_error(loc, "iota: dimension " + std::to_string(dim) + " out of range for " + ir::shape_str(shape));
+  for (auto d : shape)
+    if (d <= 0) user_error(loc, "iota: non-positive dimension in " + ir::shape_str(shape));
+  Node n;
+  n.op = Op::kIota;
+  n.shape = std::move(shape);
+  n.ints = {dim < 0 ? dim + r : dim};
+  n.loc = loc;
+  return Tracer::current(loc).add(std::move(n));
+}
+
+Tensor random_uniform(std::vector<int64_t> shape, Tensor seed, SrcLoc loc) {
+  Tracer& t = tracer_of(seed, loc);
+  if (seed.rank() != 0) user_error(loc, "random_uniform: the seed must be a scalar, got " + seed.describe());
+  for (auto d : shape)
+    if (d <= 0) user_error(loc, "random_uniform: non-positive dimension in " + ir::shape_str(shape));
+  Node n;
+  n.op = Op::kRandomUniform;
+  n.args = {seed.id()};
+  n.shape = std::move(shape);
+  n.loc = loc;
+  // A distinct stream per call site and per node (two calls on one line differ).
+  n.key = rt::hash_name(loc.str() + "#" + std::to_string(t.graph().nodes.size()));
+  return t.add(std::move(n));
+}
+
+Tensor slice(Tensor x, int dim, int64_t start, int64_t size, SrcLoc loc) {
+  Tracer& t = tracer_of(x, loc);
+  dim = normalize_axis(x, dim, loc, "slice");
+  if (start < 0 || size <= 0 || start + size > x.dim(dim))
+    user_error(loc, "slice: [" + std::to_string(start) + ", " + std::to_string(start + size) +
+                        ") is not inside dimension " + std::to_string(dim) + " of " + x.describe());
+  Shape out = x.shape();
+  out[dim] = size;
+  Node n;
+  n.op = Op::kSlice;
+  n.args = {x.id()};
+  n.shape = out;
+  n.ints = {dim, static_cast<int>(start), static_cast<int>(size)};
+  n.loc = loc;
+  return t.add(std::move(n));
+}
+
+Tensor pad(Tensor x, int dim, int64_t before, int64_t after, SrcLoc loc) {
+  Tracer& t = tracer_of(x, loc);
+  dim = normalize_axis(x, dim, loc, "pad");
+  if (before < 0 || after < 0) user_error(loc, "pad: negative padding for " + x.describe());
+  Shape out = x.shape();
+  out[dim] += before + after;
+  Node n;
+  n.op = Op::kPad;
+  n.args = {x.id()};
+  n.shape = out;
+  n.ints = {dim, static_cast<int>(before), static_cast<int>(after)};
+  n.loc = loc;
+  return t.add(std::move(n));
+}
+
+Tensor one_hot(Tensor labels, int64_t num_classes, SrcLoc loc) {
+  Tracer& t = tracer_of(labels, loc);
+  if (num_classes <= 0) user_error(loc, "one_hot: num_classes must be positive");
+  Shape out = labels.shape();
+  out.push_back(num_classes);
+  Tensor classes = iota(out, static_cast<int>(out.size()) - 1, loc);
+  Node n;
+  n.op = Op::kBroadcast;
+  n.args = {labels.id()};
+  n.shape = out;
+  n.loc = loc;
+  for (int i = 0; i < static_cast<int>(labels.rank()); ++i) n.ints.push_back(i);
+  return equal(t.add(std::move(n)), classes, loc);
+}
+
+Tensor softmax_cross_entropy(Tensor logits, Tensor labels, SrcLoc loc) {
+  tracer_of(logits, loc);
+  tracer_of(labels, loc);
+  Shape batch = logits.shape();
+  if (batch.empty()) user_error(loc, "softmax_cross_entropy: logits must have a class dimension, got " + logits.describe());
+  batch.pop_back();
+  if (labels.shape() != batch)
+    user_error(loc, "softmax_cross_entropy: labels " + labels.describe() + " must have the batch shape " +
+                        ir::shape_str(batch) + " of logits " + logits.describe());
+  const int c = static_cast<int>(logits.rank()) - 1;
+  // logsumexp(x) - x[label], with the max subtracted for stability.
+  Tensor m = max(logits, {c}, /*keepdims=*/true, loc);
+  Tensor lse = add(log(sum(exp(sub(logits, m, loc), loc), {c}, false, loc), loc), reshape(m, batch, loc), loc);
+  Tensor picked = sum(mul(logits, one_hot(labels, logits.dim(-1), loc), loc), {c}, false, loc);
+  Tensor per_example = sub(lse, picked, loc);
+  std::vector<int> all;
+  for (int i = 0; i < static_cast<int>(batch.size()); ++i) all.push_back(i);
+  return all.empty() ? per_example : mean(per_example, all, false, loc);
+}
+
+Tensor mean_squared_error(Tensor prediction, Tensor target, SrcLoc loc) {
+  tracer_of(prediction, loc);
+  if (prediction.shape() != target.shape())
+    user_error(loc, "mean_squared_error: " + prediction.describe() + " and " + target.describe() +
+                        " have different shapes");
+  Tensor d = sub(prediction, target, loc);
+  std::vector<int> all;
+  for (int i = 0; i < static_cast<int>(d.rank()); ++i) all.push_back(i);
+  return mean(mul(d, d, loc), all, false, loc);
+}
+
+Tensor dropout(Tensor x, double rate, Tensor seed, SrcLoc loc) {
+  tracer_of(x, loc);
+  if (rate < 0.0 || rate >= 1.0) user_error(loc, "dropout: rate " + std::to_string(rate) + " is not in [0, 1)");
+  if (rate == 0.0) return x;
+  Tensor keep = greater(random_uniform(x.shape(), seed, loc), full({}, rate, loc), loc);
+  return mul(mul(x, keep, loc), 1.0 / (1.0 - rate), loc);
+}
 
 Tensor dot_general(Tensor a, Tensor b, ir::DotDims d, SrcLoc loc) {
   Tracer& t = tracer_of(a, loc);

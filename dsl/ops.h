@@ -27,6 +27,24 @@ Tensor tanh(Tensor x, SrcLoc loc = Here::current());
 Tensor exp(Tensor x, SrcLoc loc = Here::current());
 Tensor log(Tensor x, SrcLoc loc = Here::current());
 Tensor sqrt(Tensor x, SrcLoc loc = Here::current());
+Tensor sin(Tensor x, SrcLoc loc = Here::current());
+Tensor cos(Tensor x, SrcLoc loc = Here::current());
+Tensor maximum(Tensor a, Tensor b, SrcLoc loc = Here::current());
+Tensor minimum(Tensor a, Tensor b, SrcLoc loc = Here::current());
+// 1.0 where the comparison holds, else 0.0 (masks are floats in sharc).
+Tensor greater(Tensor a, Tensor b, SrcLoc loc = Here::current());
+Tensor equal(Tensor a, Tensor b, SrcLoc loc = Here::current());
+// A constant of the given shape (a scalar when shape is empty).
+Tensor full(std::vector<int64_t> shape, double value, SrcLoc loc = Here::current());
+// Each element is its global index along `dim` (lax.broadcasted_iota).
+Tensor iota(std::vector<int64_t> shape, int dim, SrcLoc loc = Here::current());
+// Uniform (0, 1) noise drawn from the element's global index and a stream
+// chosen by `seed` (a scalar tensor, e.g. the step number) and the call site,
+// so masks are the same on every mesh.
+Tensor random_uniform(std::vector<int64_t> shape, Tensor seed, SrcLoc loc = Here::current());
+// x[..., start:start+size, ...] along dim, and its adjoint: zeros around x.
+Tensor slice(Tensor x, int dim, int64_t start, int64_t size, SrcLoc loc = Here::current());
+Tensor pad(Tensor x, int dim, int64_t before, int64_t after, SrcLoc loc = Here::current());
 
 // Operators take no location (operators cannot have default arguments); the
 // nodes they create are attributed to the enclosing module call if any.
@@ -59,6 +77,17 @@ Tensor softmax(Tensor x, int axis = -1, SrcLoc loc = Here::current());
 // Normalizes over the last axis; scale and bias are 1-D of that size.
 Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps = 1e-6,
                   SrcLoc loc = Here::current());
+
+// Labels (class indices stored as floats, exact below 2^24) to one-hot rows:
+// (B...) -> (B..., num_classes).
+Tensor one_hot(Tensor labels, int64_t num_classes, SrcLoc loc = Here::current());
+// Mean over the batch of -log softmax(logits)[label]; logits (B..., C), labels (B...).
+Tensor softmax_cross_entropy(Tensor logits, Tensor labels, SrcLoc loc = Here::current());
+// Mean squared error over all elements.
+Tensor mean_squared_error(Tensor prediction, Tensor target, SrcLoc loc = Here::current());
+// Inverted dropout: zeroes each element with probability `rate` and scales the
+// rest by 1/(1-rate); the mask comes from random_uniform(seed).
+Tensor dropout(Tensor x, double rate, Tensor seed, SrcLoc loc = Here::current());
 
 // Pins the layout of an intermediate value (jax.lax.with_sharding_constraint).
 Tensor with_sharding_constraint(Tensor x, P spec, SrcLoc loc = Here::current());

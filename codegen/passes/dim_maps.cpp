@@ -43,6 +43,12 @@ std::vector<DimLink> dim_links(const ir::Graph& g, const ir::Node& n) {
     case ir::Op::kTranspose:
       for (int i = 0; i < rank; ++i) links.push_back({0, n.ints[i], i});
       break;
+    case ir::Op::kSlice:
+    case ir::Op::kPad:
+      // Every dimension but the sliced/padded one keeps its layout.
+      for (int i = 0; i < rank; ++i)
+        if (i != n.ints[0]) links.push_back({0, i, i});
+      break;
     case ir::Op::kReduce: {
       const int in_rank = static_cast<int>(g[n.args[0]].shape.size());
       int k = 0;

@@ -39,6 +39,11 @@ class Partitioner {
       const int v = reshard(map_[o.value], *o.sharding);
       out_.outputs.push_back({o.name, v, o.loc, o.spec, o.sharding});
     }
+    // Training updates: each new value in its parameter's layout.
+    for (const ir::Update& u : g_.updates) {
+      cur_ = &g_.nodes[u.value];
+      out_.updates.push_back({map_[u.target], reshard(map_[u.value], sharding_of(map_[u.target]))});
+    }
     return std::move(out_);
   }
 
@@ -68,6 +73,7 @@ class Partitioner {
     n.dim2 = dim2;
     n.reduce = kind;
     n.name = cur_->name;
+    n.backward = cur_->backward;
     return emit(std::move(n), global_shape_of(v), std::move(result));
   }
 
@@ -89,10 +95,12 @@ class Partitioner {
         want.push_back(a);
         if (is_prefix(want, t.dims[d]) && local_dim(v, d) % n == 0) dim = static_cast<int>(d);
       }
-      if (dim < 0) {
+      if (dim < 0 && !cur_->backward) {
         // No dimension of t takes `a`: scatter onto the largest divisible
         // dimension; step 3 gathers it back (reduce-scatter + all-gather is the
         // ring all-reduce, same bytes, and leaves each half schedulable).
+        // Gradients (backward nodes) are all-reduced instead, so that
+        // bucket_all_reduces can group them into few large collectives.
         int64_t best = 0;
         for (size_t d = 0; d < s.rank(); ++d)
           if (local_dim(v, d) % n == 0 && local_dim(v, d) > best) {
@@ -180,6 +188,7 @@ class Partitioner {
     m.spec.reset();
     m.rules.reset();
     m.fixed = false;
+    if (n.layout_of >= 0) m.layout_of = map_[n.layout_of];
     if (ir::is_source(n.op)) {
       map_[id] = emit(std::move(m), n.shape, S);
       return;
@@ -197,6 +206,22 @@ class Partitioner {
     }
     if (n.op == Op::kReshape) {
       lower_reshape(id, std::move(m), links);
+      return;
+    }
+    if (n.op == Op::kRandomUniform) {
+      // Each device draws its own block from the global index: the seed
+      // operand is all it needs.
+      m.args[0] = reshard(map_[n.args[0]], Sharding::replicated(0));
+      map_[id] = emit(std::move(m), n.shape, S);
+      return;
+    }
+    if (n.op == Op::kSlice || n.op == Op::kPad) {
+      // Local when the sliced/padded dimension is whole on every device.
+      Sharding local = S;
+      local.dims[n.ints[0]].clear();
+      m.args[0] = reshard(map_[n.args[0]], required(n, 0, local, links));
+      const int v = emit(std::move(m), n.shape, local);
+      map_[id] = reshard(v, S);
       return;
     }
     if (n.op == Op::kReduce) {

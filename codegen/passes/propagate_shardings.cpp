@@ -55,6 +55,14 @@ struct Propagator {
       const ir::Node& n = g.nodes[id];
       s[id] = n.fixed ? *n.sharding : ir::Sharding::replicated(n.shape.size());
     }
+    // A state parameter starts from its parameter's layout when that is fixed.
+    for (int id = 0; id < count; ++id) {
+      const int p = g.nodes[id].layout_of;
+      if (p >= 0 && !g.nodes[id].fixed && g.nodes[p].fixed) {
+        s[id] = s[p];
+        g.nodes[id].fixed = true;
+      }
+    }
     // Outputs pinned by the user seed their values (backward information).
     for (auto& o : g.outputs)
       if (o.sharding)
@@ -64,6 +72,9 @@ struct Propagator {
       for (int id = 0; id < count; ++id) changed |= forward(id);
       for (int id = count - 1; id >= 0; --id) changed |= backward(id);
     }
+    // Optimizer state is laid out like its parameter, whatever reached it.
+    for (int id = 0; id < count; ++id)
+      if (g.nodes[id].layout_of >= 0 && !g.nodes[id].fixed) s[id] = s[g.nodes[id].layout_of];
     for (int id = 0; id < count; ++id) g.nodes[id].sharding = s[id];
     for (auto& o : g.outputs)
       if (!o.sharding) o.sharding = s[o.value];
