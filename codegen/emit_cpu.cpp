@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/execute.h"
 #include "codegen/interpret.h"
 
 namespace sharc {
@@ -120,7 +121,8 @@ class Names {
           "double",  "else",   "enum",     "float",   "for",      "if",       "int",    "long",
           "new",     "not",    "or",       "private", "public",   "return",   "short",  "signed",
           "sizeof",  "static", "struct",   "switch",  "template", "this",     "throw",  "try",
-          "typedef", "union",  "unsigned", "using",   "void",     "volatile", "while",  "xor"})
+          "typedef", "union",  "unsigned", "using",   "void",     "volatile", "while",  "xor",
+          "key"})
       taken_.insert(k);
   }
   // A fresh identifier derived from a user name.
@@ -228,7 +230,9 @@ class CpuEmitter {
                                    {"SHARC_INIT_BODY", init_body()},
                                    {"SHARC_FORWARD_BODY", forward_body()},
                                    {"SHARC_PARAMETER_SHARD", parameter_lookup(false)},
-                                   {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)}}),
+                                   {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)},
+                                   {"SHARC_SET_PARAMETER", parameter_transfer(true)},
+                                   {"SHARC_GET_PARAMETER", parameter_transfer(false)}}),
                              "templates/program.cpp");
     return f;
   }
@@ -242,6 +246,8 @@ class CpuEmitter {
     for (size_t i = 0; i < n; ++i)
       for (int a : g_.nodes[i].args) users_[a].insert(static_cast<int>(i));
     is_output_.assign(n, false);
+    is_update_value_.assign(n, false);
+    for (auto& u : g_.updates) is_update_value_[u.value] = true;
     for (auto& o : g_.outputs) {
       is_output_[o.value] = true;
       const Node& v = g_[o.value];
@@ -251,18 +257,18 @@ class CpuEmitter {
     }
 
     // Fusion: an elementwise node is computed inside its user's loop when that
-    // user is its only one, is elementwise too, and the value is no output.
-    // A Constant is always a literal inside elementwise loops and gets a buffer
-    // only when something else reads it.
+    // user is its only one, is elementwise too, and the value is no output and
+    // no parameter's update. A Constant is always a literal inside elementwise
+    // loops and gets a buffer only when something else reads it.
     inlined_.assign(n, false);
     needs_buffer_.assign(n, true);
     for (size_t i = 0; i < n; ++i) {
       const Node& v = g_.nodes[i];
       if (ir::is_elementwise(v.op) && users_[i].size() == 1 && !is_output_[i] &&
-          ir::is_elementwise(g_[*users_[i].begin()].op))
+          !is_update_value_[i] && ir::is_elementwise(g_[*users_[i].begin()].op))
         inlined_[i] = true;
       if (v.op == Op::kConstant) {
-        bool other = is_output_[i];
+        bool other = is_output_[i] || is_update_value_[i];
         for (int u : users_[i]) other = other || !ir::is_elementwise(g_[u].op);
         needs_buffer_[i] = other;
       }
@@ -382,6 +388,10 @@ class CpuEmitter {
   std::string elem(int v) const {
     return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + "[i]";
   }
+  std::string elem0(int v) const {
+    SHARC_CHECK(!var_[v].empty(), "value %" + std::to_string(v) + " has no buffer");
+    return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + "[0]";
+  }
 
   // ---- header pieces -------------------------------------------------------
 
@@ -421,11 +431,22 @@ class CpuEmitter {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& v = g_.nodes[i];
       if (v.op != Op::kParameter) continue;
-      w.line("// \"" + v.name + "\": " + v.init.str() + ", declared at " + v.loc.str());
+      w.line("// \"" + v.name + "\": " + v.init.str() + ", declared at " + v.loc.str() +
+             training_note(static_cast<int>(i)));
       shape_array("kParam_" + var_[i] + "_shape", global_shape(v));
       w.line("inline const Spec kParam_" + var_[i] + "_spec = " + spec_literal(*v.sharding) + ";");
     }
     return w.str();
+  }
+
+  // "; optimizer state of \"w\"; updated every step" where it applies.
+  std::string training_note(int id) const {
+    std::string s;
+    const Node& v = g_[id];
+    if (v.layout_of >= 0) s += "; optimizer state of " + quoted(g_[v.layout_of].name);
+    for (auto& u : g_.updates)
+      if (u.target == id) s += "; updated every step";
+    return s;
   }
 
   std::string io_fields(bool inputs) const {
@@ -561,11 +582,13 @@ class CpuEmitter {
 
   // ---- the SPMD body ------------------------------------------------------
 
-  // One statement of the body: a node, or for a fused loop its root.
+  // One statement of the body: a node, for a fused loop its root, or for an
+  // all-reduce bucket its first member.
   struct Stmt {
     int node;
-    std::vector<int> tree;   // fused loop: the nodes computed in it, in order (root last)
-    std::vector<int> reads;  // buffers it reads
+    std::vector<int> tree;    // fused loop: the nodes computed in it, in order (root last)
+    std::vector<int> reads;   // buffers it reads
+    std::vector<int> bucket;  // all-reduce bucket: its members (all_reduce_bucket_end)
   };
 
   void collect_tree(int v, std::vector<int>& tree, std::vector<int>& reads) const {
@@ -585,8 +608,16 @@ class CpuEmitter {
       const int id = static_cast<int>(i);
       if (v.op == Op::kParameter || inlined_[i] || (v.op == Op::kConstant && !needs_buffer_[i]))
         continue;
-      Stmt s{id, {}, {}};
-      if (ir::is_elementwise(v.op)) {
+      Stmt s{id, {}, {}, {}};
+      const int bucket_end = all_reduce_bucket_end(g_, id);
+      if (bucket_end > id + 1) {
+        for (int m = id; m < bucket_end; ++m) {
+          s.bucket.push_back(m);
+          const int a = g_[m].args[0];
+          if (std::find(s.reads.begin(), s.reads.end(), a) == s.reads.end()) s.reads.push_back(a);
+        }
+        i = bucket_end - 1;
+      } else if (ir::is_elementwise(v.op)) {
         collect_tree(id, s.tree, s.reads);
         std::sort(s.tree.begin(), s.tree.end());
       } else {
@@ -661,6 +692,10 @@ class CpuEmitter {
         return "std::log(" + x + ")";
       case Op::kSqrt:
         return "std::sqrt(" + x + ")";
+      case Op::kSin:
+        return "std::sin(" + x + ")";
+      case Op::kCos:
+        return "std::cos(" + x + ")";
       default:
         internal_error(std::string("not a unary op: ") + ir::op_name(op));
     }
@@ -676,6 +711,14 @@ class CpuEmitter {
         return a + " * " + b;
       case Op::kDiv:
         return a + " / " + b;
+      case Op::kMax:
+        return "std::max(" + a + ", " + b + ")";
+      case Op::kMin:
+        return "std::min(" + a + ", " + b + ")";
+      case Op::kGreater:
+        return "(" + a + " > " + b + " ? 1.0f : 0.0f)";
+      case Op::kEqual:
+        return "(" + a + " == " + b + " ? 1.0f : 0.0f)";
       default:
         internal_error(std::string("not a binary op: ") + ir::op_name(op));
     }
@@ -775,6 +818,85 @@ class CpuEmitter {
 
   std::string group(const Node& v) const { return "dev." + group_var_.at(v.axes); }
 
+  // random_uniform exactly as execute.cpp: the stream key mixes the node's key
+  // (a hash of its DSL site) with the seed operand at run time, and element
+  // e of this block draws from its GLOBAL flat index, so every mesh gives the
+  // same values.
+  void emit_random_uniform(CodeWriter& w, const Stmt& s) {
+    const Node& v = g_[s.node];
+    const int id = s.node;
+    const Shape gs = global_shape(v);
+    const auto gst = strides_of(gs), lst = strides_of(v.shape);
+    char key[32];
+    std::snprintf(key, sizeof key, "0x%016" PRIx64 "ull", v.key);
+    w.line(describe(v, s.reads, "random_uniform over the global " + ir::shape_str(gs)));
+    w.line(declare(id));
+    w.open("");
+    w.line("const uint64_t key = rt::random_stream_key(" + std::string(key) + ", " +
+           elem0(v.args[0]) + ");  // (site, seed)");
+    std::vector<std::string> local, global;
+    int loops = 0;
+    for (size_t d = 0; d < v.shape.size(); ++d) {
+      std::string idx;
+      if (v.shape[d] > 1) {
+        idx = "i" + std::to_string(d);
+        w.open("for (int64_t " + idx + " = 0; " + idx + " < " + std::to_string(v.shape[d]) +
+               "; ++" + idx + ")");
+        ++loops;
+        local.push_back(lst[d] == 1 ? idx : idx + " * " + std::to_string(lst[d]));
+      }
+      const std::string start = block_start_expr(v, d);
+      std::string at = start == "0" ? idx : idx.empty() ? start : "(" + start + " + " + idx + ")";
+      if (!at.empty()) global.push_back(gst[d] == 1 ? at : at + " * " + std::to_string(gst[d]));
+    }
+    const std::string l = local.empty() ? "0" : join(local, " + ");
+    const std::string g = global.empty() ? "0" : join(global, " + ");
+    w.line(var_[id] + "[" + l + "] = rt::uniform_at(key, static_cast<uint64_t>(" + g + "));");
+    for (int k = 0; k < loops; ++k) w.close();
+    w.close("random_uniform " + var_[id]);
+  }
+
+  // An all-reduce bucket as execute.cpp runs it: the results, then one packed
+  // buffer holding the operands back to back, ONE all_reduce, and the results
+  // unpacked from it.
+  void emit_bucket(CodeWriter& w, const Stmt& s) {
+    const Node& head = g_[s.node];
+    std::vector<int64_t> at;
+    int64_t total = 0;
+    for (int m : s.bucket) {
+      at.push_back(total);
+      total += ir::num_elements(g_[m].shape);
+    }
+    const std::string axes = "(" + join(head.axes, ", ") + ")";
+    const std::string id = std::to_string(head.dim2);
+    w.line("// all_reduce bucket " + id + ": " + std::to_string(s.bucket.size()) + " values over " +
+           axes + " as ONE collective of " + std::to_string(total) + " floats");
+    for (size_t k = 0; k < s.bucket.size(); ++k) {
+      const int m = s.bucket[k];
+      const int64_t n = ir::num_elements(g_[m].shape);
+      w.line(describe(g_[m], {g_[m].args[0]},
+                      "all_reduce" + axes + ", bucket " + id + " [" + std::to_string(at[k]) + ", " +
+                          std::to_string(at[k] + n) + ")"));
+      w.line(declare(m));
+    }
+    const std::string packed = locals_.user("bucket_" + id);
+    const std::string total_s = std::to_string(total);
+    auto in_packed = [&](size_t k) {
+      return packed + ".data()" + (at[k] == 0 ? "" : " + " + std::to_string(at[k]));
+    };
+    w.open("");
+    w.line("rt::Buffer " + packed + "(" + total_s + ", &mem);  // the operands back to back");
+    for (size_t k = 0; k < s.bucket.size(); ++k)
+      w.line("rt::copy(" + ptr(g_[s.bucket[k]].args[0]) + ", " + in_packed(k) + ", " +
+             std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + ");");
+    w.line("comm.all_reduce(" + packed + ".data(), " + total_s + ", " + group(head) + ", " +
+           reduce_op(head.reduce) + ");");
+    for (size_t k = 0; k < s.bucket.size(); ++k)
+      w.line("rt::copy(" + in_packed(k) + ", " + ptr(s.bucket[k]) + ", " +
+             std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + ");");
+    w.close("all_reduce bucket " + id);
+  }
+
   void emit_stmt(CodeWriter& w, const Stmt& s) {
     const Node& v = g_[s.node];
     const int id = s.node;
@@ -784,23 +906,17 @@ class CpuEmitter {
     std::vector<std::string> q;
     for (auto& a : v.axes) q.push_back(a);
     const std::string axes = "(" + join(q, ", ") + ")";
+    if (!s.bucket.empty()) return emit_bucket(w, s);
     if (ir::is_elementwise(v.op)) return emit_fused(w, s);
     if (v.op == Op::kDot) return emit_dot(w, s);
+    if (v.op == Op::kRandomUniform) return emit_random_uniform(w, s);
     switch (v.op) {
       case Op::kInput: {
         w.line("// " + (v.loc.known() ? v.loc.str() + ": " : "") + "input \"" + v.name + "\" " +
                ir::shape_str(global_shape(v)) + " " + v.sharding->str() +
                " => this device's block");
         w.line(declare(id));
-        const std::string src = "in." + field_.at(v.name);
-        const std::string off = block_offset_expr(v);
-        if (v.shape.empty()) {
-          w.line(var_[id] + "[0] = " + src + "[0];");
-        } else {
-          w.line("rt::strided_copy(" + (off == "0" ? src : src + " + " + off) + ", " +
-                 braced(v.shape) + ", " + braced(strides_of(global_shape(v))) + ", " + ptr(id) +
-                 ");");
-        }
+        w.line(block_from_global(v, "in." + field_.at(v.name), var_[id] + ".data()"));
         return;
       }
       case Op::kConstant:
@@ -808,6 +924,60 @@ class CpuEmitter {
         w.line(declare(id));
         w.line("rt::fill(" + ptr(id) + ", " + count + ", " + float_literal(v.scalar) + ");");
         return;
+      case Op::kIota: {
+        // value = global index along d: this block's start + the local index.
+        const int d = v.ints[0];
+        int64_t inner = 1;
+        for (size_t k = d + 1; k < v.shape.size(); ++k) inner *= v.shape[k];
+        std::string local = inner == 1 ? "i" : "(i / " + std::to_string(inner) + ")";
+        if (ir::num_elements(v.shape) / inner != v.shape[d])
+          local += " % " + std::to_string(v.shape[d]);
+        const std::string start = block_start_expr(v, d);
+        const std::string index = start == "0" ? local : start + " + " + local;
+        w.line(describe(v, {}, "iota dim=" + std::to_string(d) + " (global index)"));
+        w.line(declare(id));
+        w.line("for (int64_t i = 0; i < " + count + "; ++i) " + var_[id] +
+               "[i] = static_cast<float>(" + index + ");");
+        return;
+      }
+      case Op::kSlice: {
+        // Local: the sliced dimension is whole on every device.
+        const auto st = strides_of(g_[v.args[0]].shape);
+        const int64_t start = v.ints[1] * st[v.ints[0]];
+        w.line(describe(v, s.reads,
+                        "slice dim=" + std::to_string(v.ints[0]) + " [" +
+                            std::to_string(v.ints[1]) + ", " +
+                            std::to_string(v.ints[1] + v.ints[2]) + ")"));
+        w.line(declare(id));
+        w.line("rt::strided_copy(" + (start == 0 ? a0() : a0() + " + " + std::to_string(start)) +
+               ", " + braced(v.shape) + ", " + braced(st) + ", " + ptr(id) + ");");
+        return;
+      }
+      case Op::kPad: {
+        // Local: the padded dimension is whole on every device. The buffer
+        // starts zeroed; each outer row of the operand lands `before` rows in.
+        const Shape& in = g_[v.args[0]].shape;
+        const int d = v.ints[0];
+        int64_t inner = 1, outer = 1;
+        for (size_t k = d + 1; k < in.size(); ++k) inner *= in[k];
+        for (int k = 0; k < d; ++k) outer *= in[k];
+        const std::string run = std::to_string(in[d] * inner);
+        const std::string out_run = std::to_string(v.shape[d] * inner);
+        const int64_t before = v.ints[1] * inner;
+        const std::string at = before == 0 ? "" : " + " + std::to_string(before);
+        w.line(describe(v, s.reads,
+                        "pad dim=" + std::to_string(d) + " before=" + std::to_string(v.ints[1]) +
+                            " after=" + std::to_string(v.ints[2])));
+        w.line(declare(id) + ", zeroed");
+        if (outer == 1) {
+          w.line("rt::copy(" + a0() + ", " + ptr(id) + at + ", " + run + ");");
+        } else {
+          w.line("for (int64_t i = 0; i < " + std::to_string(outer) + "; ++i)");
+          w.line("  rt::copy(" + a0() + " + i * " + run + ", " + ptr(id) + " + i * " + out_run +
+                 at + ", " + run + ");");
+        }
+        return;
+      }
       case Op::kReshape:
       case Op::kShardingConstraint:
         w.line(describe(v, s.reads, ir::op_name(v.op)));
@@ -880,8 +1050,15 @@ class CpuEmitter {
   // written by the one at coordinate 0 on those axes only.
   void emit_output(CodeWriter& w, const ir::Output& o) {
     const Node& v = g_[o.value];
-    const std::string dst = "out." + out_field_.at(o.name);
-    const Shape gs = global_shape(v);
+    w.line("// \"" + o.name + "\" (" + o.loc.str() + "): block " + shape_comment(v) +
+           " of the global " + ir::shape_str(global_shape(v)) + replicated_note(v));
+    emit_block_to_global(w, v, ptr(o.value), "out." + out_field_.at(o.name), quoted(o.name));
+  }
+
+  // The mesh axes a value is replicated over (size > 1, used by no dimension):
+  // its block is held by several devices, and the one at coordinate 0 on them
+  // writes it. Returns the guard conditions and the quoted axis names.
+  std::pair<std::vector<std::string>, std::vector<std::string>> replicas(const Node& v) const {
     std::vector<std::string> owner, repl;
     for (auto& a : mesh_.axes()) {
       bool used = false;
@@ -891,13 +1068,22 @@ class CpuEmitter {
       owner.push_back("dev." + axis_var_.at(a.name) + " == 0");
       repl.push_back(quoted(a.name));
     }
-    w.line(
-        "// \"" + o.name + "\" (" + o.loc.str() + "): block " + shape_comment(v) +
-        " of the global " + ir::shape_str(gs) +
-        (repl.empty() ? "" : "; replicated over " + join(repl, ", ") + ", so one copy writes it"));
+    return {owner, repl};
+  }
+
+  std::string replicated_note(const Node& v) const {
+    const auto repl = replicas(v).second;
+    return repl.empty() ? "" : "; replicated over " + join(repl, ", ") + ", so one copy writes it";
+  }
+
+  // Copies this device's block of v (at `src`, local row-major) into its place
+  // in the global row-major array `dst`, guarded so that one replica writes.
+  void emit_block_to_global(CodeWriter& w, const Node& v, const std::string& src,
+                            const std::string& dst, const std::string& what) const {
+    const Shape gs = global_shape(v);
+    const auto owner = replicas(v).first;
     const bool guarded = !owner.empty();
     if (guarded) w.open("if (" + join(owner, " && ") + ")");
-    const std::string src = ptr(o.value);
     if (v.shape.empty()) {
       w.line(dst + "[0] = " + src + "[0];");
     } else {
@@ -931,7 +1117,43 @@ class CpuEmitter {
       w.line("std::copy_n(" + s + ", " + std::to_string(chunk) + ", " + d + ");");
       for (int l = loops - 1; l >= 0; --l) w.close();
     }
-    if (guarded) w.close(quoted(o.name));
+    if (guarded) w.close(what);
+  }
+
+  // The statement that fills `dst` (this device's block of v, local
+  // row-major) from the global row-major array `src`, as for inputs.
+  std::string block_from_global(const Node& v, const std::string& src,
+                                const std::string& dst) const {
+    if (v.shape.empty()) {
+      const std::string data = ".data()";
+      const bool buffer = dst.size() > data.size() && dst.ends_with(data);
+      return (buffer ? dst.substr(0, dst.size() - data.size()) : dst) + "[0] = " + src + "[0];";
+    }
+    const std::string off = block_offset_expr(v);
+    return "rt::strided_copy(" + (off == "0" ? src : src + " + " + off) + ", " + braced(v.shape) +
+           ", " + braced(strides_of(global_shape(v))) + ", " + dst + ");";
+  }
+
+  // set_parameter / get_parameter: one branch per parameter, run for every
+  // device in turn on the caller's thread.
+  std::string parameter_transfer(bool set) const {
+    CodeWriter w(2);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& v = g_.nodes[i];
+      if (v.op != Op::kParameter) continue;
+      const std::string cond = "if (path == " + quoted(v.name) + ")";
+      const std::string buf = "dev." + var_[i] + ".data()";
+      if (set) {
+        w.line(cond + " " + block_from_global(v, "global", buf));
+        continue;
+      }
+      w.open(cond);
+      w.line("// block " + shape_comment(v) + " of the global " + ir::shape_str(global_shape(v)) +
+             replicated_note(v));
+      emit_block_to_global(w, v, buf, "global", "");
+      w.close(quoted(v.name));
+    }
+    return w.str();
   }
 
   std::string forward_body() {
@@ -951,20 +1173,77 @@ class CpuEmitter {
       }
       emit_stmt(w, stmts[k]);
       for (int r : stmts[k].reads)
-        if (last[r] == static_cast<int>(k) && !is_output_[r] && g_[r].op != Op::kParameter)
+        if (last[r] == static_cast<int>(k) && !is_output_[r] && !is_update_value_[r] &&
+            g_[r].op != Op::kParameter)
           w.line(var_[r] + " = rt::Buffer();  // last use of " + var_[r]);
     }
     w.line();
     w.line(rule("outputs"));
     for (auto& o : g_.outputs) emit_output(w, o);
+    if (!g_.updates.empty()) {
+      w.line();
+      w.line(rule("updates: parameters take their new values"));
+      emit_updates(w);
+    }
     return w.str();
+  }
+
+  // The end of a training step: every updated parameter's persistent buffer
+  // takes its new value, all at once (a value that is itself an updated
+  // parameter is its value from the start of the step, as in execute.cpp).
+  // New values are moved into place, copied only when one value feeds
+  // several parameters or is a parameter's buffer.
+  void emit_updates(CodeWriter& w) {
+    std::set<int> targets;
+    std::map<int, int> remaining;  // value -> updates still to read it
+    for (auto& u : g_.updates) {
+      targets.insert(u.target);
+      ++remaining[u.value];
+    }
+    // Old values of updated parameters that another parameter takes: copied
+    // out first, before any of them changes.
+    std::map<int, std::string> snapshot;
+    for (auto& u : g_.updates) {
+      if (u.value == u.target || g_[u.value].op != Op::kParameter || !targets.count(u.value) ||
+          snapshot.count(u.value))
+        continue;
+      const std::string t = locals_.user("old_" + var_[u.value]);
+      const std::string n = std::to_string(ir::num_elements(g_[u.value].shape));
+      w.line("rt::Buffer " + t + "(" + n + ", &mem);  // \"" + g_[u.value].name +
+             "\" as the step found it");
+      w.line("rt::copy(" + ptr(u.value) + ", " + t + ".data(), " + n + ");");
+      snapshot[u.value] = t;
+    }
+    for (auto& u : g_.updates) {
+      const Node& p = g_[u.target];
+      const Node& v = g_[u.value];
+      const std::string dst = "dev." + var_[u.target];
+      const std::string n = std::to_string(ir::num_elements(p.shape));
+      const bool last = --remaining[u.value] == 0;
+      std::string src = v.op == Op::kParameter ? "\"" + v.name + "\"" : var_[u.value];
+      w.line("// " + (v.loc.known() ? v.loc.str() + " " : "") + "\"" + p.name + "\" " +
+             shape_comment(p) + " <- " + src);
+      if (u.value == u.target) {
+        w.line("// (keeps its value)");
+      } else if (snapshot.count(u.value)) {
+        const std::string t = snapshot[u.value];
+        w.line(last ? dst + " = std::move(" + t + ");"
+                    : "rt::copy(" + t + ".data(), " + dst + ".data(), " + n + ");");
+      } else if (v.op == Op::kParameter || !last) {
+        w.line("rt::copy(" + ptr(u.value) + ", " + dst + ".data(), " + n + ");");
+      } else {
+        w.line(dst + " = std::move(" + var_[u.value] + ");");
+      }
+    }
   }
 
   const ir::Graph& g_;
   const EmitOptions& o_;
   const Mesh& mesh_;
   std::vector<std::set<int>> users_;
-  std::vector<bool> is_output_, inlined_, needs_buffer_;
+  // is_update_value_: the new value of some parameter (Graph::updates), kept
+  // to the end of the step like an output.
+  std::vector<bool> is_output_, is_update_value_, inlined_, needs_buffer_;
   std::vector<std::string> var_;
   std::map<std::string, std::string> axis_var_, field_, out_field_;
   std::map<std::vector<std::string>, std::string> group_var_;

@@ -4,7 +4,10 @@
 // node by node it calls the same runtime kernels and collectives as the
 // per-device interpreter (execute.cpp), in the same order, so the generated
 // code and the interpreter agree bit for bit. Its one liberty is fusion:
-// chains of elementwise ops become one loop over scalars.
+// chains of elementwise ops become one loop over scalars. Training programs
+// need nothing extra from the caller: parameter shards persist in the
+// Program, the step ends by moving each update's value into its parameter's
+// buffer, and an all-reduce bucket (all_reduce_bucket_end) is one collective.
 //
 // The fixed text (includes, class skeleton, Program methods) lives in
 // templates/program.h and templates/program.cpp; the emitter fills their

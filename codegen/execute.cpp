@@ -134,6 +134,20 @@ std::vector<int64_t> block_offset(const ir::Sharding& s, const Shape& local, con
   return off;
 }
 
+int all_reduce_bucket_end(const ir::Graph& g, int first) {
+  const Node& head = g.nodes[first];
+  int end = first + 1;
+  if (head.op != Op::kAllReduce || head.dim2 < 0) return end;
+  for (; end < static_cast<int>(g.nodes.size()); ++end) {
+    const Node& n = g.nodes[end];
+    if (n.op != Op::kAllReduce || n.dim2 != head.dim2 || n.axes != head.axes ||
+        n.reduce != head.reduce)
+      break;
+    if (n.args[0] >= first) break;  // reads a member: it must wait for the collective
+  }
+  return end;
+}
+
 ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
                                const HostValues* state) {
   if (!g.partitioned) internal_error("execute_partitioned needs a per-device graph");
@@ -183,7 +197,42 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
     rt::Communicator& comm = world.comm(rank);
     rt::DeviceMemory& mem = world.memory(rank);
     std::vector<rt::Buffer> val(g.nodes.size());
+    auto free_operands = [&](int id) {
+      for (int a : g.nodes[id].args)
+        if (last_use[a] == id) val[a] = rt::Buffer();
+    };
+    // A bucket of all-reduces (see all_reduce_bucket_end): results, then one
+    // packed buffer, one collective, unpack; the emitter prints the same steps.
+    auto run_bucket = [&](int first, int end) {
+      const Node& head = g.nodes[first];
+      size_t total = 0;
+      for (int m = first; m < end; ++m) {
+        val[m] = rt::Buffer(static_cast<size_t>(ir::num_elements(g.nodes[m].shape)), &mem);
+        total += val[m].size();
+      }
+      rt::Buffer packed(total, &mem);
+      size_t at = 0;
+      for (int m = first; m < end; ++m) {
+        rt::copy(val[g.nodes[m].args[0]].data(), packed.data() + at, val[m].size());
+        at += val[m].size();
+      }
+      comm.all_reduce(packed.data(), total, group_of(mesh, ms, rank, head.axes),
+                      reduce_op(head.reduce));
+      at = 0;
+      for (int m = first; m < end; ++m) {
+        rt::copy(packed.data() + at, val[m].data(), val[m].size());
+        at += val[m].size();
+      }
+      packed = rt::Buffer();
+      for (int m = first; m < end; ++m) free_operands(m);
+    };
     for (size_t id = 0; id < g.nodes.size(); ++id) {
+      const int bucket_end = all_reduce_bucket_end(g, static_cast<int>(id));
+      if (bucket_end > static_cast<int>(id) + 1) {
+        run_bucket(static_cast<int>(id), bucket_end);
+        id = bucket_end - 1;
+        continue;
+      }
       const Node& n = g.nodes[id];
       const int64_t count = ir::num_elements(n.shape);
       rt::Buffer out(static_cast<size_t>(count), &mem);
@@ -307,8 +356,7 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         }
       }
       val[id] = std::move(out);
-      for (int a : n.args)
-        if (last_use[a] == static_cast<int>(id)) val[a] = rt::Buffer();
+      free_operands(static_cast<int>(id));
     }
     std::lock_guard<std::mutex> lock(mu);
     for (size_t id = 0; id < g.nodes.size(); ++id) {

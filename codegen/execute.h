@@ -32,6 +32,14 @@ struct ExecResult {
 ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs, uint64_t seed,
                                const HostValues* state = nullptr);
 
+// The all-reduce bucket that starts at node `first`, as one past its last
+// member. A bucket is a maximal run of adjacent AllReduce nodes with the same
+// bucket id (dim2 >= 0, set by bucket_all_reduces), the same axes and the same
+// reduce kind, none reading another member. Executors (this interpreter and
+// the emitted code) pack its operands into one buffer, run ONE all_reduce and
+// unpack the results. Any other node is a run of one: returns first + 1.
+int all_reduce_bucket_end(const ir::Graph& g, int first);
+
 // Global coordinates of the first element of the block `rank` holds.
 std::vector<int64_t> block_offset(const ir::Sharding& s, const ir::Shape& local_shape,
                                   const Mesh& mesh, int rank);

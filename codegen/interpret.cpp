@@ -127,7 +127,7 @@ std::vector<float> init_global(const ir::Node& p, uint64_t seed) {
 }
 
 uint64_t random_stream_key(uint64_t node_key, double seed_value) {
-  return node_key ^ (static_cast<uint64_t>(static_cast<int64_t>(seed_value)) * 0x9E3779B97F4A7C15ull);
+  return rt::random_stream_key(node_key, seed_value);
 }
 
 HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed, HostValues* state) {

@@ -28,8 +28,8 @@ using HostValues = std::map<std::string, std::vector<double>>;
 HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
                      HostValues* state = nullptr);
 
-// The key a random_uniform node draws with for a given seed operand value;
-// shared by every executor so dropout masks agree bit for bit.
+// The key a random_uniform node draws with for a given seed operand value:
+// rt::random_stream_key (runtime/philox.h), which generated code calls too.
 uint64_t random_stream_key(uint64_t node_key, double seed_value);
 
 // The initialiser of a parameter (path, global shape) in runtime form.

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -21,6 +22,10 @@
 #include "dsl/initializers.h"
 #include "dsl/mesh.h"
 #include "dsl/partition_spec.h"
+
+namespace sharc {
+class ShardingRule;  // dsl/sharding_rules.h; the IR only carries them
+}  // namespace sharc
 
 namespace sharc::ir {
 
@@ -130,7 +135,9 @@ struct Node {
   uint64_t key = 0;          // RandomUniform: the stream (hash of its DSL site)
   Initializer init;          // Parameter
   std::vector<std::string> axes;  // collectives / LocalSlice: mesh axes, major first
-  int dim = -1, dim2 = -1;        // collectives / LocalSlice
+  // Collectives / LocalSlice. AllReduce: dim2 >= 0 is its bucket id (set by
+  // bucket_all_reduces; see all_reduce_bucket_end in execute.h), -1 none.
+  int dim = -1, dim2 = -1;
 
   // Layout. `spec` is the user's annotation as written (Parameter from its
   // initializer, Input, ShardingConstraint), `rules` its logical rules if any.
@@ -174,6 +181,10 @@ struct Graph {
   // Program-wide logical axis rules (ProgramBuilder::set_logical_rules); a
   // PipelineOptions::rules given to lower() takes precedence.
   std::optional<LogicalRules> rules;
+  // Sharding rules applied from outside the model, in order, to every
+  // parameter (ProgramBuilder::set_sharding_rules); a
+  // PipelineOptions::sharding_rules given to lower() takes precedence. Null: none.
+  std::shared_ptr<const std::vector<ShardingRule>> sharding_rules;
 
   int add(Node n) {
     nodes.push_back(std::move(n));

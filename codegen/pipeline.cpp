@@ -1,13 +1,17 @@
 // The lowering pipeline; see pipeline.h. Order matters:
 //  - resolve_logical_axes first: later passes only know mesh axes;
+//  - apply_sharding_rules starts from the resolved in-model layouts;
 //  - propagate_shardings needs the fixed (user) shardings as seeds;
 //  - partition_per_device needs a sharding on every node;
-//  - cancel_reshards cleans up after partition_per_device.
+//  - cancel_reshards cleans up after partition_per_device;
+//  - bucket_all_reduces groups the gradient all-reduces that remain.
 #include "codegen/pipeline.h"
 
 #include <filesystem>
 #include <fstream>
 
+#include "codegen/passes/apply_sharding_rules.h"
+#include "codegen/passes/bucket_all_reduces.h"
 #include "codegen/passes/cancel_reshards.h"
 #include "codegen/passes/partition_per_device.h"
 #include "codegen/passes/propagate_shardings.h"
@@ -34,6 +38,12 @@ class Stage {
   int index_ = 0;
 };
 
+// PipelineOptions::sharding_rules replace the program's; neither: no rules.
+ShardingRules sharding_rules_for(const ir::Graph& g, const PipelineOptions& options) {
+  if (options.sharding_rules) return *options.sharding_rules;
+  return g.sharding_rules ? *g.sharding_rules : ShardingRules{};
+}
+
 }  // namespace
 
 Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
@@ -41,17 +51,23 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   g.mesh = mesh;
   ir::verify(g);
   stage("traced", g);
+  std::vector<std::string> log;
   std::optional<LogicalRules> rules = options.rules ? options.rules : g.rules;
-  g = resolve_logical_axes(std::move(g), rules);
+  g = resolve_logical_axes(std::move(g), rules, &log);
   stage("after_resolve_logical_axes", g);
+  const ShardingRules sharding_rules = sharding_rules_for(g, options);
+  g = apply_sharding_rules(std::move(g), sharding_rules, &log);
+  stage("after_apply_sharding_rules", g);
   g = propagate_shardings(std::move(g));
   stage("after_propagate_shardings", g);
   ir::Graph local = partition_per_device(g);
   stage("after_partition_per_device", local);
   local = cancel_reshards(local);  // after partitioning: it only sees collectives
   stage("after_cancel_reshards", local);
+  local = bucket_all_reduces(local);  // last: it only reorders and groups
+  stage("after_bucket_all_reduces", local);
   ir::verify(local);
-  return {std::move(g), std::move(local)};
+  return {std::move(g), std::move(local), std::move(log)};
 }
 
 }  // namespace sharc

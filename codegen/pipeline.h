@@ -6,8 +6,10 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "codegen/ir.h"
+#include "dsl/sharding_rules.h"
 
 namespace sharc {
 
@@ -15,11 +17,18 @@ struct PipelineOptions {
   std::string dump_dir;      // empty: no dumps
   bool verify_each = true;   // run the verifier after every pass
   std::optional<LogicalRules> rules;  // program-wide logical axis rules
+  // Rules applied from outside the model to every parameter (Scalax style);
+  // when set, they replace the program's (ProgramBuilder::set_sharding_rules).
+  std::optional<ShardingRules> sharding_rules;
 };
 
 struct Lowered {
   ir::Graph global;       // after propagate_shardings: the layout of every value
   ir::Graph partitioned;  // per-device program
+  // Why each parameter has its layout and which rules were skipped, one line
+  // per decision (apply_sharding_rules, resolve_logical_axes), for a verbose
+  // generator to print.
+  std::vector<std::string> log;
 };
 
 Lowered lower(ir::Graph traced, const Mesh& mesh, const PipelineOptions& options = {});

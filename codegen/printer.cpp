@@ -93,6 +93,7 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
       break;
     case Op::kAllReduce:
       os << " " << reduce_name(n.reduce) << " axes=" << axes_str(n.axes);
+      if (n.dim2 >= 0) os << " bucket=" << n.dim2;
       break;
     case Op::kAllToAll:
       os << " split=" << n.dim << " concat=" << n.dim2 << " axes=" << axes_str(n.axes);

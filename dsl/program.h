@@ -13,9 +13,11 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "dsl/module.h"
+#include "dsl/sharding_rules.h"
 
 namespace sharc {
 
@@ -34,6 +36,13 @@ class ProgramBuilder {
   // annotation that carries no rules of its own. PipelineOptions::rules, when
   // given to lower(), takes precedence.
   void set_logical_rules(LogicalRules rules) { tracer_.graph().rules = std::move(rules); }
+  // Program-wide sharding rules applied from outside the model to every
+  // parameter, in order (dsl/sharding_rules.h: Replicated, FSDPRule,
+  // PathRule). PipelineOptions::sharding_rules, when given to lower(), takes
+  // precedence.
+  void set_sharding_rules(ShardingRules rules) {
+    tracer_.graph().sharding_rules = std::make_shared<const ShardingRules>(std::move(rules));
+  }
   ir::Graph& graph() { return tracer_.graph(); }
 
  private:

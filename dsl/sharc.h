@@ -2,7 +2,8 @@
 // defines: Mesh (mesh.h), P/None/axes/LogicalRules (partition_spec.h),
 // initializers and with_partitioning/with_metadata (initializers.h), Tensor and
 // Tracer (tensor.h), ops (ops.h), Scope/Linear/LayerNorm (module.h),
-// ProgramBuilder and SHARC_PROGRAM (program.h), Error (error.h).
+// ProgramBuilder and SHARC_PROGRAM (program.h), Error (error.h),
+// Replicated/FSDPRule/PathRule/ShardingRules (sharding_rules.h).
 #pragma once
 
 #include "dsl/error.h"
@@ -12,4 +13,5 @@
 #include "dsl/ops.h"
 #include "dsl/partition_spec.h"
 #include "dsl/program.h"
+#include "dsl/sharding_rules.h"
 #include "dsl/tensor.h"

@@ -76,6 +76,16 @@ inline float uniform_at(uint64_t key, uint64_t index) {
   return (static_cast<float>(random_block(key, index)[0] >> 8) + 0.5f) * 0x1p-24f;
 }
 
+// The stream a random_uniform node draws from: the node's call-site key mixed
+// with the integer value of its seed operand (e.g. the step number) by a Weyl
+// multiple, so consecutive seeds give unrelated streams. The one definition
+// the oracle, the per-device interpreter and generated code all call, so
+// dropout masks agree bit for bit.
+inline uint64_t random_stream_key(uint64_t node_key, double seed_value) {
+  return node_key ^
+         (static_cast<uint64_t>(static_cast<int64_t>(seed_value)) * 0x9E3779B97F4A7C15ull);
+}
+
 // Standard normal for global element `index` (Box-Muller on two words of the
 // element's own block, so each element is independent of how many were drawn).
 inline float normal_at(uint64_t key, uint64_t index) {

@@ -4,10 +4,12 @@
 // own rank: local shapes are the same everywhere, only block offsets and
 // collective groups depend on the rank, and those are fixed once per device
 // when Program is constructed. Buffers are charged to the device's
-// rt::DeviceMemory and freed after their last use. Every kernel and collective
-// names the DSL line that caused it and the layout change it makes; the
-// statements match the per-device interpreter (codegen/execute.cpp) call for
-// call, except that elementwise chains are fused into one loop.
+// rt::DeviceMemory and freed after their last use; parameter shards persist,
+// and a training step ends by handing each updated parameter its new value.
+// Every kernel and collective names the DSL line that caused it and the
+// layout change it makes; the statements match the per-device interpreter
+// (codegen/execute.cpp) call for call, except that elementwise chains are
+// fused into one loop.
 //
 // The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
 // the program-specific parts.
@@ -24,6 +26,7 @@
 #include "runtime/init.h"
 #include "runtime/kernels.h"
 #include "runtime/memory.h"
+#include "runtime/philox.h"
 #include "runtime/tensor_collectives.h"
 
 namespace @SHARC_NAMESPACE@ {
@@ -86,6 +89,22 @@ const float* Program::parameter_shard(int rank, std::string_view path) const {
 size_t Program::parameter_shard_size(std::string_view path) const {
 @SHARC_PARAMETER_SHARD_SIZE@
   throw std::out_of_range("no parameter \"" + std::string(path) + "\" in this program");
+}
+
+void Program::set_parameter(std::string_view path, [[maybe_unused]] const float* global) {
+  parameter_shard_size(path);  // throws on an unknown path
+  for (auto& device : devices_) {
+    [[maybe_unused]] Device& dev = *device;
+@SHARC_SET_PARAMETER@
+  }
+}
+
+void Program::get_parameter(std::string_view path, [[maybe_unused]] float* global) const {
+  parameter_shard_size(path);  // throws on an unknown path
+  for (auto& device : devices_) {
+    [[maybe_unused]] const Device& dev = *device;
+@SHARC_GET_PARAMETER@
+  }
 }
 
 }  // namespace @SHARC_NAMESPACE@

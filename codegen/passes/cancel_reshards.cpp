@@ -16,9 +16,11 @@ ir::Graph cancel_reshards(const ir::Graph& g) {
     if (src.op == ir::Op::kAllGather && src.dim == n.dim && src.axes == n.axes)
       forward[id] = forward[src.args[0]];
   }
-  // Keep a node if an output or a kept node reads it (after forwarding).
+  // Keep a node if an output, a parameter update or a kept node reads it
+  // (after forwarding).
   std::vector<bool> live(count, false);
   for (auto& o : g.outputs) live[forward[o.value]] = true;
+  for (auto& u : g.updates) live[forward[u.value]] = true;
   for (int id = count - 1; id >= 0; --id) {
     if (!live[id] && g.nodes[id].op != ir::Op::kParameter && g.nodes[id].op != ir::Op::kInput) continue;
     live[id] = true;
@@ -31,9 +33,14 @@ ir::Graph cancel_reshards(const ir::Graph& g) {
     if (!live[id] || forward[id] != id) continue;
     ir::Node n = g.nodes[id];
     for (int& a : n.args) a = remap[forward[a]];
+    if (n.layout_of >= 0) n.layout_of = remap[n.layout_of];  // a parameter: always kept
     remap[id] = out.add(std::move(n));
   }
   for (auto& o : out.outputs) o.value = remap[forward[o.value]];
+  for (auto& u : out.updates) {
+    u.target = remap[u.target];
+    u.value = remap[forward[u.value]];
+  }
   return out;
 }
 

@@ -4,8 +4,9 @@
 // Ensures: no local_slice takes back exactly the block an all_gather just
 //   assembled (same dimension, same axes); such a pair is replaced by the
 //   all_gather's operand, and an all_gather left without users is removed
-//   (as is any other node no output depends on; parameters and inputs stay).
-//   Values, outputs and every other node are unchanged.
+//   (as is any other node no output or parameter update depends on;
+//   parameters and inputs stay). Values, outputs, updates and every other
+//   node are unchanged (node ids in updates and layout_of are renumbered).
 //
 // The pair appears when one op wants a value replicated on an axis (e.g. a
 // with_sharding_constraint) and its user wants it split on that axis again.

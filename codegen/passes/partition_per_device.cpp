@@ -317,12 +317,24 @@ class Partitioner {
     }
     // Axes the result uses cannot also split a contracting dimension; the
     // axes of S that come from contraction are produced by reduce-scatter.
+    // An axis an operand already holds on a batch or free dimension stays
+    // there: contracting over it would move that operand (an activation, in
+    // FSDP: batch and weights on one axis) and then reduce-scatter the result
+    // back, where gathering the other operand (the weight) keeps the layout.
+    auto held_on_kept_dim = [&](const std::string& a) {
+      for (const DimLink& l : links) {
+        if (l.result_dim < 0) continue;
+        const int v = l.arg == 0 ? lhs : rhs;
+        if (contains(sharding_of(v).dims[l.arg_dim], a)) return true;
+      }
+      return false;
+    };
     Sharding local = S;
     std::vector<std::string> used;
     for (auto& c : contract) {
       std::vector<std::string> ok;
       for (auto& a : c) {
-        if (contains(used, a)) continue;
+        if (contains(used, a) || held_on_kept_dim(a)) continue;
         bool at_end = true, in_s = false;
         for (auto& d : local.dims)
           if (contains(d, a)) {

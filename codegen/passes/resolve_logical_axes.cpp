@@ -2,6 +2,7 @@
 #include "codegen/passes/resolve_logical_axes.h"
 
 #include <algorithm>
+#include <set>
 
 namespace sharc {
 
@@ -34,8 +35,21 @@ std::string rules_str(const LogicalRules& rules) {
   return s + ")";
 }
 
-ir::Sharding resolve(const P& spec, const std::optional<LogicalRules>& rules, const ir::Shape& shape,
-                     const Mesh& mesh, const SrcLoc& loc, const std::string& subject) {
+// Rules skipped because their mesh axis is not in the mesh, noted once each.
+struct SkipLog {
+  std::vector<std::string>* log = nullptr;
+  std::set<std::string> seen;
+  void skipped(const LogicalRule& r, const Mesh& mesh) {
+    const std::string line = "logical rule ('" + r.logical + "', '" + *r.mesh_axis +
+                             "') skipped: the mesh " + mesh.str() + " has no axis '" +
+                             *r.mesh_axis + "'";
+    if (log && seen.insert(line).second) log->push_back(line);
+  }
+};
+
+ir::Sharding resolve(const P& spec, const std::optional<LogicalRules>& rules,
+                     const ir::Shape& shape, const Mesh& mesh, const SrcLoc& loc,
+                     const std::string& subject, SkipLog& skips) {
   if (spec.rank() != shape.size())
     user_error(loc, "spec " + spec.str() + " has " + std::to_string(spec.rank()) +
                         (spec.rank() == 1 ? " entry" : " entries") + " but " + subject + " has rank " +
@@ -74,7 +88,8 @@ ir::Sharding resolve(const P& spec, const std::optional<LogicalRules>& rules, co
   // 2. Flax semantics: rules in order of precedence, each taking the unresolved
   //    names it matches if its mesh axis is still free in the tensor (so an
   //    earlier rule wins across dimensions too); a rule to None replicates.
-  //    Names no rule could take stay replicated.
+  //    A rule to an axis the mesh lacks is skipped, so one rule set serves
+  //    several meshes. Names no rule could take stay replicated.
   auto is_free = [&](const std::string& axis) {
     for (const Slot& sl : slots)
       if (sl.done && sl.axis == axis) return false;
@@ -84,10 +99,10 @@ ir::Sharding resolve(const P& spec, const std::optional<LogicalRules>& rules, co
     for (const auto& r : *rules)
       for (Slot& sl : slots) {
         if (sl.done || sl.name != r.logical || (r.mesh_axis && !is_free(*r.mesh_axis))) continue;
-        if (r.mesh_axis && !mesh.has(*r.mesh_axis))
-          user_error(loc, "sharding rule maps '" + sl.name + "' to unknown mesh axis '" +
-                              *r.mesh_axis + "' in " + spec.str() + " for " + subject +
-                              " (mesh axes: " + mesh.names() + ")");
+        if (r.mesh_axis && !mesh.has(*r.mesh_axis)) {
+          skips.skipped(r, mesh);
+          continue;
+        }
         sl.axis = r.mesh_axis;
         sl.done = true;
       }
@@ -116,19 +131,22 @@ ir::Sharding resolve(const P& spec, const std::optional<LogicalRules>& rules, co
 
 }  // namespace
 
-ir::Graph resolve_logical_axes(ir::Graph g, const std::optional<LogicalRules>& program_rules) {
+ir::Graph resolve_logical_axes(ir::Graph g, const std::optional<LogicalRules>& program_rules,
+                               std::vector<std::string>* log) {
+  SkipLog skips{log, {}};
   for (size_t id = 0; id < g.nodes.size(); ++id) {
     ir::Node& n = g.nodes[id];
     if (!n.spec) continue;
     const auto& rules = n.rules ? n.rules : program_rules;
-    n.sharding = resolve(*n.spec, rules, n.shape, g.mesh, n.loc, what(g, n, static_cast<int>(id)));
+    n.sharding =
+        resolve(*n.spec, rules, n.shape, g.mesh, n.loc, what(g, n, static_cast<int>(id)), skips);
     n.fixed = true;
   }
   for (auto& o : g.outputs) {
     if (!o.spec) continue;
     const ir::Node& v = g.nodes[o.value];
     o.sharding = resolve(*o.spec, program_rules, v.shape, g.mesh, o.loc,
-                         "output '" + o.name + "' " + ir::shape_str(v.shape));
+                         "output '" + o.name + "' " + ir::shape_str(v.shape), skips);
   }
   return g;
 }

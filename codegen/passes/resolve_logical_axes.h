@@ -14,18 +14,23 @@
 // does not use that axis yet (directly named axes count as used), so with
 // (('features', 'a'), ('batch', 'a'), ('batch', 'b')) P('batch', 'features')
 // becomes [{"b"}, {"a"}]. A rule to None replicates, as does a name no rule
-// could take.
+// could take. A rule to a mesh axis the mesh does not have is skipped (and
+// noted in `log` when given), so one rule set serves several meshes.
 //
 //   before: %1 = parameter() "w2" init=lecun_normal() spec=P('hidden', 'embed') : f32[1024,1024]
 //   after:  %1 = parameter() "w2" ... : f32[1024,1024] [{"model"}, {}] fixed
 #pragma once
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "codegen/ir.h"
 
 namespace sharc {
 
-ir::Graph resolve_logical_axes(ir::Graph g, const std::optional<LogicalRules>& program_rules = std::nullopt);
+ir::Graph resolve_logical_axes(ir::Graph g,
+                               const std::optional<LogicalRules>& program_rules = std::nullopt,
+                               std::vector<std::string>* log = nullptr);
 
 }  // namespace sharc

@@ -177,18 +177,5 @@ TEST(LogicalErrors, NameWithNoRuleInProgramRules) {
                              "('embed', None))"));
 }
 
-TEST(LogicalErrors, RuleToUnknownMeshAxis) {
-  PipelineOptions options;
-  options.rules = LogicalRules{{"batch", "dp"}};
-  Traced t;
-  const int line = __LINE__ + 1;
-  Tensor x = t.b.input("x", {8, 16}, P("batch", None));
-  t.b.output("y", relu(x));
-  const std::string msg = error_at(line, [&] { lower(t.graph(), mesh_2x4(), options); });
-  EXPECT_THAT(msg, HasSubstr("sharding rule maps 'batch' to unknown mesh axis 'dp'"));
-  EXPECT_THAT(msg, HasSubstr("input 'x' f32[8,16]"));
-  EXPECT_THAT(msg, HasSubstr("(mesh axes: 'data', 'model')"));
-}
-
 }  // namespace
 }  // namespace sharc

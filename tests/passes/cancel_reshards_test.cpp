@@ -320,6 +320,49 @@ TEST(CancelReshards, UnusedValuesAreDroppedButSourcesStay) {
             "}\n");
 }
 
+// Training programs: a value read only by a parameter update is live, update
+// and layout_of ids follow the renumbering, and a round trip feeding an
+// update is cancelled like any other.
+TEST(CancelReshards, UpdatesKeepTheirValuesAndIdsFollowTheRenumbering) {
+  Graph g = base();
+  g.add(input({8, 8}, sh({{}, {}})));
+  g.add(unary(Op::kTanh, 0, g));  // %1: read by nothing, dropped
+  Node w;
+  w.op = Op::kParameter;
+  w.name = "w";
+  w.shape = {4, 8};
+  w.sharding = sh({{"a"}, {}});
+  const int wid = g.add(w);  // %2
+  w.name = "w_momentum";
+  w.layout_of = wid;
+  const int mid = g.add(w);                                            // %3
+  g.add(coll(Op::kAllGather, wid, {8, 8}, {"a"}, 0, sh({{}, {}})));    // %4
+  g.add(coll(Op::kLocalSlice, 4, {4, 8}, {"a"}, 0, sh({{"a"}, {}})));  // %5 = %2
+  g.add(unary(Op::kNeg, 5, g));                                        // %6
+  g.add(unary(Op::kExp, mid, g));                                      // %7
+  g.add(unary(Op::kNeg, 0, g));                                        // %8
+  add_output(g, "y", 8);
+  g.updates = {{wid, 6}, {mid, 7}};
+  const Graph out = cancelled(g);
+  EXPECT_EQ(ir::to_string(out),
+            "program @cancel mesh=<[\"a\"=2, \"b\"=4]> per-device {\n"
+            "  %0 = input() \"x\" : f32[8,8] [{}, {}]\n"
+            "  %1 = parameter() \"w\" init=zeros() : f32[4,8] [{\"a\"}, {}]\n"
+            "  %2 = parameter() \"w_momentum\" init=zeros() layout_of=%1 : f32[4,8] [{\"a\"}, {}]\n"
+            "  %3 = neg(%1) : f32[4,8] [{\"a\"}, {}]\n"
+            "  %4 = exp(%2) : f32[4,8] [{\"a\"}, {}]\n"
+            "  %5 = neg(%0) : f32[8,8] [{}, {}]\n"
+            "  return \"y\" %5 [{}, {}]\n"
+            "  update %1 = %3\n"
+            "  update %2 = %4\n"
+            "}\n");
+  HostValues state = x_values(g);
+  state["w"] = std::vector<double>(64, 0.5);
+  state["w_momentum"] = std::vector<double>(64, -0.25);
+  EXPECT_EQ(execute_partitioned(out, state, 0, &state).params,
+            execute_partitioned(g, state, 0, &state).params);
+}
+
 TEST(CancelReshards, NeedsAPartitionedGraph) {
   Graph g = base();
   g.partitioned = false;

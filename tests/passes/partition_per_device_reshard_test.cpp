@@ -33,7 +33,7 @@ struct Partitioned {
 Partitioned partition(const ProgramFn& fn, const std::string& mesh = "a=2,b=4") {
   Graph g = trace("reshard", fn);
   g.mesh = Mesh::parse(mesh);
-  g = propagate_shardings(resolve_logical_axes(std::move(g), g.rules));
+  g = propagate_shardings(resolve_logical_axes(std::move(g), std::optional<LogicalRules>(g.rules)));
   ir::verify(g);
   Graph local = partition_per_device(g);
   ir::verify(local);

@@ -24,7 +24,7 @@ Graph propagated(const ProgramFn& fn, const std::string& mesh = "a=2,b=4") {
   Graph g = trace("propagate", fn);
   g.mesh = Mesh::parse(mesh);
   ir::verify(g);
-  g = resolve_logical_axes(std::move(g), g.rules);
+  g = resolve_logical_axes(std::move(g), std::optional<LogicalRules>(g.rules));
   ir::verify(g);
   g = propagate_shardings(std::move(g));
   ir::verify(g);

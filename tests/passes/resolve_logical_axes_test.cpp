@@ -1,15 +1,17 @@
 // resolve_logical_axes alone, on traced programs: logical names resolve with
 // Flax's logical_to_mesh_axes semantics (rules in order of precedence; a rule
 // gives its mesh axis only while the tensor does not use it yet; a rule to
-// None replicates), mesh axis names without rules pass through, a node's own
-// rules replace the program's, outputs with a spec are resolved, and every
-// annotated node (and only those) comes out `fixed`.
+// None replicates; a rule to an axis the mesh lacks is skipped), mesh axis
+// names without rules pass through, a node's own rules replace the program's,
+// outputs with a spec are resolved, and every annotated node (and only those)
+// comes out `fixed`.
 #include "codegen/passes/resolve_logical_axes.h"
 
 #include <gtest/gtest.h>
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dsl/sharc.h"
 
@@ -86,6 +88,44 @@ TEST(ResolveLogicalAxes, RuleToNoneShadowsLaterRules) {
   const LogicalRules rules = {{"embed", std::nullopt}, {"embed", "a"}};
   EXPECT_EQ(input_sharding(P("embed", None), rules), R"([{}, {}])");
   EXPECT_EQ(input_sharding(P("embed", "embed"), rules), R"([{}, {}])");
+}
+
+// A rule to a mesh axis the mesh does not have is skipped, not an error (it
+// used to be "sharding rule maps 'batch' to unknown mesh axis 'dp'"), so one
+// rule set serves several meshes: the name's next rule applies, or it stays
+// replicated. Each skipped rule is noted once in the log.
+TEST(ResolveLogicalAxes, RuleToAbsentMeshAxisIsSkipped) {
+  EXPECT_EQ(input_sharding(P("batch", None), LogicalRules{{"batch", "dp"}}), "[{}, {}]");
+  EXPECT_EQ(input_sharding(P("batch", None), LogicalRules{{"batch", "dp"}, {"batch", "b"}}),
+            R"([{"b"}, {}])");
+  EXPECT_EQ(input_sharding(P("batch", "hidden"), LogicalRules{{"batch", "dp"}, {"hidden", "c"}}),
+            R"([{}, {"c"}])");
+  Graph g = trace("skip", [](ProgramBuilder& b) {
+    Tensor x = b.input("x", {8, 8}, P("batch", None));
+    b.output("y", with_sharding_constraint(relu(x), P("batch", None)));
+  });
+  g.mesh = mesh_abc();
+  std::vector<std::string> log;
+  g = resolve_logical_axes(std::move(g), LogicalRules{{"batch", "dp"}}, &log);
+  EXPECT_EQ(g.find("x", Op::kInput)->sharding->str(), "[{}, {}]");
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0], R"(logical rule ('batch', 'dp') skipped: the mesh <["a"=2, "b"=2, "c"=2]> )"
+                    R"(has no axis 'dp')");
+}
+
+// Skipping does not make an unknown name legal: a name with no rule at all
+// must still be a mesh axis.
+TEST(ResolveLogicalAxes, NameWithoutRuleIsStillAnErrorNextToSkippedRules) {
+  try {
+    input_sharding(P("batch", "embed"), LogicalRules{{"batch", "dp"}});
+    ADD_FAILURE() << "'embed' resolved though no rule names it and it is not a mesh axis";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logical axis name 'embed' in P('batch', 'embed') for "
+                                         "input 'x' f32[8,8] has no rule in sharding_rules "
+                                         "(('batch', 'dp')) and is not a mesh axis"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ResolveLogicalAxes, MeshAxisWithoutRulesPassesThrough) {

@@ -4,10 +4,12 @@
 // own rank: local shapes are the same everywhere, only block offsets and
 // collective groups depend on the rank, and those are fixed once per device
 // when Program is constructed. Buffers are charged to the device's
-// rt::DeviceMemory and freed after their last use. Every kernel and collective
-// names the DSL line that caused it and the layout change it makes; the
-// statements match the per-device interpreter (codegen/execute.cpp) call for
-// call, except that elementwise chains are fused into one loop.
+// rt::DeviceMemory and freed after their last use; parameter shards persist,
+// and a training step ends by handing each updated parameter its new value.
+// Every kernel and collective names the DSL line that caused it and the
+// layout change it makes; the statements match the per-device interpreter
+// (codegen/execute.cpp) call for call, except that elementwise chains are
+// fused into one loop.
 //
 // The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
 // the program-specific parts.
@@ -24,6 +26,7 @@
 #include "runtime/init.h"
 #include "runtime/kernels.h"
 #include "runtime/memory.h"
+#include "runtime/philox.h"
 #include "runtime/tensor_collectives.h"
 
 namespace sharc_gen::dot_relu_dot {
@@ -167,6 +170,36 @@ size_t Program::parameter_shard_size(std::string_view path) const {
   if (path == "dot1/kernel") return 262144;  // f32[1024,256]
   if (path == "w2") return 262144;  // f32[256,1024]
   throw std::out_of_range("no parameter \"" + std::string(path) + "\" in this program");
+}
+
+void Program::set_parameter(std::string_view path, [[maybe_unused]] const float* global) {
+  parameter_shard_size(path);  // throws on an unknown path
+  for (auto& device : devices_) {
+    [[maybe_unused]] Device& dev = *device;
+    if (path == "dot1/kernel") rt::strided_copy(global + dev.model_index * 256, {1024, 256}, {1024, 1}, dev.dot1_kernel.data());
+    if (path == "w2") rt::strided_copy(global + dev.model_index * 256 * 1024, {256, 1024}, {1024, 1}, dev.w2.data());
+  }
+}
+
+void Program::get_parameter(std::string_view path, [[maybe_unused]] float* global) const {
+  parameter_shard_size(path);  // throws on an unknown path
+  for (auto& device : devices_) {
+    [[maybe_unused]] const Device& dev = *device;
+    if (path == "dot1/kernel") {
+      // block f32[1024,256] [{}, {"model"}] of the global f32[1024,1024]; replicated over "data", so one copy writes it
+      if (dev.data_index == 0) {
+        for (int64_t i0 = 0; i0 < 1024; ++i0) {
+          std::copy_n(dev.dot1_kernel.data() + i0 * 256, 256, global + i0 * 1024 + dev.model_index * 256);
+        }
+      }
+    }  // "dot1/kernel"
+    if (path == "w2") {
+      // block f32[256,1024] [{"model"}, {}] of the global f32[1024,1024]; replicated over "data", so one copy writes it
+      if (dev.data_index == 0) {
+        std::copy_n(dev.w2.data(), 262144, global + dev.model_index * 256 * 1024);
+      }
+    }  // "w2"
+  }
 }
 
 }  // namespace sharc_gen::dot_relu_dot

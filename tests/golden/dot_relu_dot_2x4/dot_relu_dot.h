@@ -4,7 +4,8 @@
 // Program owns every simulated device's parameter shards; init() fills them
 // shard by shard on the devices themselves; forward() hands each device its
 // block of the global inputs, runs the per-device function on all of them,
-// and assembles the global outputs from their blocks. Shapes below are global
+// assembles the global outputs from their blocks and, in a training program,
+// gives every updated parameter its new value. Shapes below are global
 // and arrays row-major; a Spec lists, per dimension, the mesh axes it is split
 // over (major first), in the form rt::visualize_sharding takes.
 //
@@ -76,7 +77,20 @@ class Program {
   // Every device initialises its own parameter shards, in parallel; the values
   // depend on (seed, parameter path, global index) only, not on the mesh.
   void init(uint64_t seed);
+  // Runs the whole program once on every device. In a training program (one
+  // whose parameters have updates) that is one training step: the outputs
+  // are computed from the parameters as the call found them, and then every
+  // updated parameter (optimizer state included) takes its new value.
   void forward(const Inputs& in, Outputs& out);
+  // The same call, under the name a training loop reads best with.
+  void step(const Inputs& in, Outputs& out) { forward(in, out); }
+
+  // Whole parameters in and out (tests, checkpoints), as global row-major
+  // arrays: set_parameter hands every device its block, get_parameter
+  // assembles the array from the devices' blocks. Throw std::out_of_range on
+  // an unknown path.
+  void set_parameter(std::string_view path, const float* global);
+  void get_parameter(std::string_view path, float* global) const;
 
   // The shard of parameter `path` ("dot1/kernel") that device `rank` holds, and
   // its size in floats (the same on every device). Throw std::out_of_range on

@@ -1,0 +1,165 @@
+// train_step: micro-batching, gradients, clipping and optimizer updates as IR;
+// see train.h. Compiled into sharc_codegen because it calls autodiff.
+#include "dsl/train.h"
+
+#include <cmath>
+
+#include "codegen/autodiff.h"
+
+namespace sharc {
+
+namespace {
+
+// Micro-batch j of k of x (B, ...): examples j, j+k, ... as (B/k, ...).
+Tensor micro_batch(Tensor x, int k, int j, const SrcLoc& loc) {
+  if (k == 1) return x;
+  const ir::Shape s = x.shape();
+  ir::Shape split = s, out = s;
+  split[0] = out[0] = s[0] / k;
+  split.insert(split.begin() + 1, k);
+  return reshape(slice(reshape(x, split, loc), 1, j, 1, loc), out, loc);
+}
+
+Tensor scalar(double v, const SrcLoc& loc) { return full({}, v, loc); }
+
+// A persistent zeros-initialised Parameter laid out like `like`.
+Tensor state_like(Tracer& t, const std::string& path, const ir::Node& like, int like_id, const SrcLoc& loc) {
+  ir::Node n;
+  n.op = ir::Op::kParameter;
+  n.name = path;
+  n.shape = like.shape;
+  n.loc = loc;
+  n.init = zeros();
+  n.layout_of = like_id;
+  return t.add(std::move(n));
+}
+
+Tensor learning_rate(const Schedule& s, Tensor step, const SrcLoc& loc) {
+  if (s.kind == Schedule::Kind::kConstant) return scalar(s.peak, loc);
+  const double warmup = static_cast<double>(std::max<int64_t>(s.warmup_steps, 1));
+  Tensor linear = mul(step, s.peak / warmup, loc);
+  const double span = static_cast<double>(std::max<int64_t>(s.decay_steps - s.warmup_steps, 1));
+  Tensor frac = minimum(mul(add(step, -static_cast<double>(s.warmup_steps), loc), 1.0 / span, loc),
+                        scalar(1.0, loc), loc);
+  Tensor cosine = add(mul(add(cos(mul(frac, M_PI, loc), loc), 1.0, loc), 0.5 * (s.peak - s.end), loc), s.end, loc);
+  // in_warmup = 1 while step < warmup_steps.
+  Tensor in_warmup = greater(scalar(static_cast<double>(s.warmup_steps), loc), step, loc);
+  return add(mul(in_warmup, linear, loc), mul(sub(scalar(1.0, loc), in_warmup, loc), cosine, loc), loc);
+}
+
+Tensor tensor_of(Tracer& t, int id) { return Tensor(&t, id); }
+
+}  // namespace
+
+void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossFn& loss_fn,
+                const Optimizer& opt, const TrainOptions& o, SrcLoc loc) {
+  Tracer& t = Tracer::current(loc);
+  ir::Graph& g = t.graph();
+  const int k = o.accumulate_steps;
+  if (k < 1) user_error(loc, "train_step: accumulate_steps must be at least 1, got " + std::to_string(k));
+  if (batch.empty()) user_error(loc, "train_step: the batch has no tensors");
+  for (const Tensor& x : batch) {
+    if (x.rank() == 0) user_error(loc, "train_step: batch tensor " + x.describe() + " has no batch dimension");
+    if (x.dim(0) % k != 0)
+      user_error(loc, "train_step: batch dimension of " + x.describe() + " does not divide into " +
+                          std::to_string(k) + " micro-batches");
+  }
+  // Every parameter traced so far is trained.
+  std::vector<int> params;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == ir::Op::kParameter && g.nodes[i].layout_of < 0) params.push_back(static_cast<int>(i));
+  if (params.empty()) user_error(loc, "train_step: the program has no parameters to train");
+
+  // Forward and backward per micro-batch; gradients summed, then averaged.
+  std::vector<Tensor> grads(params.size());
+  Tensor loss_sum;
+  for (int j = 0; j < k; ++j) {
+    std::vector<Tensor> mb;
+    for (const Tensor& x : batch) mb.push_back(micro_batch(x, k, j, loc));
+    Tensor loss = loss_fn(mb);
+    if (!loss.valid()) user_error(loc, "train_step: the loss function returned an empty tensor");
+    if (loss.rank() != 0)
+      user_error(loc, "train_step: the loss must be a scalar, got " + loss.describe());
+    std::vector<int> gid = append_gradients(g, loss.id(), params, loc);
+    for (size_t p = 0; p < params.size(); ++p) {
+      Tensor gp = tensor_of(t, gid[p]);
+      grads[p] = j == 0 ? gp : add(grads[p], gp, loc);
+    }
+    loss_sum = j == 0 ? loss : add(loss_sum, loss, loc);
+  }
+  if (k > 1) {
+    for (auto& gp : grads) gp = mul(gp, 1.0 / k, loc);
+    loss_sum = mul(loss_sum, 1.0 / k, loc);
+  }
+
+  // Global norm and clipping (optax.clip_by_global_norm).
+  Tensor sq;
+  for (size_t p = 0; p < params.size(); ++p) {
+    const Tensor& gp = grads[p];
+    std::vector<int> all;
+    for (int d = 0; d < static_cast<int>(gp.rank()); ++d) all.push_back(d);
+    Tensor s = all.empty() ? mul(gp, gp, loc) : sum(mul(gp, gp, loc), all, false, loc);
+    sq = p == 0 ? s : add(sq, s, loc);
+  }
+  Tensor norm = sqrt(sq, loc);
+  if (o.clip_global_norm) {
+    if (*o.clip_global_norm <= 0) user_error(loc, "train_step: clip_global_norm must be positive");
+    Tensor factor = minimum(scalar(1.0, loc),
+                            div(scalar(*o.clip_global_norm, loc), maximum(norm, scalar(1e-30, loc), loc), loc), loc);
+    for (auto& gp : grads) gp = mul(gp, factor, loc);
+  }
+
+  // Step count and learning rate.
+  const ir::Node* existing = g.find("opt/step", ir::Op::kParameter);
+  if (existing) user_error(loc, "train_step: called twice in one program");
+  ir::Node step_node;
+  step_node.op = ir::Op::kParameter;
+  step_node.name = "opt/step";
+  step_node.loc = loc;
+  step_node.init = zeros();
+  Tensor step = t.add(std::move(step_node));
+  Tensor lr = learning_rate(opt.lr, step, loc);
+  Tensor count = add(step, 1.0, loc);  // t in Adam's bias correction
+
+  for (size_t p = 0; p < params.size(); ++p) {
+    const int pid = params[p];
+    const ir::Node pn = g.nodes[pid];  // copy: the node list grows below
+    Tensor w = tensor_of(t, pid);
+    Tensor gp = grads[p];
+    Tensor update;  // the step to subtract from w, before lr
+    if (opt.kind == Optimizer::Kind::kSgd) {
+      if (opt.momentum != 0.0) {
+        Tensor trace = state_like(t, "opt/trace/" + pn.name, pn, pid, loc);
+        Tensor new_trace = add(gp, mul(trace, opt.momentum, loc), loc);
+        g.updates.push_back({trace.id(), new_trace.id()});
+        update = new_trace;
+      } else {
+        update = gp;
+      }
+    } else {
+      Tensor m = state_like(t, "opt/m/" + pn.name, pn, pid, loc);
+      Tensor v = state_like(t, "opt/v/" + pn.name, pn, pid, loc);
+      Tensor new_m = add(mul(m, opt.b1, loc), mul(gp, 1.0 - opt.b1, loc), loc);
+      Tensor new_v = add(mul(v, opt.b2, loc), mul(mul(gp, gp, loc), 1.0 - opt.b2, loc), loc);
+      g.updates.push_back({m.id(), new_m.id()});
+      g.updates.push_back({v.id(), new_v.id()});
+      // 1 - b^t = 1 - exp(t ln b).
+      Tensor bc1 = sub(scalar(1.0, loc), exp(mul(count, std::log(opt.b1), loc), loc), loc);
+      Tensor bc2 = sub(scalar(1.0, loc), exp(mul(count, std::log(opt.b2), loc), loc), loc);
+      Tensor mhat = div(new_m, bc1, loc);
+      Tensor vhat = div(new_v, bc2, loc);
+      update = div(mhat, add(sqrt(vhat, loc), opt.eps, loc), loc);
+      if (opt.kind == Optimizer::Kind::kAdamW && opt.weight_decay != 0.0)
+        update = add(update, mul(w, opt.weight_decay, loc), loc);
+    }
+    Tensor new_w = sub(w, mul(update, lr, loc), loc);
+    g.updates.push_back({pid, new_w.id()});
+  }
+  g.updates.push_back({step.id(), count.id()});
+
+  b.output("loss", loss_sum, std::nullopt, loc);
+  b.output("grad_norm", norm, std::nullopt, loc);
+  b.output("lr", lr, std::nullopt, loc);
+}
+
+}  // namespace sharc

@@ -1,0 +1,89 @@
+// Training steps in the DSL: optimizers and learning-rate schedules as IR,
+// and train_step(), which traces forward, loss, reverse-mode gradients
+// (codegen/autodiff.h), global-norm clipping and the optimizer update into the
+// program being built. The result is one program whose every call is one
+// training step: parameters and optimizer state are persistent Parameters
+// updated in place (ir::Graph::updates), metrics are outputs. Optimizer state
+// is created per parameter with layout_of set, so it is laid out like its
+// parameter on every mesh (sharded with it under FSDP).
+//
+// Semantics follow optax: sgd (trace = g + momentum * trace; p -= lr * trace),
+// adam (bias-corrected, eps outside the sqrt), adamw (decoupled weight decay
+// applied to all parameters and scaled by lr), clip_by_global_norm, and
+// warmup_cosine_decay_schedule with init_value 0, all evaluated at the step
+// count before the update (the first step uses schedule(0)).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "dsl/program.h"
+
+namespace sharc {
+
+struct Schedule {
+  enum class Kind { kConstant, kWarmupCosine } kind = Kind::kConstant;
+  double peak = 1e-3;        // the constant value, or the peak after warmup
+  int64_t warmup_steps = 0;  // linear 0 -> peak over [0, warmup_steps)
+  int64_t decay_steps = 1;   // cosine peak -> end over [warmup_steps, decay_steps)
+  double end = 0.0;
+
+  static Schedule constant(double lr) { return {Kind::kConstant, lr, 0, 1, lr}; }
+  static Schedule warmup_cosine(double peak, int64_t warmup_steps, int64_t decay_steps, double end = 0.0) {
+    return {Kind::kWarmupCosine, peak, warmup_steps, decay_steps, end};
+  }
+};
+
+struct Optimizer {
+  enum class Kind { kSgd, kAdam, kAdamW } kind = Kind::kAdam;
+  Schedule lr = Schedule::constant(1e-3);
+  double momentum = 0.0;  // sgd
+  double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;  // adamw
+};
+
+inline Optimizer sgd(Schedule lr, double momentum = 0.0) {
+  Optimizer o;
+  o.kind = Optimizer::Kind::kSgd;
+  o.lr = lr;
+  o.momentum = momentum;
+  return o;
+}
+inline Optimizer adam(Schedule lr, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8) {
+  Optimizer o;
+  o.kind = Optimizer::Kind::kAdam;
+  o.lr = lr;
+  o.b1 = b1;
+  o.b2 = b2;
+  o.eps = eps;
+  return o;
+}
+inline Optimizer adamw(Schedule lr, double weight_decay = 1e-4, double b1 = 0.9, double b2 = 0.999,
+                       double eps = 1e-8) {
+  Optimizer o = adam(lr, b1, b2, eps);
+  o.kind = Optimizer::Kind::kAdamW;
+  o.weight_decay = weight_decay;
+  return o;
+}
+
+struct TrainOptions {
+  std::optional<double> clip_global_norm;  // optax.clip_by_global_norm(max_norm)
+  int accumulate_steps = 1;                // micro-batches per step (gradients averaged)
+};
+
+// The loss of one micro-batch: receives the micro-batch slices of `batch`, in
+// order, and returns a scalar.
+using LossFn = std::function<Tensor(const std::vector<Tensor>& micro_batch)>;
+
+// Traces one training step over every parameter created so far: for each of
+// the accumulate_steps micro-batches (micro-batch j holds examples j, j+k,
+// j+2k, ... of the batch, so a batch sharded over devices stays local), the
+// loss and its gradients; then clipping and the optimizer update. Adds the
+// outputs "loss" (mean over micro-batches), "grad_norm" (global norm before
+// clipping) and "lr" (the learning rate used).
+void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossFn& loss_fn,
+                const Optimizer& optimizer, const TrainOptions& options = {},
+                SrcLoc loc = Here::current());
+
+}  // namespace sharc

@@ -1,0 +1,94 @@
+// DistJax's SimpleClassifier in the sharc DSL: dense layers of width 512 with
+// ReLU, trained with softmax cross-entropy. The model names its dimensions
+// with logical axes only ("batch", "embed", "hidden", "classes"); the strategy
+// (data parallel, FSDP, tensor parallel, or a mix) comes from the mesh alone,
+// through kLogicalRules and kShardingRules below, exactly as Scalax does it:
+//
+//   --mesh data=8        data parallel: batch on 'data', weights replicated
+//   --mesh fsdp=8        FSDP / ZeRO-3: batch and every large weight on 'fsdp'
+//   --mesh model=8       tensor parallel: 'hidden' on 'model' (Megatron MLP)
+//   --mesh data=4,model=2 / fsdp=4,model=2   the mixes
+//
+// Rules that name an axis the mesh lacks are inactive on that mesh.
+#pragma once
+
+#include "dsl/sharc.h"
+#include "dsl/train.h"
+
+namespace mlp_classifier {
+
+using namespace sharc;
+
+struct Config {
+  int64_t features = 784;  // 28x28 Fashion-MNIST images
+  int64_t hidden = 512;
+  int64_t classes = 10;
+  int64_t batch = 128;
+};
+
+inline const LogicalRules kLogicalRules = {
+    {"batch", "data"}, {"batch", "fsdp"}, {"hidden", "model"}, {"embed", std::nullopt}, {"classes", std::nullopt}};
+
+// FSDP shards every weight of at least 1024 elements (Scalax's default of
+// 2^20 would leave this small model replicated); biases stay replicated.
+inline ShardingRules sharding_rules() { return {FSDPRule("fsdp", 1024)}; }
+
+struct MLP : Module {
+  Linear dense1, dense2, dense3;
+  MLP(Scope s, const Config& c)
+      : dense1(s / "dense1", c.features, c.hidden,
+               {.kernel_init = with_partitioning(lecun_normal(), P("embed", "hidden")),
+                .bias_init = with_partitioning(zeros(), P("hidden"))}),
+        dense2(s / "dense2", c.hidden, c.hidden,
+               {.kernel_init = with_partitioning(lecun_normal(), P("hidden", "embed")),
+                .bias_init = with_partitioning(zeros(), P("embed"))}),
+        dense3(s / "dense3", c.hidden, c.classes,
+               {.kernel_init = with_partitioning(lecun_normal(), P("embed", "classes")),
+                .bias_init = with_partitioning(zeros(), P("classes"))}) {}
+
+  Tensor operator()(Tensor x) const {
+    x = relu(dense1(x));
+    x = relu(dense2(x));
+    return dense3(x);
+  }
+};
+
+// Fraction of rows whose largest logit is the label's.
+inline Tensor accuracy(Tensor logits, Tensor labels) {
+  Tensor best = equal(logits, max(logits, {-1}, /*keepdims=*/true));
+  Tensor hit = sum(mul(best, one_hot(labels, logits.dim(-1))), {-1});
+  return mean(minimum(hit, full({}, 1.0)), {0});
+}
+
+// One AdamW training step on a batch of images and labels. Outputs: loss,
+// grad_norm, lr, accuracy (of this batch, before the update).
+inline void build_train(ProgramBuilder& b, const Config& c, const Optimizer& opt, const TrainOptions& o = {}) {
+  b.set_logical_rules(kLogicalRules);
+  b.set_sharding_rules(sharding_rules());
+  MLP model(b.scope(), c);
+  Tensor images = b.input("images", {c.batch, c.features}, P("batch", None));
+  Tensor labels = b.input("labels", {c.batch}, P("batch"));
+  bool first = true;
+  train_step(
+      b, {images, labels},
+      [&](const std::vector<Tensor>& mb) {
+        Tensor logits = model(mb[0]);
+        if (first) b.output("accuracy", accuracy(logits, mb[1]));
+        first = false;
+        return softmax_cross_entropy(logits, mb[1]);
+      },
+      opt, o);
+}
+
+// Evaluation: logits for a batch (the parameters are copied in from training).
+inline void build_eval(ProgramBuilder& b, const Config& c) {
+  b.set_logical_rules(kLogicalRules);
+  b.set_sharding_rules(sharding_rules());
+  MLP model(b.scope(), c);
+  Tensor images = b.input("images", {c.batch, c.features}, P("batch", None));
+  b.output("logits", model(images));
+}
+
+inline Optimizer default_optimizer() { return adamw(Schedule::warmup_cosine(2e-3, 20, 400, 1e-4), 1e-4); }
+
+}  // namespace mlp_classifier
