@@ -4,6 +4,7 @@
 //  - propagate_shardings needs the fixed (user) shardings as seeds;
 //  - partition_per_device needs a sharding on every node;
 //  - cancel_reshards cleans up after partition_per_device;
+//  - combine_reductions merges summed collectives (gradient accumulation);
 //  - bucket_all_reduces groups the gradient all-reduces that remain.
 #include "codegen/pipeline.h"
 
@@ -13,6 +14,7 @@
 #include "codegen/passes/apply_sharding_rules.h"
 #include "codegen/passes/bucket_all_reduces.h"
 #include "codegen/passes/cancel_reshards.h"
+#include "codegen/passes/combine_reductions.h"
 #include "codegen/passes/partition_per_device.h"
 #include "codegen/passes/propagate_shardings.h"
 #include "codegen/passes/resolve_logical_axes.h"
@@ -64,6 +66,8 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   stage("after_partition_per_device", local);
   local = cancel_reshards(local);  // after partitioning: it only sees collectives
   stage("after_cancel_reshards", local);
+  local = combine_reductions(local);  // before bucketing: fewer, larger collectives
+  stage("after_combine_reductions", local);
   local = bucket_all_reduces(local);  // last: it only reorders and groups
   stage("after_bucket_all_reduces", local);
   ir::verify(local);

@@ -1,0 +1,99 @@
+// combine_reductions: add(C(a), C(b)) -> C(add(a, b)); see the header.
+#include "codegen/passes/combine_reductions.h"
+
+#include <algorithm>
+
+namespace sharc {
+
+namespace {
+
+bool is_sum_collective(const ir::Node& n) {
+  return (n.op == ir::Op::kAllReduce || n.op == ir::Op::kReduceScatter) && n.reduce == ir::ReduceKind::kSum;
+}
+
+bool same_collective(const ir::Node& a, const ir::Node& b) {
+  return a.op == b.op && a.axes == b.axes && a.dim == b.dim && a.reduce == b.reduce;
+}
+
+}  // namespace
+
+ir::Graph combine_reductions(const ir::Graph& g) {
+  if (!g.partitioned) internal_error("combine_reductions needs a partitioned graph");
+  const int count = static_cast<int>(g.nodes.size());
+  // Users in the input graph; a combined collective keeps its add's users.
+  std::vector<int> uses(count, 0);
+  for (auto& n : g.nodes)
+    for (int a : n.args) ++uses[a];
+  for (auto& o : g.outputs) ++uses[o.value];
+  for (auto& u : g.updates) ++uses[u.value];
+
+  ir::Graph out = g;
+  out.nodes.clear();
+  std::vector<int> remap(count, -1);
+  std::vector<int> out_uses;  // uses in the input graph of the node each output node stands for
+  std::vector<bool> dead;     // output nodes made unused by a combination
+  for (int id = 0; id < count; ++id) {
+    ir::Node n = g.nodes[id];
+    for (int& a : n.args) a = remap[a];
+    if (n.layout_of >= 0) n.layout_of = remap[n.layout_of];
+    if (n.op == ir::Op::kAdd && n.args[0] != n.args[1]) {
+      const int a = n.args[0], b = n.args[1];
+      const ir::Node &ca = out.nodes[a], &cb = out.nodes[b];
+      if (is_sum_collective(ca) && same_collective(ca, cb) && out_uses[a] == 1 && out_uses[b] == 1 &&
+          out.nodes[ca.args[0]].shape == out.nodes[cb.args[0]].shape) {
+        // add of the two partial operands, then one collective.
+        ir::Node sum = n;
+        sum.args = {ca.args[0], cb.args[0]};
+        sum.shape = out.nodes[ca.args[0]].shape;
+        sum.sharding = out.nodes[ca.args[0]].sharding;
+        sum.backward = n.backward || ca.backward;
+        ir::Node coll = ca;
+        coll.backward = ca.backward || cb.backward;
+        dead[a] = dead[b] = true;
+        const int s = out.add(std::move(sum));
+        out_uses.push_back(1);
+        dead.push_back(false);
+        coll.args = {s};
+        coll.shape = n.shape;
+        coll.sharding = n.sharding;
+        coll.name = n.name;
+        coll.loc = n.loc;
+        remap[id] = out.add(std::move(coll));
+        out_uses.push_back(uses[id]);
+        dead.push_back(false);
+        continue;
+      }
+    }
+    remap[id] = out.add(std::move(n));
+    out_uses.push_back(uses[id]);
+    dead.push_back(false);
+  }
+  for (auto& o : out.outputs) o.value = remap[o.value];
+  for (auto& u : out.updates) {
+    u.value = remap[u.value];
+    u.target = remap[u.target];
+  }
+  // Drop the collectives the combinations replaced.
+  if (std::find(dead.begin(), dead.end(), true) == dead.end()) return out;
+  ir::Graph packed = out;
+  packed.nodes.clear();
+  std::vector<int> pack(out.nodes.size(), -1);
+  for (size_t i = 0; i < out.nodes.size(); ++i) {
+    if (dead[i]) continue;
+    ir::Node n = out.nodes[i];
+    for (int& a : n.args) {
+      if (pack[a] < 0) internal_error("combine_reductions dropped a live collective");
+      a = pack[a];
+    }
+    if (n.layout_of >= 0) n.layout_of = pack[n.layout_of];
+    pack[i] = packed.add(std::move(n));
+  }
+  for (auto& o : packed.outputs) o.value = pack[o.value];
+  for (auto& u : packed.updates) {
+    u.value = pack[u.value];
+    u.target = pack[u.target];
+  }
+  return packed;
+}
+
+}  // namespace sharc
