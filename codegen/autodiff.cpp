@@ -380,6 +380,7 @@ class Sweep {
       case Op::kAllReduce:
       case Op::kAllToAll:
       case Op::kLocalSlice:
+      case Op::kRingDot:
         internal_error(std::string("autodiff met ") + ir::op_name(n.op) +
                        " in a global program at " + ir::node_str(g_, id));
     }

@@ -16,6 +16,7 @@
 
 #include "codegen/execute.h"
 #include "codegen/interpret.h"
+#include "codegen/ring_plan.h"
 
 namespace sharc {
 
@@ -302,7 +303,7 @@ class CpuEmitter {
 
   // Collectives and local slices run over a Group of the listed axes.
   static bool needs_group(const Node& v) {
-    return ir::is_collective(v.op) || v.op == Op::kLocalSlice;
+    return ir::is_collective(v.op) || v.op == Op::kLocalSlice || v.op == Op::kRingDot;
   }
 
   // ---- small spellings ----------------------------------------------------
@@ -773,8 +774,17 @@ class CpuEmitter {
   void emit_dot(CodeWriter& w, const Stmt& s) {
     const Node& v = g_[s.node];
     const int l = v.args[0], r = v.args[1];
-    const Shape &ls = g_[l].shape, &rs = g_[r].shape;
-    const ir::DotDims& d = v.dot;
+    w.line(describe(v, s.reads, "dot " + ir::dot_dims_str(v.dot)));
+    w.line(declare(s.node));
+    emit_local_dot(w, v.dot, g_[l].shape, ptr(l), g_[r].shape, ptr(r), ptr(s.node), var_[s.node]);
+  }
+
+  // The statements of local_dot() in execute.cpp on operands of shapes ls, rs
+  // at the pointer expressions lp, rp, writing out_expr; transposed copies
+  // are named after `stem` and freed after the GEMM.
+  void emit_local_dot(CodeWriter& w, const ir::DotDims& d, const Shape& ls, std::string lp,
+                      const Shape& rs, std::string rp, const std::string& out_expr,
+                      const std::string& stem) {
     auto in = [](const std::vector<int>& xs, int x) {
       return std::find(xs.begin(), xs.end(), x) != xs.end();
     };
@@ -792,28 +802,228 @@ class CpuEmitter {
         if (p[i] != static_cast<int>(i)) return false;
       return true;
     };
-    w.line(describe(v, s.reads, "dot " + ir::dot_dims_str(d)));
-    w.line(declare(s.node));
-    std::string lp = ptr(l), rp = ptr(r);
     std::vector<std::string> temps;
-    auto transposed = [&](int x, const std::vector<int>& perm, const std::string& role) {
-      const std::string t = locals_.user(var_[s.node] + "_" + role);
+    auto transposed = [&](const Shape& shape, const std::string& x, const std::vector<int>& perm,
+                          const std::string& role) {
+      const std::string t = locals_.user(stem + "_" + role);
       Shape moved;
-      for (int p : perm) moved.push_back(g_[x].shape[p]);
-      w.line("rt::Buffer " + t + "(" + std::to_string(ir::num_elements(g_[x].shape)) +
-             ", &mem);  // " + ir::shape_str(moved) + ": " + role + " as " +
+      for (int p : perm) moved.push_back(shape[p]);
+      w.line("rt::Buffer " + t + "(" + std::to_string(ir::num_elements(shape)) + ", &mem);  // " +
+             ir::shape_str(moved) + ": " + role + " as " +
              (role == "lhs" ? "(batch, free, contract)" : "(batch, contract, free)"));
-      w.line("rt::transpose(" + ptr(x) + ", " + braced(g_[x].shape) + ", " + braced(perm) + ", " +
-             t + ".data());");
+      w.line("rt::transpose(" + x + ", " + braced(shape) + ", " + braced(perm) + ", " + t +
+             ".data());");
       temps.push_back(t);
       return t + ".data()";
     };
-    if (!identity(lperm)) lp = transposed(l, lperm, "lhs");
-    if (!identity(rperm)) rp = transposed(r, rperm, "rhs");
+    if (!identity(lperm)) lp = transposed(ls, lp, lperm, "lhs");
+    if (!identity(rperm)) rp = transposed(rs, rp, rperm, "rhs");
     w.line("rt::gemm(/*batch=*/" + std::to_string(B) + ", /*M=*/" + std::to_string(M) + ", /*N=*/" +
            std::to_string(N) + ", /*K=*/" + std::to_string(K) + ",");
-    w.line("         " + lp + ", false, " + rp + ", false, " + ptr(s.node) + ");");
+    w.line("         " + lp + ", false, " + rp + ", false, " + out_expr + ");");
     for (auto& t : temps) w.line(t + " = rt::Buffer();");
+  }
+
+  // A RingDot exactly as execute.cpp's ring_dot() runs it (ring_plan()
+  // decides the shapes): one loop over the ring's steps; in each, the
+  // ppermutes start before the GEMMs and are waited for after them. Half 0
+  // of every block travels right (to p + 1), half 1 (bidirectional) left.
+  void emit_ring_dot(CodeWriter& w, const Stmt& s) {
+    const Node& v = g_[s.node];
+    const int id = s.node;
+    const RingPlan plan = ring_plan(v, g_[v.args[0]].shape, g_[v.args[1]].shape,
+                                    static_cast<int>(mesh_.size(v.axes)));
+    const int H = plan.halves;
+    const std::string n = std::to_string(plan.n);
+    const std::string axis = v.axes[0];
+    const char* role[2] = {"lhs", "rhs"};
+    std::string what = "ring_dot " + ir::dot_dims_str(v.dot) + " ";
+    what += plan.gather ? std::string("gather=") + role[plan.moving] : std::string("scatter");
+    what += " dim=" + std::to_string(v.dim) + " over (" + axis + "), " +
+            ir::ring_direction_name(v.ring.direction);
+    w.line(describe(v, s.reads, what));
+    w.line(declare(id));
+    w.open("");
+    const std::string grp = group(v);
+    const std::string p = locals_.user("p"), k = locals_.user("k");
+    const std::string piece = std::to_string(plan.step_result_count());
+    const std::string operand[2] = {ptr(v.args[0]), ptr(v.args[1])};
+    if (plan.gather) {
+      w.line("// " + std::string(role[plan.moving]) + " is gathered along dim " +
+             std::to_string(v.dim) + " over \"" + axis +
+             "\" by passing its blocks around the ring of " + n + ":");
+      w.line("// at step k this device multiplies the block it holds while the block travels on.");
+    } else {
+      w.line("// The result is reduce-scattered along dim " + std::to_string(v.dim) + " over \"" +
+             axis + "\" around the ring of " + n + ": at step k this");
+      w.line("// device adds its partial of a block to the sum arriving for it, and passes it on.");
+    }
+    w.line("const int " + p + " = " + grp + ".position;  // this device's place in the ring");
+    std::string perm[2];
+    perm[0] = locals_.user("to_right");
+    w.line("const rt::Permutation " + perm[0] + " = rt::ring_shift(" + n + ", +1);  // send to " +
+           p + " + 1, receive from " + p + " - 1");
+    if (H == 2) {
+      perm[1] = locals_.user("to_left");
+      w.line("const rt::Permutation " + perm[1] + " = rt::ring_shift(" + n + ", -1);  // send to " +
+             p + " - 1, receive from " + p + " + 1");
+    }
+    // The sliced operand's piece for piece index `i`: a pointer, or a copy.
+    std::string slice_buf;
+    if (plan.sliced >= 0 && !plan.slice_contiguous) {
+      slice_buf = locals_.user(std::string(role[plan.sliced]) + "_piece");
+      w.line("rt::Buffer " + slice_buf + "(" +
+             std::to_string(plan.step_operand_count(plan.sliced)) + ", &mem);  // " +
+             ir::shape_str(plan.step_operand[plan.sliced]) + ": a piece of " + role[plan.sliced]);
+    }
+    auto sliced_piece = [&](const std::string& i) {
+      const std::string x = operand[plan.sliced];
+      if (plan.slice_contiguous)
+        return x + " + " + (H == 1 ? i : "(" + i + ")") + " * " +
+               std::to_string(plan.step_operand_count(plan.sliced));
+      w.line("rt::slice_block(" + x + ", " + braced(plan.operand[plan.sliced]) + ", /*dim=*/" +
+             std::to_string(plan.slice_dim) + ", " + std::to_string(plan.pieces()) + ", " + i +
+             ", " + slice_buf + ".data());");
+      return slice_buf + ".data()";
+    };
+    std::string piece_buf;
+    if (plan.gather && !plan.out_contiguous) {
+      piece_buf = locals_.user("result_piece");
+      w.line("rt::Buffer " + piece_buf + "(" + piece + ", &mem);  // " +
+             ir::shape_str(plan.step_result) + ": one step's piece of the result");
+    }
+    // "b0" at half 0, "b1 * 2 + 1" at half 1: the piece index of block b.
+    auto piece_index = [&](const std::string& b, int h) {
+      return H == 1 ? b : b + " * 2" + (h ? " + 1" : "");
+    };
+    // Names of the halves' variables: cur0, cur1; just cur one way.
+    auto suffix = [&](int h) { return H == 2 ? std::to_string(h) : std::string(); };
+    const char* way[2] = {"right", "left"};
+    std::vector<std::string> blk(H), recv(H);
+    for (int h = 0; h < H; ++h) recv[h] = locals_.user("recv" + suffix(h));
+
+    if (plan.gather) {
+      const int m = plan.moving;
+      const std::string count = std::to_string(plan.step_operand_count(m));
+      std::vector<std::string> cur(H), next(H);
+      for (int h = 0; h < H; ++h) {
+        cur[h] = locals_.user("cur" + suffix(h));
+        next[h] = locals_.user("next" + suffix(h));
+        w.line("rt::Buffer " + cur[h] + "(" + count + ", &mem), " + next[h] + "(" + count +
+               ", &mem);  // " + ir::shape_str(plan.step_operand[m]) + ": the " + role[m] +
+               " piece held / arriving" +
+               (H == 2 ? std::string(", half ") + std::to_string(h) + " (travels " + way[h] + ")"
+                       : ""));
+        if (H == 1)
+          w.line("rt::copy(" + operand[m] + ", " + cur[h] + ".data(), " + count +
+                 ");  // this device's block");
+        else
+          w.line("rt::slice_block(" + operand[m] + ", " + braced(plan.operand[m]) + ", /*dim=*/" +
+                 std::to_string(plan.move_dim) + ", 2, " + std::to_string(h) + ", " + cur[h] +
+                 ".data());  // half " + std::to_string(h) + " of this device's block");
+      }
+      w.open("for (int " + k + " = 0; " + k + " < " + n + "; ++" + k + ")");
+      for (int h = 0; h < H; ++h) {
+        blk[h] = locals_.user("b" + suffix(h));
+        const std::string expr = h == 0 ? "(" + p + " - " + k + " + " + n + ") % " + n
+                                        : "(" + p + " + " + k + ") % " + n;
+        w.line("const int " + blk[h] + " = " + expr + ";  // block held" +
+               (H == 2 ? " by half " + std::to_string(h) : "") + ": device " + blk[h] +
+               "'s, passed along from the " + way[1 - h]);
+      }
+      w.line("rt::PendingRecv " + join(recv, ", ") + ";");
+      w.open("if (" + k + " + 1 < " + n + ")");
+      w.line("// the last step sends nothing: n - 1 transfers, the all_gather's bytes");
+      for (int h = 0; h < H; ++h)
+        w.line(recv[h] + " = comm.ppermute_start(" + cur[h] + ".data(), " + next[h] + ".data(), " +
+               count + ", " + grp + ", " + perm[h] + ");  // block " + blk[h] + " on to the " +
+               way[h]);
+      w.close();
+      for (int h = 0; h < H; ++h) {
+        const std::string i = piece_index(blk[h], h);
+        std::string step[2];
+        step[m] = cur[h] + ".data()";
+        step[1 - m] = plan.sliced >= 0 ? sliced_piece(i) : operand[1 - m];
+        const std::string dst = plan.out_contiguous
+                                    ? ptr(id) + " + " + (H == 1 ? i : "(" + i + ")") + " * " + piece
+                                    : piece_buf + ".data()";
+        emit_local_dot(w, v.dot, plan.step_operand[0], step[0], plan.step_operand[1], step[1], dst,
+                       var_[id]);
+        if (!plan.out_contiguous)
+          w.line("rt::place_block(" + piece_buf + ".data(), " + braced(plan.result) + ", /*dim=*/" +
+                 std::to_string(plan.out_dim) + ", " + std::to_string(plan.out_parts) + ", " + i +
+                 ", " + ptr(id) + ");");
+      }
+      w.open("if (" + k + " + 1 < " + n + ")");
+      for (int h = 0; h < H; ++h) {
+        w.line("comm.ppermute_wait(" + recv[h] + ");");
+        w.line("std::swap(" + cur[h] + ", " + next[h] + ");");
+      }
+      w.close();
+      w.close("ring step");
+      w.close("ring_dot " + var_[id]);
+      return;
+    }
+
+    // kScatter: acc_h is the running sum of half h, in place in the result
+    // when its block is a contiguous run of it.
+    const int sl = plan.sliced;
+    std::vector<std::string> acc(H), part(H), incoming(H);
+    for (int h = 0; h < H; ++h) {
+      const std::string hs = std::to_string(h);
+      part[h] = locals_.user("part" + suffix(h));
+      incoming[h] = locals_.user("incoming" + suffix(h));
+      w.line("rt::Buffer " + part[h] + "(" + piece + ", &mem), " + incoming[h] + "(" + piece +
+             ", &mem);  // " + ir::shape_str(plan.step_result) +
+             ": this device's partial / the sum so far from the " + way[1 - h] +
+             (H == 2 ? ", half " + hs : ""));
+      acc[h] = locals_.user("acc" + suffix(h));
+      if (plan.out_contiguous) {
+        w.line("float* " + acc[h] + " = " + ptr(id) + (h ? " + " + piece : "") +
+               ";  // the running sum" + (H == 2 ? " of half " + hs : "") + ", in place");
+      } else {
+        const std::string buf = locals_.user("sum" + suffix(h));
+        w.line("rt::Buffer " + buf + "(" + piece + ", &mem);");
+        w.line("float* " + acc[h] + " = " + buf + ".data();  // the running sum of half " + hs);
+      }
+    }
+    w.open("for (int " + k + " = 0; " + k + " < " + n + "; ++" + k + ")");
+    for (int h = 0; h < H; ++h) {
+      blk[h] = locals_.user("c" + suffix(h));
+      const std::string expr = h == 0 ? "(" + p + " - " + k + " - 1 + " + n + ") % " + n
+                                      : "(" + p + " + " + k + " + 1) % " + n;
+      w.line("const int " + blk[h] + " = " + expr + ";  // block summed" +
+             (H == 2 ? " by half " + std::to_string(h) : "") + " this step (" + p +
+             "'s own at the last)");
+    }
+    w.line("rt::PendingRecv " + join(recv, ", ") + ";");
+    w.open("if (" + k + " > 0)");
+    w.line("// last step's sum on, while this step's block's sum so far arrives");
+    for (int h = 0; h < H; ++h)
+      w.line(recv[h] + " = comm.ppermute_start(" + acc[h] + ", " + incoming[h] + ".data(), " +
+             piece + ", " + grp + ", " + perm[h] + ");  // to the " + way[h]);
+    w.close();
+    for (int h = 0; h < H; ++h) {
+      std::string step[2];
+      step[sl] = sliced_piece(piece_index(blk[h], h));
+      step[1 - sl] = operand[1 - sl];
+      emit_local_dot(w, v.dot, plan.step_operand[0], step[0], plan.step_operand[1], step[1],
+                     "(" + k + " == 0 ? " + acc[h] + " : " + part[h] + ".data())", var_[id]);
+    }
+    w.open("if (" + k + " > 0)");
+    for (int h = 0; h < H; ++h) {
+      w.line("comm.ppermute_wait(" + recv[h] + ");");
+      w.line("for (int64_t i = 0; i < " + piece + "; ++i) " + acc[h] + "[i] = " + part[h] +
+             "[i] + " + incoming[h] + "[i];");
+    }
+    w.close();
+    w.close("ring step");
+    if (!plan.out_contiguous)
+      for (int h = 0; h < H; ++h)
+        w.line("rt::place_block(" + acc[h] + ", " + braced(plan.result) + ", /*dim=*/" +
+               std::to_string(plan.out_dim) + ", " + std::to_string(plan.out_parts) + ", " +
+               std::to_string(h) + ", " + ptr(id) + ");");
+    w.close("ring_dot " + var_[id]);
   }
 
   std::string group(const Node& v) const { return "dev." + group_var_.at(v.axes); }
@@ -909,6 +1119,7 @@ class CpuEmitter {
     if (!s.bucket.empty()) return emit_bucket(w, s);
     if (ir::is_elementwise(v.op)) return emit_fused(w, s);
     if (v.op == Op::kDot) return emit_dot(w, s);
+    if (v.op == Op::kRingDot) return emit_ring_dot(w, s);
     if (v.op == Op::kRandomUniform) return emit_random_uniform(w, s);
     switch (v.op) {
       case Op::kInput: {

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "codegen/passes/partition_per_device.h"
+#include "codegen/ring_plan.h"
 #include "runtime/elementwise.h"
 #include "runtime/init.h"
 #include "runtime/kernels.h"
@@ -126,6 +127,110 @@ void local_dot(const Node& n, const Shape& ls, const float* l, const Shape& rs, 
   rt::gemm(B, M, N, K, lp, false, rp, false, out);
 }
 
+// RingDot (ir.h, RingAttrs) on one device, laid out by ring_plan(); the
+// emitter prints exactly these steps (CpuEmitter::emit_ring_dot). Every step
+// starts its ppermutes BEFORE its GEMMs and waits for them after, so the
+// transfers overlap the multiplications. Half 0 travels right (to p + 1),
+// half 1 left.
+void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const Shape& ls,
+              const float* lhs, const Shape& rs, const float* rhs, float* out,
+              rt::DeviceMemory& mem) {
+  const RingPlan plan = ring_plan(n, ls, rs, grp.size());
+  const int p = grp.position, H = plan.halves;
+  const float* operand[2] = {lhs, rhs};
+  const int64_t piece = plan.step_result_count();
+  // Operand `sliced`'s piece i: a pointer into it, or a copy in `slice_buf`.
+  rt::Buffer slice_buf;
+  if (plan.sliced >= 0 && !plan.slice_contiguous)
+    slice_buf = rt::Buffer(static_cast<size_t>(plan.step_operand_count(plan.sliced)), &mem);
+  auto sliced_piece = [&](int i) -> const float* {
+    const float* x = operand[plan.sliced];
+    if (plan.slice_contiguous) return x + i * plan.step_operand_count(plan.sliced);
+    rt::slice_block(x, plan.operand[plan.sliced], plan.slice_dim, plan.pieces(), i,
+                    slice_buf.data());
+    return slice_buf.data();
+  };
+  // kGather's result piece: written in place, or into `piece_buf` and placed after.
+  rt::Buffer piece_buf;
+  if (plan.gather && !plan.out_contiguous)
+    piece_buf = rt::Buffer(static_cast<size_t>(piece), &mem);
+  auto permutation = [&](int h) { return rt::ring_shift(grp.size(), h == 0 ? 1 : -1); };
+  std::vector<rt::PendingRecv> pending(H);
+
+  if (plan.gather) {
+    const int w = plan.moving;
+    const int64_t count = plan.step_operand_count(w);
+    std::vector<rt::Buffer> cur, next;
+    for (int h = 0; h < H; ++h) {
+      cur.emplace_back(static_cast<size_t>(count), &mem);
+      next.emplace_back(static_cast<size_t>(count), &mem);
+      if (H == 1)
+        rt::copy(operand[w], cur[h].data(), static_cast<size_t>(count));
+      else
+        rt::slice_block(operand[w], plan.operand[w], plan.move_dim, H, h, cur[h].data());
+    }
+    for (int k = 0; k < plan.n; ++k) {
+      const bool send = k + 1 < plan.n;
+      if (send)
+        for (int h = 0; h < H; ++h)
+          pending[h] =
+              comm.ppermute_start(cur[h].data(), next[h].data(), count, grp, permutation(h));
+      for (int h = 0; h < H; ++h) {
+        const int i = ring_block(true, h, k, p, plan.n) * H + h;
+        const float* step[2];
+        step[w] = cur[h].data();
+        step[1 - w] = plan.sliced >= 0 ? sliced_piece(i) : operand[1 - w];
+        float* dst = plan.out_contiguous ? out + i * piece : piece_buf.data();
+        local_dot(n, plan.step_operand[0], step[0], plan.step_operand[1], step[1], dst);
+        if (!plan.out_contiguous)
+          rt::place_block(dst, plan.result, plan.out_dim, plan.out_parts, i, out);
+      }
+      if (send)
+        for (int h = 0; h < H; ++h) {
+          comm.ppermute_wait(pending[h]);
+          std::swap(cur[h], next[h]);
+        }
+    }
+    return;
+  }
+
+  // kScatter: acc[h] is the running sum of half h (in place in `out` when
+  // its block is a contiguous run of it).
+  const int s = plan.sliced;
+  std::vector<rt::Buffer> own, part, incoming;
+  std::vector<float*> acc;
+  for (int h = 0; h < H; ++h) {
+    part.emplace_back(static_cast<size_t>(piece), &mem);
+    incoming.emplace_back(static_cast<size_t>(piece), &mem);
+    if (plan.out_contiguous) {
+      acc.push_back(out + h * piece);
+    } else {
+      own.emplace_back(static_cast<size_t>(piece), &mem);
+      acc.push_back(own.back().data());
+    }
+  }
+  for (int k = 0; k < plan.n; ++k) {
+    if (k > 0)
+      for (int h = 0; h < H; ++h)
+        pending[h] = comm.ppermute_start(acc[h], incoming[h].data(), piece, grp, permutation(h));
+    for (int h = 0; h < H; ++h) {
+      const float* step[2];
+      step[s] = sliced_piece(ring_block(false, h, k, p, plan.n) * H + h);
+      step[1 - s] = operand[1 - s];
+      local_dot(n, plan.step_operand[0], step[0], plan.step_operand[1], step[1],
+                k == 0 ? acc[h] : part[h].data());
+    }
+    if (k > 0)
+      for (int h = 0; h < H; ++h) {
+        comm.ppermute_wait(pending[h]);
+        for (int64_t e = 0; e < piece; ++e) acc[h][e] = part[h][e] + incoming[h][e];
+      }
+  }
+  if (!plan.out_contiguous)
+    for (int h = 0; h < H; ++h)
+      rt::place_block(acc[h], plan.result, plan.out_dim, plan.out_parts, h, out);
+}
+
 }  // namespace
 
 std::vector<int64_t> block_offset(const ir::Sharding& s, const Shape& local, const Mesh& mesh, int rank) {
@@ -176,8 +281,13 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
   std::vector<int> updated_by(g.nodes.size(), -1);
   for (auto& u : g.updates) updated_by[u.target] = u.value;
 
+  std::vector<bool> is_gradient(g.nodes.size(), false);
+  for (auto& gr : g.gradients) is_gradient[gr.value] = true;
+
   ExecResult res;
   res.largest_param_bytes.assign(ndev, 0);
+  res.persistent_bytes.assign(ndev, 0);
+  res.gradient_bytes.assign(ndev, 0);
   for (auto& o : g.outputs) res.outputs[o.name].assign(ir::num_elements(global_shape(g[o.value])), 0.0);
   for (auto& n : g.nodes)
     if (n.op == Op::kParameter) res.params[n.name].assign(ir::num_elements(global_shape(n)), 0.0);
@@ -226,10 +336,15 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
       packed = rt::Buffer();
       for (int m = first; m < end; ++m) free_operands(m);
     };
+    // Gradient buffers are counted as they are made (they may be freed soon after).
+    auto count_gradient = [&](int id) {
+      if (is_gradient[id]) res.gradient_bytes[rank] += val[id].bytes();
+    };
     for (size_t id = 0; id < g.nodes.size(); ++id) {
       const int bucket_end = all_reduce_bucket_end(g, static_cast<int>(id));
       if (bucket_end > static_cast<int>(id) + 1) {
         run_bucket(static_cast<int>(id), bucket_end);
+        for (int m = static_cast<int>(id); m < bucket_end; ++m) count_gradient(m);
         id = bucket_end - 1;
         continue;
       }
@@ -249,6 +364,7 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
             rt::init_block(init_spec(n.init, n.name, gs), seed, gs.data(), off.data(), n.shape.data(),
                            static_cast<int>(n.shape.size()), out.data());
           res.largest_param_bytes[rank] = std::max(res.largest_param_bytes[rank], out.bytes());
+          res.persistent_bytes[rank] += out.bytes();
           break;
         }
         case Op::kIota: {
@@ -349,6 +465,10 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
           rt::all_to_all_dim(comm, group_of(mesh, ms, rank, n.axes), arg(0), arg_shape(0), n.dim, n.dim2,
                              out.data());
           break;
+        case Op::kRingDot:
+          ring_dot(comm, group_of(mesh, ms, rank, n.axes), n, arg_shape(0), arg(0), arg_shape(1),
+                   arg(1), out.data(), mem);
+          break;
         case Op::kLocalSlice: {
           const rt::Group grp = group_of(mesh, ms, rank, n.axes);
           rt::slice_block(arg(0), arg_shape(0), n.dim, grp.size(), grp.position, out.data());
@@ -356,6 +476,7 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         }
       }
       val[id] = std::move(out);
+      count_gradient(static_cast<int>(id));
       free_operands(static_cast<int>(id));
     }
     std::lock_guard<std::mutex> lock(mu);

@@ -21,6 +21,16 @@ struct ExecResult {
   // Per device, the largest single allocation made while initialising
   // parameters (proves no device materialised a whole sharded parameter).
   std::vector<size_t> largest_param_bytes;
+  // Per device, the bytes of its Parameter buffers: trained parameters,
+  // optimizer state and the step count, the state a device keeps between
+  // steps. Summed from those buffers as allocated (each charged to the
+  // device's rt::DeviceMemory), not from shapes.
+  std::vector<size_t> persistent_bytes;
+  // Per device, the bytes of the gradients the optimizer applies
+  // (Graph::gradients: one value per trained parameter, after averaging and
+  // clipping, in the layout propagation gave it), summed from their buffers as
+  // computed. 0 for a program without train_step.
+  std::vector<size_t> gradient_bytes;
   // Every parameter's global value after the step (its update applied, if
   // any), assembled from the devices' shards.
   HostValues params;

@@ -263,6 +263,7 @@ HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed
       case Op::kAllReduce:
       case Op::kAllToAll:
       case Op::kLocalSlice:
+      case Op::kRingDot:
         internal_error("collective in a global program");
     }
   }

@@ -35,6 +35,22 @@ bool is_source(Op op) { return op <= Op::kIota; }
 
 const char* reduce_name(ReduceKind k) { return k == ReduceKind::kSum ? "sum" : "max"; }
 
+const char* collective_matmul_name(CollectiveMatmul m) {
+  switch (m) {
+    case CollectiveMatmul::kAuto:
+      return "auto";
+    case CollectiveMatmul::kAlways:
+      return "always";
+    case CollectiveMatmul::kNever:
+      return "never";
+  }
+  return "?";
+}
+
+const char* ring_direction_name(RingDirection d) {
+  return d == RingDirection::kUnidirectional ? "unidirectional" : "bidirectional";
+}
+
 int64_t num_elements(const Shape& s) {
   int64_t n = 1;
   for (auto d : s) n *= d;

@@ -27,6 +27,19 @@ namespace sharc {
 class ShardingRule;  // dsl/sharding_rules.h; the IR only carries them
 }  // namespace sharc
 
+namespace sharc {
+
+// Whether a dot and the all_gather feeding it (or the reduce_scatter it
+// feeds) become a RingDot: kAlways, kNever, or kAuto, when the collective
+// moves more than PipelineOptions::ring_threshold_bytes per device. Set per
+// program (ProgramBuilder::set_collective_matmul) and per dot
+// (with_collective_matmul), which wins.
+enum class CollectiveMatmul { kAuto, kAlways, kNever };
+// A ring's blocks travel one way, or half of each block each way.
+enum class RingDirection { kUnidirectional, kBidirectional };
+
+}  // namespace sharc
+
 namespace sharc::ir {
 
 // X(Enum, text name, arity (-1 = variadic))
@@ -71,7 +84,10 @@ namespace sharc::ir {
   X(ReduceScatter, "reduce_scatter", 1) /* reduce over axes, split dim */      \
   X(AllReduce, "all_reduce", 1)                                                \
   X(AllToAll, "all_to_all", 1) /* split dim, concat dim2, over axes */         \
-  X(LocalSlice, "local_slice", 1) /* keep this device's block of dim over axes */
+  X(LocalSlice, "local_slice", 1) /* keep this device's block of dim over axes */ \
+  /* A dot and the all_gather / reduce_scatter it absorbs, run as a ring of      */ \
+  /* ppermutes under the GEMMs (partitioned IR only; see RingAttrs below).       */ \
+  X(RingDot, "ring_dot", 2)
 
 enum class Op {
 #define SHARC_X(e, n, a) k##e,
@@ -89,6 +105,8 @@ bool is_source(Op op);        // Parameter, Input, Constant, Iota
 
 enum class ReduceKind { kSum, kMax };
 const char* reduce_name(ReduceKind k);
+const char* collective_matmul_name(CollectiveMatmul m);  // "auto", "always", "never"
+const char* ring_direction_name(RingDirection d);        // "unidirectional", "bidirectional"
 
 using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& s);
@@ -118,6 +136,57 @@ struct Sharding {
 struct DotDims {
   std::vector<int> lhs_batch, rhs_batch, lhs_contract, rhs_contract;
   bool operator==(const DotDims&) const = default;
+};
+
+// RingDot: the "collective matmul" of asynchronous tensor parallelism
+// (ring_collective_matmul.h makes it). It computes exactly what a dot and the
+// collective it absorbed compute, over the ONE mesh axis in `axes` (n = the
+// axis size, p = this device's position in its group along it):
+//
+//   kGather:  dot(all_gather(args[operand], dim, axes), other): the operand's
+//             block travels the ring instead of being gathered up front. At
+//             step k = 0..n-1 the device multiplies the block it holds,
+//             block (p - k) mod n, into that block's slice of the result,
+//             while ppermute passes the block on to its right neighbour
+//             (p + 1) and receives block (p - k - 1) from its left (p - 1);
+//             the last step sends nothing: n-1 transfers of one block, the
+//             all_gather's bytes. Each result block is one dot, as in the
+//             synchronous form.
+//   kScatter: reduce_scatter(dot(lhs, rhs), dim, axes), `dim` a free
+//             dimension of the result: at step k the device computes its
+//             partial of result block (p - k - 1) mod n, adds the running sum
+//             received from its left neighbour and passes it right; after n-1
+//             transfers it holds block p summed over the group, in the order
+//             of the ring reduce_scatter (the chunk starts at device p + 1).
+//
+// kBidirectional splits every block in two halves along the ring dimension
+// (the operand's `dim` for kGather, the result's for kScatter): the first
+// half travels as above (clockwise, to p + 1), the second the other way
+// (to p - 1, block (p + k) mod n, resp. (p + k + 1) mod n), so each step moves
+// two half blocks over two links. Same total bytes.
+//
+// The ppermute of step k+1's block (kGather), resp. of step k's running sum
+// (kScatter), is started BEFORE the step's GEMM and waited for after it.
+// `dot` holds the dot's dimension numbers over the full (gathered) operands.
+//
+// Constraints:
+//  - partitioned IR only;
+//  - `axes` is one mesh axis, of size >= 2;
+//  - `dot` is a valid dot_general over the operands, with args[operand]'s
+//    `dim` multiplied by n for kGather, and the result shape is that dot's,
+//    with `dim` divided by n for kScatter;
+//  - kGather: `operand` is 0 or 1 and `dim` a batch or free (not a
+//    contracting) dimension of it;
+//  - kScatter: `dim` is a free (not a batch) dimension of the result;
+//  - kBidirectional: the block splits in halves (the operand's `dim` for
+//    kGather, the result's `dim` for kScatter is even).
+enum class RingKind { kGather, kScatter };
+
+struct RingAttrs {
+  RingKind kind = RingKind::kGather;
+  int operand = 0;  // kGather: the travelling operand (0 lhs, 1 rhs)
+  RingDirection direction = RingDirection::kUnidirectional;
+  bool operator==(const RingAttrs&) const = default;
 };
 
 struct Node {
@@ -154,12 +223,28 @@ struct Node {
   // `layout_of`, which it is laid out like (-1: none).
   bool backward = false;
   int layout_of = -1;
+
+  // Dot: the user's choice for this dot (dsl with_collective_matmul); kAuto
+  // leaves it to the program setting. The partitioner copies it to the
+  // per-device dot. RingDot: its schedule (see RingAttrs).
+  CollectiveMatmul collective_matmul = CollectiveMatmul::kAuto;
+  RingAttrs ring;
 };
 
 // After a training step, persistent Parameter `target` takes the value of node
 // `value` (same global shape; the partitioner reshards it to the target's layout).
 struct Update {
   int target = -1;
+  int value = -1;
+};
+
+// Training: node `value` is the gradient the optimizer applies to Parameter
+// `parameter` (after micro-batch averaging and clipping). train_step records
+// it; the partitioner maps it to the value in its propagated layout, and
+// passes that renumber nodes remap it like an update. It changes no
+// computation: executors use it to account gradient memory per device.
+struct Gradient {
+  int parameter = -1;
   int value = -1;
 };
 
@@ -178,6 +263,7 @@ struct Graph {
   std::vector<Node> nodes;
   std::vector<Output> outputs;
   std::vector<Update> updates;
+  std::vector<Gradient> gradients;
   // Program-wide logical axis rules (ProgramBuilder::set_logical_rules); a
   // PipelineOptions::rules given to lower() takes precedence.
   std::optional<LogicalRules> rules;
@@ -185,6 +271,11 @@ struct Graph {
   // parameter (ProgramBuilder::set_sharding_rules); a
   // PipelineOptions::sharding_rules given to lower() takes precedence. Null: none.
   std::shared_ptr<const std::vector<ShardingRule>> sharding_rules;
+  // Ring collective matmul for the whole program
+  // (ProgramBuilder::set_collective_matmul); PipelineOptions::collective_matmul
+  // and ring_direction, given to lower(), take precedence.
+  CollectiveMatmul collective_matmul = CollectiveMatmul::kAuto;
+  std::optional<RingDirection> ring_direction;
 
   int add(Node n) {
     nodes.push_back(std::move(n));

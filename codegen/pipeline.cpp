@@ -5,6 +5,8 @@
 //  - partition_per_device needs a sharding on every node;
 //  - cancel_reshards cleans up after partition_per_device;
 //  - combine_reductions merges summed collectives (gradient accumulation);
+//  - ring_collective_matmul fuses dots with their all_gather / reduce_scatter
+//    (after combine_reductions: it must see the final reduce_scatters);
 //  - bucket_all_reduces groups the gradient all-reduces that remain.
 #include "codegen/pipeline.h"
 
@@ -18,6 +20,7 @@
 #include "codegen/passes/partition_per_device.h"
 #include "codegen/passes/propagate_shardings.h"
 #include "codegen/passes/resolve_logical_axes.h"
+#include "codegen/passes/ring_collective_matmul.h"
 
 namespace sharc {
 
@@ -46,6 +49,15 @@ ShardingRules sharding_rules_for(const ir::Graph& g, const PipelineOptions& opti
   return g.sharding_rules ? *g.sharding_rules : ShardingRules{};
 }
 
+// PipelineOptions' ring settings replace the program's.
+RingOptions ring_options_for(const ir::Graph& g, const PipelineOptions& options) {
+  RingOptions r;
+  r.mode = options.collective_matmul.value_or(g.collective_matmul);
+  r.direction = options.ring_direction.value_or(g.ring_direction.value_or(r.direction));
+  r.threshold_bytes = options.ring_threshold_bytes;
+  return r;
+}
+
 }  // namespace
 
 Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
@@ -68,6 +80,8 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   stage("after_cancel_reshards", local);
   local = combine_reductions(local);  // before bucketing: fewer, larger collectives
   stage("after_combine_reductions", local);
+  local = ring_collective_matmul(local, ring_options_for(g, options));  // sees final collectives
+  stage("after_ring_collective_matmul", local);
   local = bucket_all_reduces(local);  // last: it only reorders and groups
   stage("after_bucket_all_reduces", local);
   ir::verify(local);

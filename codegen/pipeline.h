@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codegen/ir.h"
+#include "codegen/passes/ring_collective_matmul.h"
 #include "dsl/sharding_rules.h"
 
 namespace sharc {
@@ -20,6 +21,13 @@ struct PipelineOptions {
   // Rules applied from outside the model to every parameter (Scalax style);
   // when set, they replace the program's (ProgramBuilder::set_sharding_rules).
   std::optional<ShardingRules> sharding_rules;
+  // Ring collective matmul (passes/ring_collective_matmul.h). When set, these
+  // replace the program's (ProgramBuilder::set_collective_matmul); a dot's own
+  // with_collective_matmul mark wins over both. Default: kAuto, bidirectional.
+  std::optional<CollectiveMatmul> collective_matmul;
+  std::optional<RingDirection> ring_direction;
+  // kAuto rings a collective that sends more than this many bytes per device.
+  size_t ring_threshold_bytes = kDefaultRingThresholdBytes;
 };
 
 struct Lowered {

@@ -80,6 +80,17 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
       break;
     case Op::kDot:
       os << " " << dot_dims_str(n.dot);
+      if (n.collective_matmul != CollectiveMatmul::kAuto)
+        os << " collective_matmul=" << collective_matmul_name(n.collective_matmul);
+      break;
+    case Op::kRingDot:
+      os << " " << dot_dims_str(n.dot);
+      if (n.ring.kind == RingKind::kGather)
+        os << " gather=" << (n.ring.operand == 0 ? "lhs" : n.ring.operand == 1 ? "rhs" : "?");
+      else
+        os << " scatter";
+      os << " dim=" << n.dim << " axes=" << axes_str(n.axes) << " "
+         << ring_direction_name(n.ring.direction);
       break;
     case Op::kShardingConstraint:
       if (n.spec) os << " spec=" << n.spec->str();
@@ -132,6 +143,7 @@ std::ostream& operator<<(std::ostream& os, const Graph& g) {
     os << "\n";
   }
   for (auto& u : g.updates) os << "  update %" << u.target << " = %" << u.value << "\n";
+  for (auto& gr : g.gradients) os << "  gradient %" << gr.parameter << " = %" << gr.value << "\n";
   return os << "}\n";
 }
 

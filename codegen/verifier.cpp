@@ -41,6 +41,75 @@ struct Checker {
                                                         " does not divide by its axes");
   }
 
+  static bool in_range(const std::vector<int>& v, const Shape& s) {
+    for (int x : v)
+      if (x < 0 || x >= static_cast<int>(s.size())) return false;
+    return true;
+  }
+
+  static bool contains(const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  }
+
+  // Dot and RingDot: dimension lists pair up, are in range, sizes agree, and
+  // `result` is dot_shape(l, r, d).
+  void check_dot(const Shape& l, const Shape& r, const DotDims& d, const Shape& result) const {
+    fail_if(
+        d.lhs_batch.size() != d.rhs_batch.size() || d.lhs_contract.size() != d.rhs_contract.size(),
+        "unpaired dot dimensions");
+    fail_if(!in_range(d.lhs_batch, l) || !in_range(d.lhs_contract, l) ||
+                !in_range(d.rhs_batch, r) || !in_range(d.rhs_contract, r),
+            "dot dimension out of range");
+    if (!in_range(d.lhs_batch, l) || !in_range(d.rhs_batch, r)) return;
+    for (size_t i = 0; i < d.lhs_batch.size(); ++i)
+      fail_if(l[d.lhs_batch[i]] != r[d.rhs_batch[i]], "batch size mismatch");
+    for (size_t i = 0; i < d.lhs_contract.size(); ++i)
+      fail_if(l[d.lhs_contract[i]] != r[d.rhs_contract[i]], "contraction size mismatch");
+    fail_if(dot_shape(l, r, d) != result, "dot result shape mismatch");
+  }
+
+  // The Constraints of RingDot, as listed at RingAttrs in ir.h.
+  void check_ring_dot(const Node& n, const Shape& lhs, const Shape& rhs) const {
+    // Constraints: one mesh axis, of size >= 2.
+    fail_if(n.axes.size() != 1, "ring_dot runs over exactly one mesh axis");
+    if (n.axes.size() != 1) return;
+    fail_if(!g.mesh.has(n.axes[0]), "unknown mesh axis \"" + n.axes[0] + "\"");
+    if (!g.mesh.has(n.axes[0])) return;
+    const int64_t ring = g.mesh.size(n.axes[0]);
+    fail_if(ring < 2, "ring_dot over an axis of size " + std::to_string(ring));
+    const bool bidirectional = n.ring.direction == RingDirection::kBidirectional;
+    const DotDims& d = n.dot;
+    if (n.ring.kind == RingKind::kGather) {
+      // Constraints: the travelling operand is lhs or rhs, `dim` one of its
+      // batch or free dimensions; the result is the dot of the gathered operand.
+      fail_if(n.ring.operand != 0 && n.ring.operand != 1, "ring_dot gathers neither lhs nor rhs");
+      if (n.ring.operand != 0 && n.ring.operand != 1) return;
+      Shape l = lhs, r = rhs;
+      Shape& x = n.ring.operand == 0 ? l : r;
+      const std::vector<int>& contract = n.ring.operand == 0 ? d.lhs_contract : d.rhs_contract;
+      fail_if(n.dim < 0 || n.dim >= static_cast<int>(x.size()), "ring_dot gather dim out of range");
+      if (n.dim < 0 || n.dim >= static_cast<int>(x.size())) return;
+      fail_if(contains(contract, n.dim), "ring_dot gathers a contracting dimension");
+      // Constraints: bidirectional halves split the travelling block evenly.
+      fail_if(bidirectional && x[n.dim] % 2 != 0,
+              "bidirectional ring_dot block does not split in halves");
+      x[n.dim] *= ring;
+      check_dot(l, r, d, n.shape);
+      return;
+    }
+    // Constraints: kScatter: `dim` is a free dimension of the result, which
+    // is the dot's block along it.
+    const int rank = static_cast<int>(n.shape.size());
+    fail_if(n.dim < static_cast<int>(d.lhs_batch.size()) || n.dim >= rank,
+            "ring_dot scatter dim is not a free dimension of the result");
+    if (n.dim < static_cast<int>(d.lhs_batch.size()) || n.dim >= rank) return;
+    fail_if(bidirectional && n.shape[n.dim] % 2 != 0,
+            "bidirectional ring_dot block does not split in halves");
+    Shape full = n.shape;
+    full[n.dim] *= ring;
+    check_dot(lhs, rhs, d, full);
+  }
+
   void check(const Node& n) {
     const Op op = n.op;
     // Constraints: operands precede their user (the list is topologically ordered).
@@ -50,7 +119,7 @@ struct Checker {
     for (auto d : n.shape) fail_if(d <= 0, "non-positive dimension");
     auto arg = [&](int i) -> const Node& { return g.nodes[n.args[i]]; };
     // Constraints: collectives and local slices appear only in partitioned IR.
-    fail_if((is_collective(op) || op == Op::kLocalSlice) && !g.partitioned,
+    fail_if((is_collective(op) || op == Op::kLocalSlice || op == Op::kRingDot) && !g.partitioned,
             "collective in a global (unpartitioned) program");
     if (n.sharding) check_sharding(*n.sharding, n.shape, g.partitioned);
 
@@ -132,29 +201,14 @@ struct Checker {
         fail_if(expect != n.shape, "reduce shape mismatch");
         break;
       }
-      case Op::kDot: {
+      case Op::kDot:
         // Constraints: batch and contracting lists pair up with equal sizes; the
         // result shape is dot_shape().
-        const Shape &l = arg(0).shape, &r = arg(1).shape;
-        const DotDims& d = n.dot;
-        fail_if(d.lhs_batch.size() != d.rhs_batch.size() || d.lhs_contract.size() != d.rhs_contract.size(),
-                "unpaired dot dimensions");
-        auto in_range = [](const std::vector<int>& v, const Shape& s) {
-          for (int x : v)
-            if (x < 0 || x >= static_cast<int>(s.size())) return false;
-          return true;
-        };
-        fail_if(!in_range(d.lhs_batch, l) || !in_range(d.lhs_contract, l) ||
-                    !in_range(d.rhs_batch, r) || !in_range(d.rhs_contract, r),
-                "dot dimension out of range");
-        if (!in_range(d.lhs_batch, l) || !in_range(d.rhs_batch, r)) break;
-        for (size_t i = 0; i < d.lhs_batch.size(); ++i)
-          fail_if(l[d.lhs_batch[i]] != r[d.rhs_batch[i]], "batch size mismatch");
-        for (size_t i = 0; i < d.lhs_contract.size(); ++i)
-          fail_if(l[d.lhs_contract[i]] != r[d.rhs_contract[i]], "contraction size mismatch");
-        fail_if(dot_shape(l, r, d) != n.shape, "dot result shape mismatch");
+        check_dot(arg(0).shape, arg(1).shape, n.dot, n.shape);
         break;
-      }
+      case Op::kRingDot:
+        check_ring_dot(n, arg(0).shape, arg(1).shape);
+        break;
       case Op::kAllGather:
       case Op::kReduceScatter:
       case Op::kLocalSlice:
@@ -221,6 +275,14 @@ void verify(const Graph& g) {
     if (!targets.insert(u.target).second)
       internal_error("IR verification failed: parameter %" + std::to_string(u.target) + " updated twice");
   }
+  for (auto& gr : g.gradients)
+    // Constraints: a gradient belongs to a Parameter and is a node (of the
+    // parameter's shape in a global graph; layouts may differ once partitioned).
+    if (gr.parameter < 0 || gr.parameter >= count || g.nodes[gr.parameter].op != Op::kParameter ||
+        gr.value < 0 || gr.value >= count ||
+        (!g.partitioned && g.nodes[gr.value].shape != g.nodes[gr.parameter].shape))
+      internal_error("IR verification failed: gradient %" + std::to_string(gr.value) + " of %" +
+                     std::to_string(gr.parameter) + " is not a value of a parameter's shape");
   for (auto& n : g.nodes)
     // Constraints: layout_of names an earlier Parameter of the same shape.
     if (n.layout_of >= 0 && (n.op != Op::kParameter || n.layout_of >= count ||

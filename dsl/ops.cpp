@@ -410,6 +410,18 @@ Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps, SrcLoc loc) {
   return add(mul(mul(xc, inv, loc), scale, loc), bias, loc);
 }
 
+Tensor with_collective_matmul(Tensor dot_result, bool enable, SrcLoc loc) {
+  Tracer& t = tracer_of(dot_result, loc);
+  Node& n = t.graph()[dot_result.id()];
+  if (n.op != Op::kDot)
+    user_error(loc, "with_collective_matmul: " + dot_result.describe() + " is the result of " +
+                        ir::op_name(n.op) +
+                        ", not of a matmul; pass the matmul's result itself (before any bias or "
+                        "activation)");
+  n.collective_matmul = enable ? CollectiveMatmul::kAlways : CollectiveMatmul::kNever;
+  return dot_result;
+}
+
 Tensor with_sharding_constraint(Tensor x, P spec, SrcLoc loc) {
   Tracer& t = tracer_of(x, loc);
   Node n;

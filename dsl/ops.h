@@ -92,4 +92,12 @@ Tensor dropout(Tensor x, double rate, Tensor seed, SrcLoc loc = Here::current())
 // Pins the layout of an intermediate value (jax.lax.with_sharding_constraint).
 Tensor with_sharding_constraint(Tensor x, P spec, SrcLoc loc = Here::current());
 
+// Asks for (enable) or forbids the ring collective matmul on this dot: the
+// all_gather of an operand, or the reduce_scatter of the result, that the
+// partitioner puts next to it overlaps its GEMMs as a ring of ppermutes (see
+// ring_collective_matmul.h). Wins over ProgramBuilder::set_collective_matmul
+// and the size threshold. `dot_result` must be the result of matmul / dot /
+// dot_general itself (mark the matmul, not a bias added to it); returns it.
+Tensor with_collective_matmul(Tensor dot_result, bool enable, SrcLoc loc = Here::current());
+
 }  // namespace sharc

@@ -43,6 +43,16 @@ class ProgramBuilder {
   void set_sharding_rules(ShardingRules rules) {
     tracer_.graph().sharding_rules = std::make_shared<const ShardingRules>(std::move(rules));
   }
+  // The ring collective matmul for every dot of the program (see
+  // codegen/passes/ring_collective_matmul.h): kAlways, kNever, or kAuto (by
+  // the size threshold); a dot's with_collective_matmul wins, and
+  // PipelineOptions::collective_matmul / ring_direction, when given to lower(),
+  // take precedence.
+  void set_collective_matmul(CollectiveMatmul mode,
+                             RingDirection direction = RingDirection::kBidirectional) {
+    tracer_.graph().collective_matmul = mode;
+    tracer_.graph().ring_direction = direction;
+  }
   ir::Graph& graph() { return tracer_.graph(); }
 
  private:

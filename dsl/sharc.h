@@ -3,7 +3,9 @@
 // initializers and with_partitioning/with_metadata (initializers.h), Tensor and
 // Tracer (tensor.h), ops (ops.h), Scope/Linear/LayerNorm (module.h),
 // ProgramBuilder and SHARC_PROGRAM (program.h), Error (error.h),
-// Replicated/FSDPRule/PathRule/ShardingRules (sharding_rules.h).
+// Replicated/FSDPRule/PathRule/ShardingRules (sharding_rules.h),
+// Embedding/PositionalEmbedding/CausalSelfAttention/MLPBlock/
+// TransformerBlock/GPT and their logical rules (transformer.h).
 #pragma once
 
 #include "dsl/error.h"
@@ -15,3 +17,4 @@
 #include "dsl/program.h"
 #include "dsl/sharding_rules.h"
 #include "dsl/tensor.h"
+#include "dsl/transformer.h"

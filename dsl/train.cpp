@@ -108,6 +108,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
                             div(scalar(*o.clip_global_norm, loc), maximum(norm, scalar(1e-30, loc), loc), loc), loc);
     for (auto& gp : grads) gp = mul(gp, factor, loc);
   }
+  for (size_t p = 0; p < params.size(); ++p) g.gradients.push_back({params[p], grads[p].id()});
 
   // Step count and learning rate.
   const ir::Node* existing = g.find("opt/step", ir::Op::kParameter);

@@ -81,7 +81,8 @@ using LossFn = std::function<Tensor(const std::vector<Tensor>& micro_batch)>;
 // j+2k, ... of the batch, so a batch sharded over devices stays local), the
 // loss and its gradients; then clipping and the optimizer update. Adds the
 // outputs "loss" (mean over micro-batches), "grad_norm" (global norm before
-// clipping) and "lr" (the learning rate used).
+// clipping) and "lr" (the learning rate used), and records each parameter's
+// gradient (as the optimizer reads it) in ir::Graph::gradients.
 void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossFn& loss_fn,
                 const Optimizer& optimizer, const TrainOptions& options = {},
                 SrcLoc loc = Here::current());

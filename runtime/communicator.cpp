@@ -4,6 +4,7 @@
 // blocking ppermute built from its asynchronous halves.
 #include "runtime/communicator.h"
 
+#include <cstdio>
 #include <stdexcept>
 
 namespace sharc::rt {
@@ -36,13 +37,22 @@ uint64_t CommStats::total_calls() const {
   return t;
 }
 
+double CommStats::total_seconds() const {
+  double t = 0;
+  for (double s : seconds_in) t += s;
+  return t;
+}
+
 std::string CommStats::to_string() const {
   std::string s;
   for (int k = 0; k < kNumCollectiveKinds; ++k) {
     if (calls[k] == 0) continue;
     s += collective_kind_name(static_cast<CollectiveKind>(k));
     s += ": " + std::to_string(calls[k]) + (calls[k] == 1 ? " call, " : " calls, ") +
-         std::to_string(bytes_sent[k]) + " bytes sent\n";
+         std::to_string(bytes_sent[k]) + " bytes sent, ";
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.6f s\n", seconds_in[k]);
+    s += secs;
   }
   return s;
 }

@@ -4,9 +4,12 @@
 // each member calls it with the same counts and the same group, and all members
 // issue their collectives on a given group in the same order. Statistics count
 // bytes this device SENDS, which is what a cost model for ring collectives
-// predicts, and are kept in the base class so every backend reports alike.
+// predicts, and the wall time this device's thread spends inside each kind of
+// call (waiting included: that is what a collective costs the step); they are
+// kept in the base class so every backend reports alike.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,12 +33,19 @@ struct CommStats {
   uint64_t bytes_sent[kNumCollectiveKinds] = {};
   // Every call counts, including calls on groups of one that move no data.
   uint64_t calls[kNumCollectiveKinds] = {};
+  // Wall time (steady_clock) from entry to return of every call, on the
+  // calling device's thread. For ppermute it is start plus wait, so compute
+  // overlapped between the two does not count.
+  double seconds_in[kNumCollectiveKinds] = {};
 
   uint64_t bytes(CollectiveKind k) const { return bytes_sent[static_cast<int>(k)]; }
   uint64_t count(CollectiveKind k) const { return calls[static_cast<int>(k)]; }
+  double seconds(CollectiveKind k) const { return seconds_in[static_cast<int>(k)]; }
   uint64_t total_bytes() const;
   uint64_t total_calls() const;
-  // One line per kind that was called: "all_reduce: 3 calls, 24576 bytes sent".
+  double total_seconds() const;
+  // One line per kind that was called:
+  // "all_reduce: 3 calls, 24576 bytes sent, 0.000125 s".
   std::string to_string() const;
 };
 
@@ -95,6 +105,28 @@ class Communicator {
   void reset_stats() { stats_ = CommStats{}; }
 
  protected:
+  // Adds the wall time from its construction to its destruction to one kind's
+  // seconds. A backend opens one first thing in every collective entry point,
+  // so time spent validating, sending and waiting all counts (and a call that
+  // throws still counts up to the throw).
+  class CallTimer {
+   public:
+    explicit CallTimer(double& seconds)
+        : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+    ~CallTimer() {
+      seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+    CallTimer(const CallTimer&) = delete;
+    CallTimer& operator=(const CallTimer&) = delete;
+
+   private:
+    double& seconds_;
+    std::chrono::steady_clock::time_point start_;
+  };
+  [[nodiscard]] CallTimer time_call(CollectiveKind k) {
+    return CallTimer(stats_.seconds_in[static_cast<int>(k)]);
+  }
+
   void count_call(CollectiveKind k) { ++stats_.calls[static_cast<int>(k)]; }
   void count_bytes(CollectiveKind k, uint64_t bytes) {
     stats_.bytes_sent[static_cast<int>(k)] += bytes;

@@ -68,6 +68,28 @@ void slice_block(const float* in, const std::vector<int64_t>& shape, int dim, in
   strided_copy(in + index * block_row, {outer, block_row}, {row, 1}, out);
 }
 
+void place_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
+                 float* out) {
+  check_divisible("place_block", shape, dim, parts);
+  if (index < 0 || index >= parts) {
+    throw std::invalid_argument("place_block: block " + std::to_string(index) + " of " +
+                                std::to_string(parts));
+  }
+  // View `out` as (outer, parts, block_row): each outer row of `in` is one
+  // contiguous run of block_row floats in plane `index`.
+  const int64_t outer = product(shape, 0, dim);
+  const int64_t row = product(shape, dim, static_cast<int>(shape.size()));
+  const int64_t block_row = row / parts;
+  for (int64_t i = 0; i < outer; ++i)
+    copy(in + i * block_row, out + i * row + index * block_row, block_row);
+}
+
+Permutation ring_shift(int n, int shift) {
+  Permutation perm;
+  for (int q = 0; q < n; ++q) perm.emplace_back(q, ((q + shift) % n + n) % n);
+  return perm;
+}
+
 void all_gather_dim(Communicator& comm, const Group& group, const float* in,
                     const std::vector<int64_t>& local_shape, int dim, float* out) {
   check_dim("all_gather_dim", local_shape, dim);

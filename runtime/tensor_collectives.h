@@ -36,4 +36,14 @@ void all_to_all_dim(Communicator& comm, const Group& group, const float* in,
 void slice_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
                  float* out);
 
+// No communication, the inverse of slice_block: writes `in` as block `index` of
+// `parts` equal blocks of `out` (of `shape`) along dim; the rest of `out` is
+// left alone. Ring schedules use it to put one step's result in its place.
+void place_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
+                 float* out);
+
+// The ring permutation of a group of n: position q sends to (q + shift) mod n.
+// shift +1 passes blocks to the right neighbour, -1 to the left.
+Permutation ring_shift(int n, int shift);
+
 }  // namespace sharc::rt

@@ -132,6 +132,7 @@ class ThreadComm final : public Communicator {
   void restart_sequences() { seq_.clear(); }
 
   void all_reduce(float* data, size_t count, const Group& group, ReduceOp op) override {
+    const CallTimer timer = time_call(CollectiveKind::kAllReduce);
     check(group, "all_reduce");
     count_call(CollectiveKind::kAllReduce);
     const int n = group.size();
@@ -147,6 +148,7 @@ class ThreadComm final : public Communicator {
   }
 
   void all_gather(const float* in, float* out, size_t count_per_rank, const Group& group) override {
+    const CallTimer timer = time_call(CollectiveKind::kAllGather);
     check(group, "all_gather");
     count_call(CollectiveKind::kAllGather);
     const int n = group.size();
@@ -159,6 +161,7 @@ class ThreadComm final : public Communicator {
 
   void reduce_scatter(const float* in, float* out, size_t count_per_rank, const Group& group,
                       ReduceOp op) override {
+    const CallTimer timer = time_call(CollectiveKind::kReduceScatter);
     check(group, "reduce_scatter");
     count_call(CollectiveKind::kReduceScatter);
     const int n = group.size();
@@ -171,6 +174,7 @@ class ThreadComm final : public Communicator {
   }
 
   void all_to_all(const float* in, float* out, size_t count_per_rank, const Group& group) override {
+    const CallTimer timer = time_call(CollectiveKind::kAllToAll);
     check(group, "all_to_all");
     count_call(CollectiveKind::kAllToAll);
     const int n = group.size(), p = group.position;
@@ -190,6 +194,7 @@ class ThreadComm final : public Communicator {
 
   PendingRecv ppermute_start(const float* in, float* out, size_t count, const Group& group,
                              const Permutation& perm) override {
+    const CallTimer timer = time_call(CollectiveKind::kPPermute);
     check(group, "ppermute");
     validate_permutation(perm, group.size());
     count_call(CollectiveKind::kPPermute);
@@ -208,6 +213,7 @@ class ThreadComm final : public Communicator {
   }
 
   void ppermute_wait(PendingRecv& pending) override {
+    const CallTimer timer = time_call(CollectiveKind::kPPermute);
     if (!pending.active) {
       throw std::logic_error("ppermute_wait on rank " + std::to_string(rank_) +
                              " without a matching ppermute_start (or waited twice)");
@@ -463,6 +469,7 @@ CommStats ThreadWorld::total_stats() const {
     for (int k = 0; k < kNumCollectiveKinds; ++k) {
       total.bytes_sent[k] += c->stats().bytes_sent[k];
       total.calls[k] += c->stats().calls[k];
+      total.seconds_in[k] += c->stats().seconds_in[k];
     }
   }
   return total;

@@ -66,7 +66,8 @@ class ThreadWorld {
   // ppermute_wait). Tag sequences restart with every run; statistics do not.
   void run(const std::function<void(int rank)>& fn);
 
-  // Sum of every device's statistics, and a reset of all of them.
+  // Sum of every device's statistics (seconds too: a sum over devices, not a
+  // wall time), and a reset of all of them.
   CommStats total_stats() const;
   void reset_stats();
 

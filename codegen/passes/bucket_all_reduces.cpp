@@ -73,6 +73,10 @@ ir::Graph bucket_all_reduces(const ir::Graph& g, size_t bucket_bytes) {
     u.value = remap[u.value];
     u.target = remap[u.target];
   }
+  for (auto& gr : out.gradients) {
+    gr.parameter = remap[gr.parameter];
+    gr.value = remap[gr.value];
+  }
   for (auto& n : out.nodes)
     for (int a : n.args)
       if (a < 0) internal_error("bucket_all_reduces moved a value past its user");

@@ -41,6 +41,10 @@ ir::Graph cancel_reshards(const ir::Graph& g) {
     u.target = remap[u.target];
     u.value = remap[forward[u.value]];
   }
+  for (auto& gr : out.gradients) {
+    gr.parameter = remap[gr.parameter];
+    gr.value = remap[forward[gr.value]];
+  }
   return out;
 }
 

@@ -73,6 +73,10 @@ ir::Graph combine_reductions(const ir::Graph& g) {
     u.value = remap[u.value];
     u.target = remap[u.target];
   }
+  for (auto& gr : out.gradients) {
+    gr.parameter = remap[gr.parameter];
+    gr.value = remap[gr.value];
+  }
   // Drop the collectives the combinations replaced.
   if (std::find(dead.begin(), dead.end(), true) == dead.end()) return out;
   ir::Graph packed = out;
@@ -92,6 +96,11 @@ ir::Graph combine_reductions(const ir::Graph& g) {
   for (auto& u : packed.updates) {
     u.value = pack[u.value];
     u.target = pack[u.target];
+  }
+  for (auto& gr : packed.gradients) {
+    gr.parameter = pack[gr.parameter];
+    gr.value = pack[gr.value];
+    if (gr.value < 0) internal_error("combine_reductions dropped a gradient");
   }
   return packed;
 }

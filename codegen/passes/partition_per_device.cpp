@@ -44,6 +44,9 @@ class Partitioner {
       cur_ = &g_.nodes[u.value];
       out_.updates.push_back({map_[u.target], reshard(map_[u.value], sharding_of(map_[u.target]))});
     }
+    // Gradients: the value in its propagated layout.
+    for (const ir::Gradient& gr : g_.gradients)
+      out_.gradients.push_back({map_[gr.parameter], map_[gr.value]});
     return std::move(out_);
   }
 

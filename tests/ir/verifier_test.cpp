@@ -564,6 +564,27 @@ TEST(Verifier, TwoOutputsWithOneName) {
   EXPECT_TRUE(fails_with(g, -1, "two outputs named \"y\""));
 }
 
+TEST(Verifier, GradientOfNoParameterOrOfAnotherShape) {
+  Graph g = global_graph();
+  g.add(source(Op::kParameter, "w", {4, 8}));
+  g.add(make(Op::kNeg, {0}, {4, 8}));
+  g.add(make(Op::kReduce, {1}, {4}));
+  g.nodes[2].ints = {1};
+  g.gradients.push_back({0, 1});
+  ASSERT_TRUE(verifies(g));
+  const std::string reason = "is not a value of a parameter's shape";
+  g.gradients[0] = {1, 1};  // not a parameter
+  EXPECT_TRUE(fails_with(g, -1, "gradient %1 of %1 " + reason));
+  g.gradients[0] = {0, 3};  // no such node
+  EXPECT_TRUE(fails_with(g, -1, "gradient %3 of %0 " + reason));
+  g.gradients[0] = {0, 2};  // f32[4] for an f32[4,8] parameter
+  EXPECT_TRUE(fails_with(g, -1, "gradient %2 of %0 " + reason));
+  // Per-device: the gradient's layout may differ from its parameter's.
+  g.partitioned = true;
+  for (auto& n : g.nodes) n.sharding = Sharding::replicated(n.shape.size());
+  EXPECT_TRUE(verifies(g));
+}
+
 // --- Positive: traced programs verify, before and after lowering. -----------------
 
 TEST(Verifier, TracedProgramVerifies) {

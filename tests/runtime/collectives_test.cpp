@@ -1,7 +1,9 @@
 // Every ThreadWorld collective on 1..8 devices against a serial computation,
 // plus the exact bytes each device sends. Inputs are small integers stored as
 // floats, so sums are exact in any order and results compare with ==; the
-// byte counts are the ring formulas a cost model would use.
+// byte counts are the ring formulas a cost model would use. Time spent in
+// collectives is checked only from below (never an upper bound: these
+// machines are shared).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -240,12 +242,74 @@ TEST(CollectiveBytes, StatsText) {
   CommStats s;
   s.calls[0] = 1;
   s.bytes_sent[0] = 7168;
+  s.seconds_in[0] = 0.25;
   s.calls[4] = 2;
   s.bytes_sent[4] = 800;
+  s.seconds_in[4] = 1.5e-6;
   EXPECT_EQ(s.to_string(),
-            "all_reduce: 1 call, 7168 bytes sent\nppermute: 2 calls, 800 bytes sent\n");
+            "all_reduce: 1 call, 7168 bytes sent, 0.250000 s\n"
+            "ppermute: 2 calls, 800 bytes sent, 0.000002 s\n");
+  EXPECT_DOUBLE_EQ(s.total_seconds(), 0.25 + 1.5e-6);
   EXPECT_STREQ(collective_kind_name(CollectiveKind::kReduceScatter), "reduce_scatter");
   EXPECT_STREQ(collective_kind_name(CollectiveKind::kAllToAll), "all_to_all");
+}
+
+// ---- time spent in collectives ----
+
+// One call of every kind on a ring of 4; returns each device's statistics.
+std::vector<CommStats> time_every_kind(const LinkModel& link) {
+  ThreadWorld world(line(4));
+  world.set_link(link);
+  const size_t c = 256;
+  world.run([&](int r) {
+    const Group g = make_group(world.mesh(), r, {0});
+    Communicator& comm = world.comm(r);
+    std::vector<float> in(c * 4, 1.0f), out(c * 4);
+    comm.all_reduce(in.data(), c * 4, g, ReduceOp::kSum);
+    comm.all_gather(in.data(), out.data(), c, g);
+    comm.reduce_scatter(in.data(), out.data(), c, g, ReduceOp::kSum);
+    comm.all_to_all(in.data(), out.data(), c, g);
+    comm.ppermute(in.data(), out.data(), c, g, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+  });
+  std::vector<CommStats> stats;
+  for (int r = 0; r < 4; ++r) stats.push_back(world.comm(r).stats());
+  const CommStats total = world.total_stats();
+  double sum = 0;
+  for (const CommStats& s : stats) sum += s.total_seconds();
+  EXPECT_NEAR(total.total_seconds(), sum, 1e-9);  // the same terms, summed in another order
+  world.reset_stats();
+  EXPECT_EQ(world.total_stats().total_seconds(), 0.0);
+  return stats;
+}
+
+// Only lower bounds that the link's sleeps guarantee, never an upper bound.
+// Take the device that enters a collective first: every message of that
+// collective is sent after its sender entered it, so the first device waits at
+// least (chain of dependent hops) x latency, however staggered the others are.
+// The max over devices therefore has a sound lower bound per kind; all_reduce
+// chains 2(n-1) = 6 hops, all_gather and reduce_scatter n-1 = 3, the others 1.
+TEST(CollectiveTime, IsNonNegativeAndGrowsWithASlowLink) {
+  const double latency = 0.02;
+  const std::vector<CommStats> fast = time_every_kind(LinkModel{});
+  const std::vector<CommStats> slow = time_every_kind(LinkModel{latency, 0});
+  const int hops[kNumCollectiveKinds] = {6, 3, 3, 1, 1};
+  double fast_total = 0, slow_total = 0;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    const auto kind = static_cast<CollectiveKind>(k);
+    double slow_max = 0;
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_GE(fast[r].seconds(kind), 0.0) << "rank " << r << " " << collective_kind_name(kind);
+      slow_max = std::max(slow_max, slow[r].seconds(kind));
+    }
+    EXPECT_GE(slow_max, hops[k] * latency) << collective_kind_name(kind);
+  }
+  for (int r = 0; r < 4; ++r) {
+    fast_total = std::max(fast_total, fast[r].total_seconds());
+    slow_total = std::max(slow_total, slow[r].total_seconds());
+    // Time accounting leaves the byte counts alone.
+    EXPECT_EQ(slow[r].total_bytes(), fast[r].total_bytes()) << "rank " << r;
+  }
+  EXPECT_GT(slow_total, fast_total);
 }
 
 }  // namespace

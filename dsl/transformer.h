@@ -1,0 +1,152 @@
+// Transformer modules for GPT-style language models, built from the DSL's
+// primitive ops like module.h's Linear and LayerNorm: Embedding,
+// PositionalEmbedding, CausalSelfAttention, MLPBlock, TransformerBlock, GPT.
+// They name every dimension with logical axes only ("batch", "seq", "embed",
+// "heads", "mlp", "vocab", "kv"); transformer_logical_rules() maps them to the
+// Megatron layout, so the same model is data parallel on data=8, FSDP on
+// fsdp=8, tensor parallel on model=8 and a mix on data=2,model=4.
+//
+// The Megatron layout: attention heads and the MLP's hidden units are split
+// over 'model'. The QKV and MLP-in projections are column-parallel (output
+// dimension "heads"/"mlp" -> 'model'), the attention-out and MLP-out
+// projections row-parallel (input dimension on 'model'), so each block costs
+// one all-reduce of the activations over 'model' per projection pair in the
+// forward pass and one in the backward pass.
+//
+// Non-obvious decision: the fused QKV kernel (embed, 3*embed) orders its
+// columns head-major, (heads, {q, k, v}, head_dim), not (q | k | v) as GPT-2's
+// c_attn does. A block of 'model' columns is then whole heads with their q, k
+// and v, so the reshape to (B, T, heads, 3*head_dim) and the q/k/v slices are
+// local on every device; with (q | k | v) a device's columns would be a third
+// of the queries and no keys. Nothing else depends on the order: the model is
+// trained from scratch.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "dsl/module.h"
+#include "dsl/sharding_rules.h"
+
+namespace sharc {
+
+struct GPTConfig {
+  int64_t vocab = 96;    // token ids are floats in [0, vocab)
+  int64_t context = 64;  // rows of the positional table: the longest sequence
+  int64_t embed = 64;    // model width; divisible by heads
+  int64_t heads = 8;     // divisible by the mesh's 'model' axis
+  int64_t layers = 2;
+  int64_t mlp_ratio = 4;       // MLP hidden width = mlp_ratio * embed
+  double dropout = 0.1;        // on embeddings, attention weights and residual branches
+  double epsilon = 1e-5;       // LayerNorm
+  bool tie_embeddings = true;  // logits = x @ wte^T, else a separate lm_head
+};
+
+// The logical-to-mesh rules for the modules below (Flax sharding_rules):
+// batch -> data, then fsdp; heads, mlp and vocab -> model; embed, seq and kv
+// (the per-head dimension) replicated. With shard_batch = false the batch is
+// replicated too (a sampling program of batch 1 on data=8).
+LogicalRules transformer_logical_rules(bool shard_batch = true);
+
+// FSDP over 'fsdp' for every parameter of at least min_fsdp_size elements
+// (inactive on meshes without 'fsdp'): Scalax's default threshold of 2^20
+// would leave a small model replicated.
+ShardingRules transformer_sharding_rules(int64_t min_fsdp_size = 1024);
+
+// Token embedding (flax.nnx.Embed): a (num_embeddings, features) table laid
+// out P("vocab", "embed"). The lookup is one_hot(ids) @ table, so with the
+// vocabulary split over 'model' it is a contraction with partial sums, and
+// its gradient is a dense matmul that autodiff already knows.
+class Embedding : public Module {
+ public:
+  Embedding(Scope s, int64_t num_embeddings, int64_t features,
+            Initializer init = with_partitioning(normal(0.02), P("vocab", "embed")),
+            SrcLoc loc = Here::current());
+  // (B...) float ids -> (B..., features).
+  Tensor operator()(Tensor ids, SrcLoc loc = Here::current()) const;
+  // The tied output head: (..., features) -> (..., num_embeddings), x @ table^T.
+  Tensor attend(Tensor x, SrcLoc loc = Here::current()) const;
+  Param embedding;
+
+ private:
+  std::string path_;
+  int64_t num_embeddings_;
+};
+
+// Learned absolute positions: a (context, features) table P("seq", "embed")
+// whose first T rows are added to a (B, T, features) input.
+class PositionalEmbedding : public Module {
+ public:
+  PositionalEmbedding(Scope s, int64_t context, int64_t features,
+                      Initializer init = with_partitioning(normal(0.01), P("seq", "embed")),
+                      SrcLoc loc = Here::current());
+  Tensor operator()(Tensor x, SrcLoc loc = Here::current()) const;
+  Param embedding;
+
+ private:
+  std::string path_;
+};
+
+// Multi-head causal self-attention. qkv: (embed, 3*embed) column-parallel
+// (head-major columns, see the file comment); proj: (embed, embed)
+// row-parallel. `seed` (a scalar tensor) draws the dropout masks; an empty
+// seed or a zero rate disables dropout.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
+  // (B, T, embed) -> (B, T, embed), T <= context.
+  Tensor operator()(Tensor x, Tensor seed = Tensor(), SrcLoc loc = Here::current()) const;
+  Linear qkv, proj;
+
+ private:
+  std::string path_;
+  int64_t heads_, head_dim_;
+  double dropout_;
+};
+
+// Position-wise MLP: column-parallel fc (embed -> mlp_ratio*embed) with GELU,
+// row-parallel proj back to embed.
+class MLPBlock : public Module {
+ public:
+  MLPBlock(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
+  Tensor operator()(Tensor x, Tensor seed = Tensor(), SrcLoc loc = Here::current()) const;
+  Linear fc, proj;
+
+ private:
+  std::string path_;
+  double dropout_;
+};
+
+// Pre-LayerNorm block (GPT-2): x + attn(ln1(x)), then + mlp(ln2(x)).
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
+  Tensor operator()(Tensor x, Tensor seed = Tensor(), SrcLoc loc = Here::current()) const;
+  LayerNorm ln1;
+  CausalSelfAttention attn;
+  LayerNorm ln2;
+  MLPBlock mlp;
+};
+
+// GPT: token + positional embeddings, `layers` blocks (scopes h0, h1, ...),
+// a final LayerNorm and the output head, tied to the token table or not.
+// Parameter paths: wte/embedding, wpe/embedding, h0/attn/qkv/kernel, ...,
+// ln_f/scale, [lm_head/kernel].
+class GPT : public Module {
+ public:
+  GPT(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
+  // (B, T) float token ids -> logits (B, T, vocab), vocab on "vocab".
+  Tensor operator()(Tensor ids, Tensor seed = Tensor(), SrcLoc loc = Here::current()) const;
+  const GPTConfig& config() const { return config_; }
+
+  Embedding wte;
+  PositionalEmbedding wpe;
+  std::vector<TransformerBlock> blocks;
+  LayerNorm ln_f;
+  std::optional<Linear> lm_head;
+
+ private:
+  GPTConfig config_;
+};
+
+}  // namespace sharc

@@ -1,0 +1,346 @@
+// Trains the character-level GPT-2 of model.h on a real text on 8 simulated
+// devices, then samples from it. The text is the GNU GPL (every Debian
+// machine has /usr/share/common-licenses/GPL-3); its characters, sorted by
+// byte value, are the vocabulary. Each step trains on random windows of the
+// text (a fixed-seed generator, so a run is reproducible) and prints its loss;
+// the trained parameters are then copied, whole, from the training program
+// into the sampling program (get_parameter / set_parameter: the two programs
+// may lay them out differently) and the model writes --sample characters.
+//
+//   gpt2_main --mesh data=2,model=4 --steps 600 --sample 300 [--temperature 0.8]
+//             [--seed 0] [--check] [--text FILE] [--prompt "The "]
+//
+// --check also runs the first step through the fp64 oracle (the global
+// program interpreted in double precision) and fails unless the losses agree.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "codegen/interpret.h"
+#include "gpt2_logits_data2_model4.h"
+#include "gpt2_logits_data4_model2.h"
+#include "gpt2_logits_data8.h"
+#include "gpt2_logits_fsdp4_model2.h"
+#include "gpt2_logits_model8.h"
+#include "gpt2_train_data2_model4.h"
+#include "gpt2_train_data4_model2.h"
+#include "gpt2_train_data8.h"
+#include "gpt2_train_fsdp4_model2.h"
+#include "gpt2_train_model8.h"
+#include "samples/gpt2/model.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string mesh = "data=2,model=4";
+  int steps = 600;  // the schedule's length (model.h)
+  int sample = 300;
+  double temperature = 0.8;  // 0: greedy
+  uint64_t seed = 0;
+  bool check = false;
+  std::string text;  // empty: the GPL
+  std::string prompt = "The ";
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "gpt2_main: %s\nusage: gpt2_main [--mesh M] [--steps N] [--sample N] "
+               "[--temperature T] [--seed S] [--check] [--text FILE] [--prompt P]\n"
+               "meshes: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2\n",
+               why);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value for " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--mesh")
+      o.mesh = value();
+    else if (a == "--steps")
+      o.steps = std::stoi(value());
+    else if (a == "--sample")
+      o.sample = std::stoi(value());
+    else if (a == "--temperature")
+      o.temperature = std::stod(value());
+    else if (a == "--seed")
+      o.seed = std::stoull(value());
+    else if (a == "--text")
+      o.text = value();
+    else if (a == "--prompt")
+      o.prompt = value();
+    else if (a == "--check")
+      o.check = true;
+    else
+      usage(("unknown argument " + a).c_str());
+  }
+  if (o.steps < 0 || o.sample < 0 || o.temperature < 0)
+    usage("negative --steps, --sample or --temperature");
+  return o;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The GPL-3, else GPL-2, else the first readable file (by name) in the
+// licenses folder, saying which; "" when there is none.
+std::string load_text(const Options& o, std::string* source) {
+  if (!o.text.empty()) {
+    *source = o.text;
+    return read_file(o.text);
+  }
+  const fs::path dir = "/usr/share/common-licenses";
+  for (const char* name : {"GPL-3", "GPL-2"}) {
+    std::error_code ec;
+    if (fs::is_regular_file(dir / name, ec)) {
+      if (std::string(name) != "GPL-3")
+        std::printf("note: %s not found, training on %s instead\n", (dir / "GPL-3").c_str(),
+                    (dir / name).c_str());
+      *source = (dir / name).string();
+      return read_file(dir / name);
+    }
+  }
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& p : files) {
+    std::string t = read_file(p);
+    if (t.size() > 1000) {
+      std::printf("note: neither GPL-3 nor GPL-2 is in %s, training on %s instead\n", dir.c_str(),
+                  p.c_str());
+      *source = p.string();
+      return t;
+    }
+  }
+  return "";
+}
+
+// Character vocabulary: the distinct bytes of the text in byte order. When
+// there are more than the model's vocabulary, the most frequent vocab - 1
+// (ties to the lower byte) keep an id and the rest share the last id, shown
+// as '?'.
+struct Vocab {
+  std::vector<int> id_of = std::vector<int>(256, -1);
+  std::vector<char> chars;
+};
+
+Vocab build_vocab(const std::string& text, int64_t capacity) {
+  std::vector<int64_t> count(256, 0);
+  for (unsigned char ch : text) ++count[ch];
+  std::vector<int> used;
+  for (int ch = 0; ch < 256; ++ch)
+    if (count[ch] > 0) used.push_back(ch);
+  const bool overflow = static_cast<int64_t>(used.size()) > capacity;
+  if (overflow) {
+    std::stable_sort(used.begin(), used.end(), [&](int a, int b) { return count[a] > count[b]; });
+    used.resize(capacity - 1);
+    std::sort(used.begin(), used.end());
+  }
+  Vocab v;
+  for (int ch : used) {
+    v.id_of[ch] = static_cast<int>(v.chars.size());
+    v.chars.push_back(static_cast<char>(ch));
+  }
+  if (overflow) {
+    for (int ch = 0; ch < 256; ++ch)
+      if (v.id_of[ch] < 0) v.id_of[ch] = static_cast<int>(v.chars.size());
+    v.chars.push_back('?');
+  }
+  return v;
+}
+
+// A uniform double in [0, 1) from the generator's raw bits (std::
+// uniform_real_distribution is not the same on every standard library).
+double uniform(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+template <class TrainProgram, class LogitsProgram>
+int run(const Options& o, const sharc::rt::MeshShape& mesh) {
+  const sharc::GPTConfig cfg = gpt2::config();
+  const int64_t batch = gpt2::kTrainBatch, context = cfg.context;
+
+  std::string source;
+  const std::string text = load_text(o, &source);
+  if (static_cast<int64_t>(text.size()) < context + 2) {
+    std::fprintf(stderr, "gpt2_main: no usable text (%s has %zu bytes)\n",
+                 source.empty() ? "/usr/share/common-licenses" : source.c_str(), text.size());
+    return 1;
+  }
+  const Vocab vocab = build_vocab(text, cfg.vocab);
+  std::vector<float> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i)
+    ids[i] = static_cast<float>(vocab.id_of[static_cast<unsigned char>(text[i])]);
+  std::printf("text: %s, %zu characters, %zu distinct (model vocabulary %lld)\n", source.c_str(),
+              text.size(), vocab.chars.size(), static_cast<long long>(cfg.vocab));
+  std::printf("model: %lld layers, %lld heads, width %lld, context %lld; batch %lld; mesh %s\n",
+              static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
+              static_cast<long long>(cfg.embed), static_cast<long long>(context),
+              static_cast<long long>(batch), mesh.to_string().c_str());
+
+  sharc::rt::ThreadWorld world(mesh);
+  TrainProgram train(world);
+  train.init(o.seed);
+
+  // Random windows of the text: tokens[t] predicts targets[t] = tokens[t + 1].
+  std::mt19937_64 rng(o.seed);
+  std::vector<float> tokens(batch * context), targets(batch * context);
+  auto fill_batch = [&] {
+    for (int64_t b = 0; b < batch; ++b) {
+      const size_t start = rng() % (text.size() - context - 1);
+      std::copy_n(ids.begin() + start, context, tokens.begin() + b * context);
+      std::copy_n(ids.begin() + start + 1, context, targets.begin() + b * context);
+    }
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> losses;
+  for (int step = 0; step < o.steps; ++step) {
+    fill_batch();
+    // Dropout masks: a new stream per step (floats are exact below 2^24).
+    const float seed = static_cast<float>((o.seed * 100003 + step) % (1 << 24));
+    float loss = 0, grad_norm = 0, lr = 0;
+    typename TrainProgram::Inputs in;
+    in.tokens = tokens.data();
+    in.targets = targets.data();
+    in.dropout_seed = &seed;
+    typename TrainProgram::Outputs out;
+    out.loss = &loss;
+    out.grad_norm = &grad_norm;
+    out.lr = &lr;
+    if (o.check && step == 0) {
+      // The oracle sees the parameters as init() made them, before the step.
+      const sharc::ir::Graph global = sharc::trace("gpt2_train", [](sharc::ProgramBuilder& b) {
+        gpt2::build_train(b, gpt2::config(), gpt2::kTrainBatch, gpt2::default_optimizer());
+      });
+      const double want = sharc::interpret(global,
+                                           {{"tokens", {tokens.begin(), tokens.end()}},
+                                            {"targets", {targets.begin(), targets.end()}},
+                                            {"dropout_seed", {seed}}},
+                                           o.seed)
+                              .at("loss")[0];
+      train.step(in, out);
+      // fp32 on the devices against fp64: a mean of 1024 cross entropies over
+      // 96 logits after two blocks; 1e-5 relative is ~100x the rounding.
+      const bool ok = std::fabs(loss - want) <= 1e-5 * std::fabs(want);
+      std::printf("check: step 0 loss %.7f, oracle %.7f: %s\n", loss, want, ok ? "PASS" : "FAIL");
+      if (!ok) return 1;
+      t0 = std::chrono::steady_clock::now();  // the timings leave the oracle out
+    } else {
+      train.step(in, out);
+    }
+    losses.push_back(loss);
+    if (!std::isfinite(loss)) {
+      std::fprintf(stderr, "gpt2_main: loss is %f at step %d\n", loss, step);
+      return 1;
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = elapsed / (step + 1) * (o.steps - step - 1);
+    std::printf(
+        "step %4d/%d  loss %.4f  lr %.2e  grad_norm %6.3f  [%5.1f s, %4.0f ms/step, eta %.0f s]\n",
+        step + 1, o.steps, loss, lr, grad_norm, elapsed, 1e3 * elapsed / (step + 1), eta);
+    std::fflush(stdout);
+  }
+  if (!losses.empty()) {
+    const size_t tail = std::min<size_t>(50, losses.size());
+    double mean = 0;
+    for (size_t i = losses.size() - tail; i < losses.size(); ++i) mean += losses[i] / tail;
+    std::printf(
+        "trained %d steps: loss %.4f at the first step, %.4f on average over the last %zu\n",
+        o.steps, losses.front(), mean, tail);
+  }
+  if (o.sample == 0) return 0;
+
+  // Sampling: the logits program on the same world, parameters copied whole.
+  LogitsProgram logits(world);
+  const sharc::ir::Graph sampler = sharc::trace("gpt2_logits", [](sharc::ProgramBuilder& b) {
+    gpt2::build_logits(b, gpt2::config(), gpt2::kSampleBatch);
+  });
+  for (const sharc::ir::Node& n : sampler.nodes) {
+    if (n.op != sharc::ir::Op::kParameter) continue;
+    std::vector<float> value(sharc::ir::num_elements(n.shape));
+    train.get_parameter(n.name, value.data());
+    logits.set_parameter(n.name, value.data());
+  }
+  // The window holds the last `context` characters; causal attention makes
+  // the logits at position len-1 independent of the padding after it.
+  std::string prompt;
+  std::vector<float> context_ids;
+  for (unsigned char ch : o.prompt.empty() ? text.substr(0, 1) : o.prompt) {
+    if (vocab.id_of[ch] < 0) continue;  // not in the text: skipped
+    prompt += static_cast<char>(ch);
+    context_ids.push_back(static_cast<float>(vocab.id_of[ch]));
+  }
+  if (context_ids.empty()) context_ids.push_back(ids[0]), prompt = text.substr(0, 1);
+  std::mt19937_64 sample_rng(o.seed + 1);
+  std::vector<float> window(context), out_logits(context * cfg.vocab);
+  std::string generated;
+  for (int i = 0; i < o.sample; ++i) {
+    const size_t len = std::min<size_t>(context_ids.size(), context);
+    std::fill(window.begin(), window.end(), 0.0f);
+    std::copy(context_ids.end() - len, context_ids.end(), window.begin());
+    typename LogitsProgram::Inputs in;
+    in.tokens = window.data();
+    typename LogitsProgram::Outputs out;
+    out.logits = out_logits.data();
+    logits.forward(in, out);
+    const float* row = out_logits.data() + (len - 1) * cfg.vocab;
+    const int n_chars = static_cast<int>(vocab.chars.size());  // ids beyond are never targets
+    int next = static_cast<int>(std::max_element(row, row + n_chars) - row);
+    if (o.temperature > 0) {
+      std::vector<double> p(n_chars);
+      double total = 0;
+      for (int k = 0; k < n_chars; ++k)
+        total += p[k] = std::exp((row[k] - row[next]) / o.temperature);
+      double u = uniform(sample_rng) * total;
+      for (next = 0; next < n_chars - 1 && u >= p[next]; ++next) u -= p[next];
+    }
+    context_ids.push_back(static_cast<float>(next));
+    generated += vocab.chars[next];
+  }
+  std::printf(
+      "\nsample (%d characters, %s, after the prompt \"%s\"):\n%s%s\n", o.sample,
+      o.temperature > 0 ? ("temperature " + std::to_string(o.temperature)).c_str() : "greedy",
+      prompt.c_str(), prompt.c_str(), generated.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+#define GPT2_MESH(spelling, suffix)                                                                \
+  if (o.mesh == spelling)                                                                          \
+    return run<sharc_gen::gpt2_train_##suffix::Program, sharc_gen::gpt2_logits_##suffix::Program>( \
+        o, sharc_gen::gpt2_train_##suffix::mesh_shape());
+  GPT2_MESH("data=8", data8)
+  GPT2_MESH("model=8", model8)
+  GPT2_MESH("data=2,model=4", data2_model4)
+  GPT2_MESH("data=4,model=2", data4_model2)
+  GPT2_MESH("fsdp=4,model=2", fsdp4_model2)
+#undef GPT2_MESH
+  usage(("no program was built for mesh " + o.mesh).c_str());
+}

@@ -1,0 +1,12 @@
+// The GPT-2 sample's programs, registered for the generator: one training
+// step and the sampling forward pass. Which strategy they run is decided by
+// the MESH each sharc_add_program call gives (see model.h).
+#include "samples/gpt2/model.h"
+
+SHARC_PROGRAM(gpt2_train, b) {
+  gpt2::build_train(b, gpt2::config(), gpt2::kTrainBatch, gpt2::default_optimizer());
+}
+
+SHARC_PROGRAM(gpt2_logits, b) {
+  gpt2::build_logits(b, gpt2::config(), gpt2::kSampleBatch);
+}

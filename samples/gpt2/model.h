@@ -1,0 +1,83 @@
+// A character-level GPT-2 in the sharc DSL (dsl/transformer.h), small enough
+// to train on a laptop CPU: 2 layers, 8 heads, width 64, context 64. The model
+// names its dimensions with logical axes only; the strategy comes from the
+// mesh each sharc_add_program call gives, through transformer_logical_rules()
+// and transformer_sharding_rules():
+//
+//   data=8            data parallel: batch on 'data', weights replicated
+//   model=8           Megatron tensor parallel: heads, MLP units, vocab on 'model'
+//   data=2,model=4 / data=4,model=2   the mixes
+//   fsdp=4,model=2    FSDP (batch and large weights on 'fsdp') x TP
+//
+// Two programs: gpt2_train (one AdamW step with warmup + cosine decay, dropout
+// on) and gpt2_logits (the forward pass without dropout, for sampling; the
+// batch of 1 is replicated, so every mesh that can train can also sample).
+#pragma once
+
+#include "dsl/sharc.h"
+#include "dsl/train.h"
+
+namespace gpt2 {
+
+using namespace sharc;
+
+// The sample's dimensions: change them here. kHeads and kVocab must divide by
+// the 'model' axis of every mesh the sample is built for (8); the GPL's
+// character vocabulary is 76 symbols, and 96 leaves room for other texts.
+constexpr int64_t kLayers = 2;
+constexpr int64_t kHeads = 8;
+constexpr int64_t kEmbed = 64;  // 8 per head
+constexpr int64_t kContext = 64;
+constexpr int64_t kVocab = 96;
+constexpr double kDropout = 0.1;
+constexpr int64_t kTrainBatch = 16;
+constexpr int64_t kSampleBatch = 1;
+
+inline GPTConfig config() {
+  GPTConfig c;
+  c.vocab = kVocab;
+  c.context = kContext;
+  c.embed = kEmbed;
+  c.heads = kHeads;
+  c.layers = kLayers;
+  c.dropout = kDropout;
+  return c;
+}
+
+// AdamW, learning rate warmed up over 20 steps to 3e-3 and cosine-decayed to
+// 3e-4 at step 600 (gpt2_main's default run), global-norm clipping at 1.
+inline Optimizer default_optimizer() {
+  return adamw(Schedule::warmup_cosine(/*peak=*/3e-3, /*warmup_steps=*/20, /*decay_steps=*/600,
+                                       /*end=*/3e-4),
+               /*weight_decay=*/1e-2);
+}
+
+// One training step on (batch, context) token windows and their next tokens.
+// Inputs: tokens, targets (float ids), dropout_seed (a scalar that draws the dropout
+// masks). Outputs: loss, grad_norm, lr.
+inline void build_train(ProgramBuilder& b, const GPTConfig& c, int64_t batch, const Optimizer& opt,
+                        const TrainOptions& o = {.clip_global_norm = 1.0}) {
+  b.set_logical_rules(transformer_logical_rules());
+  b.set_sharding_rules(transformer_sharding_rules());
+  GPT model(b.scope(), c);
+  Tensor tokens = b.input("tokens", {batch, c.context}, P("batch", "seq"));
+  Tensor targets = b.input("targets", {batch, c.context}, P("batch", "seq"));
+  Tensor seed = b.input("dropout_seed", {});
+  train_step(
+      b, {tokens, targets},
+      [&](const std::vector<Tensor>& mb) {
+        return softmax_cross_entropy(model(mb[0], seed), mb[1]);
+      },
+      opt, o);
+}
+
+// Logits (batch, context, vocab) for token windows, dropout off; the
+// parameters are copied in from a training program.
+inline void build_logits(ProgramBuilder& b, const GPTConfig& c, int64_t batch) {
+  b.set_logical_rules(transformer_logical_rules(/*shard_batch=*/false));
+  b.set_sharding_rules(transformer_sharding_rules());
+  GPT model(b.scope(), c);
+  b.output("logits", model(b.input("tokens", {batch, c.context}, P("batch", "seq"))));
+}
+
+}  // namespace gpt2
