@@ -14,7 +14,11 @@
 #     generator (so the model) or anything in templates/ changes;
 #  3. adds the STATIC library NAME from the generated source, linking
 #     sharc_runtime, with the generated folder on its include path, so users
-#     `#include "NAME.h"` and use namespace NAMESPACE (default sharc_gen::NAME).
+#     `#include "NAME.h"` and use namespace NAMESPACE (default sharc_gen::NAME);
+#  4. adds the target NAME_report (not built by default): `ninja NAME_report`
+#     runs the generator with --report, which prints, before anything runs,
+#     each parameter's layout and local shape, every collective with its
+#     bytes per device and each device's peak memory (codegen/report.h).
 #
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
 # when one axis is -1). DUMP_IR also writes the IR after every pass
@@ -77,4 +81,14 @@ function(sharc_add_program NAME)
   target_link_libraries(${NAME} PUBLIC sharc_runtime)
   # Generated code compiles with the project's warnings but is not linted.
   set_target_properties(${NAME} PROPERTIES CXX_CLANG_TIDY "")
+
+  set(report_args --program ${ARG_PROGRAM} --mesh ${ARG_MESH} --report)
+  if(ARG_DEVICES)
+    list(APPEND report_args --devices ${ARG_DEVICES})
+  endif()
+  add_custom_target(${NAME}_report
+    COMMAND ${generator} ${report_args}
+    DEPENDS ${generator}
+    COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
+    USES_TERMINAL VERBATIM)
 endfunction()

@@ -381,8 +381,13 @@ class Sweep {
       case Op::kAllToAll:
       case Op::kLocalSlice:
       case Op::kRingDot:
+      case Op::kPPermute:
+      case Op::kAxisIndex:
         internal_error(std::string("autodiff met ") + ir::op_name(n.op) +
                        " in a global program at " + ir::node_str(g_, id));
+      case Op::kShardMap:
+        user_error(n.loc, "cannot differentiate through shard_map: it lies on the gradient path (" +
+                              ir::node_str(g_, id) + "); sharc has no autodiff for shard_map bodies");
     }
   }
 

@@ -1,7 +1,8 @@
 // The CPU emitter; see emit_cpu.h. Structure: Names hands out unique C++
-// identifiers; CodeWriter is the indenting printer; CpuEmitter walks the
-// partitioned graph once to decide fusion, buffers and last uses, then prints
-// each placeholder's text. Every statement it prints for a node mirrors the
+// identifiers; CodeWriter is the indenting printer; CpuEmitter takes fusion,
+// buffers and last uses from plan_buffers() (buffer_plan.h, which the report
+// replays to predict memory), names values, then prints each placeholder's
+// text. Every statement it prints for a node mirrors the
 // corresponding case of execute_partitioned() (codegen/execute.cpp).
 #include "codegen/emit_cpu.h"
 
@@ -14,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/buffer_plan.h"
 #include "codegen/execute.h"
 #include "codegen/interpret.h"
 #include "codegen/ring_plan.h"
@@ -243,38 +245,8 @@ class CpuEmitter {
 
   void analyse() {
     const size_t n = g_.nodes.size();
-    users_.assign(n, {});
-    for (size_t i = 0; i < n; ++i)
-      for (int a : g_.nodes[i].args) users_[a].insert(static_cast<int>(i));
-    is_output_.assign(n, false);
-    is_update_value_.assign(n, false);
-    for (auto& u : g_.updates) is_update_value_[u.value] = true;
-    for (auto& o : g_.outputs) {
-      is_output_[o.value] = true;
-      const Node& v = g_[o.value];
-      if (!v.sharding || !v.sharding->partial.empty())
-        internal_error("output \"" + o.name +
-                       "\" is a partial sum; partition_per_device must resolve it");
-    }
-
-    // Fusion: an elementwise node is computed inside its user's loop when that
-    // user is its only one, is elementwise too, and the value is no output and
-    // no parameter's update. A Constant is always a literal inside elementwise
-    // loops and gets a buffer only when something else reads it.
-    inlined_.assign(n, false);
-    needs_buffer_.assign(n, true);
-    for (size_t i = 0; i < n; ++i) {
-      const Node& v = g_.nodes[i];
-      if (ir::is_elementwise(v.op) && users_[i].size() == 1 && !is_output_[i] &&
-          !is_update_value_[i] && ir::is_elementwise(g_[*users_[i].begin()].op))
-        inlined_[i] = true;
-      if (v.op == Op::kConstant) {
-        bool other = is_output_[i] || is_update_value_[i];
-        for (int u : users_[i]) other = other || !ir::is_elementwise(g_[u].op);
-        needs_buffer_[i] = other;
-      }
-      if (inlined_[i] || v.op == Op::kParameter) needs_buffer_[i] = false;
-    }
+    // Fusion, buffers, statements and last uses: the plan the report replays.
+    plan_ = plan_buffers(g_);
 
     // Names: parameters by path (members of Device), inputs and outputs by
     // name, everything else t0, t1, ... in program order.
@@ -289,9 +261,10 @@ class CpuEmitter {
     for (size_t i = 0; i < n; ++i)
       if (g_.nodes[i].op == Op::kInput) var_[i] = locals_.user(g_.nodes[i].name);
     for (auto& o : g_.outputs)
-      if (var_[o.value].empty() && needs_buffer_[o.value]) var_[o.value] = locals_.user(o.name);
+      if (var_[o.value].empty() && plan_.needs_buffer[o.value])
+        var_[o.value] = locals_.user(o.name);
     for (size_t i = 0; i < n; ++i)
-      if (var_[i].empty() && needs_buffer_[i]) var_[i] = locals_.next("t");
+      if (var_[i].empty() && plan_.needs_buffer[i]) var_[i] = locals_.next("t");
 
     // Names of the header's constants and the Inputs/Outputs fields.
     Names api;
@@ -303,7 +276,8 @@ class CpuEmitter {
 
   // Collectives and local slices run over a Group of the listed axes.
   static bool needs_group(const Node& v) {
-    return ir::is_collective(v.op) || v.op == Op::kLocalSlice || v.op == Op::kRingDot;
+    return ir::is_collective(v.op) || v.op == Op::kLocalSlice || v.op == Op::kRingDot ||
+           v.op == Op::kPPermute || v.op == Op::kAxisIndex;
   }
 
   // ---- small spellings ----------------------------------------------------
@@ -583,52 +557,9 @@ class CpuEmitter {
 
   // ---- the SPMD body ------------------------------------------------------
 
-  // One statement of the body: a node, for a fused loop its root, or for an
-  // all-reduce bucket its first member.
-  struct Stmt {
-    int node;
-    std::vector<int> tree;    // fused loop: the nodes computed in it, in order (root last)
-    std::vector<int> reads;   // buffers it reads
-    std::vector<int> bucket;  // all-reduce bucket: its members (all_reduce_bucket_end)
-  };
-
-  void collect_tree(int v, std::vector<int>& tree, std::vector<int>& reads) const {
-    for (int a : g_[v].args) {
-      if (inlined_[a])
-        collect_tree(a, tree, reads);
-      else if (g_[a].op != Op::kConstant && std::find(reads.begin(), reads.end(), a) == reads.end())
-        reads.push_back(a);
-    }
-    if (std::find(tree.begin(), tree.end(), v) == tree.end()) tree.push_back(v);
-  }
-
-  std::vector<Stmt> statements() const {
-    std::vector<Stmt> out;
-    for (size_t i = 0; i < g_.nodes.size(); ++i) {
-      const Node& v = g_.nodes[i];
-      const int id = static_cast<int>(i);
-      if (v.op == Op::kParameter || inlined_[i] || (v.op == Op::kConstant && !needs_buffer_[i]))
-        continue;
-      Stmt s{id, {}, {}, {}};
-      const int bucket_end = all_reduce_bucket_end(g_, id);
-      if (bucket_end > id + 1) {
-        for (int m = id; m < bucket_end; ++m) {
-          s.bucket.push_back(m);
-          const int a = g_[m].args[0];
-          if (std::find(s.reads.begin(), s.reads.end(), a) == s.reads.end()) s.reads.push_back(a);
-        }
-        i = bucket_end - 1;
-      } else if (ir::is_elementwise(v.op)) {
-        collect_tree(id, s.tree, s.reads);
-        std::sort(s.tree.begin(), s.tree.end());
-      } else {
-        for (int a : v.args)
-          if (std::find(s.reads.begin(), s.reads.end(), a) == s.reads.end()) s.reads.push_back(a);
-      }
-      out.push_back(std::move(s));
-    }
-    return out;
-  }
+  // One statement of the body (BufferPlan::Stmt): a node, for a fused loop
+  // its root, or for an all-reduce bucket its first member.
+  using Stmt = BufferPlan::Stmt;
 
   // The node a statement is attributed to: itself, or for a fused loop whose
   // root has no DSL line (operators record none) the first op in it that has.
@@ -785,23 +716,8 @@ class CpuEmitter {
   void emit_local_dot(CodeWriter& w, const ir::DotDims& d, const Shape& ls, std::string lp,
                       const Shape& rs, std::string rp, const std::string& out_expr,
                       const std::string& stem) {
-    auto in = [](const std::vector<int>& xs, int x) {
-      return std::find(xs.begin(), xs.end(), x) != xs.end();
-    };
-    std::vector<int> lperm = d.lhs_batch, rperm = d.rhs_batch;
-    int64_t B = 1, M = 1, N = 1, K = 1;
-    for (int b : d.lhs_batch) B *= ls[b];
-    for (int i = 0; i < static_cast<int>(ls.size()); ++i)
-      if (!in(d.lhs_batch, i) && !in(d.lhs_contract, i)) lperm.push_back(i), M *= ls[i];
-    for (int c : d.lhs_contract) lperm.push_back(c), K *= ls[c];
-    for (int c : d.rhs_contract) rperm.push_back(c);
-    for (int i = 0; i < static_cast<int>(rs.size()); ++i)
-      if (!in(d.rhs_batch, i) && !in(d.rhs_contract, i)) rperm.push_back(i), N *= rs[i];
-    auto identity = [](const std::vector<int>& p) {
-      for (size_t i = 0; i < p.size(); ++i)
-        if (p[i] != static_cast<int>(i)) return false;
-      return true;
-    };
+    const LocalDotLayout layout = local_dot_layout(d, ls, rs);
+    const int64_t B = layout.B, M = layout.M, N = layout.N, K = layout.K;
     std::vector<std::string> temps;
     auto transposed = [&](const Shape& shape, const std::string& x, const std::vector<int>& perm,
                           const std::string& role) {
@@ -816,8 +732,8 @@ class CpuEmitter {
       temps.push_back(t);
       return t + ".data()";
     };
-    if (!identity(lperm)) lp = transposed(ls, lp, lperm, "lhs");
-    if (!identity(rperm)) rp = transposed(rs, rp, rperm, "rhs");
+    if (layout.transpose_lhs) lp = transposed(ls, lp, layout.lhs_perm, "lhs");
+    if (layout.transpose_rhs) rp = transposed(rs, rp, layout.rhs_perm, "rhs");
     w.line("rt::gemm(/*batch=*/" + std::to_string(B) + ", /*M=*/" + std::to_string(M) + ", /*N=*/" +
            std::to_string(N) + ", /*K=*/" + std::to_string(K) + ",");
     w.line("         " + lp + ", false, " + rp + ", false, " + out_expr + ");");
@@ -1243,6 +1159,22 @@ class CpuEmitter {
                ", /*split_dim=*/" + std::to_string(v.dim) + ", /*concat_dim=*/" +
                std::to_string(v.dim2) + ", " + ptr(id) + ");");
         return;
+      case Op::kPPermute: {
+        // shard_map's ppermute (dsl/shard_map.h): receivers of nothing get zeros.
+        std::vector<std::string> pairs;
+        for (size_t i = 0; i + 1 < v.ints.size(); i += 2)
+          pairs.push_back("{" + std::to_string(v.ints[i]) + ", " + std::to_string(v.ints[i + 1]) + "}");
+        w.line(describe(v, s.reads, "ppermute" + axes));
+        w.line(declare(id));
+        w.line("comm.ppermute(" + a0() + ", " + ptr(id) + ", " + count + ", " + group(v) +
+               ", rt::Permutation{" + join(pairs, ", ") + "});");
+        return;
+      }
+      case Op::kAxisIndex:
+        w.line(describe(v, s.reads, "axis_index" + axes));
+        w.line(declare(id));
+        w.line(ptr(id) + "[0] = static_cast<float>(" + group(v) + ".position);");
+        return;
       case Op::kLocalSlice:
         w.line(describe(v, s.reads, "local_slice" + axes));
         w.line(declare(id));
@@ -1368,11 +1300,7 @@ class CpuEmitter {
   }
 
   std::string forward_body() {
-    const std::vector<Stmt> stmts = statements();
-    // Last statement reading each value; outputs live to the end.
-    std::vector<int> last(g_.nodes.size(), -1);
-    for (size_t k = 0; k < stmts.size(); ++k)
-      for (int r : stmts[k].reads) last[r] = static_cast<int>(k);
+    const std::vector<Stmt>& stmts = plan_.stmts;
     CodeWriter w(1);
     std::string current = "\x02";
     for (size_t k = 0; k < stmts.size(); ++k) {
@@ -1383,10 +1311,8 @@ class CpuEmitter {
         current = key;
       }
       emit_stmt(w, stmts[k]);
-      for (int r : stmts[k].reads)
-        if (last[r] == static_cast<int>(k) && !is_output_[r] && !is_update_value_[r] &&
-            g_[r].op != Op::kParameter)
-          w.line(var_[r] + " = rt::Buffer();  // last use of " + var_[r]);
+      for (int r : plan_.frees_after[k])
+        w.line(var_[r] + " = rt::Buffer();  // last use of " + var_[r]);
     }
     w.line();
     w.line(rule("outputs"));
@@ -1451,10 +1377,7 @@ class CpuEmitter {
   const ir::Graph& g_;
   const EmitOptions& o_;
   const Mesh& mesh_;
-  std::vector<std::set<int>> users_;
-  // is_update_value_: the new value of some parameter (Graph::updates), kept
-  // to the end of the step like an output.
-  std::vector<bool> is_output_, is_update_value_, inlined_, needs_buffer_;
+  BufferPlan plan_;
   std::vector<std::string> var_;
   std::map<std::string, std::string> axis_var_, field_, out_field_;
   std::map<std::vector<std::string>, std::string> group_var_;

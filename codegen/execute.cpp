@@ -474,6 +474,17 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
           rt::slice_block(arg(0), arg_shape(0), n.dim, grp.size(), grp.position, out.data());
           break;
         }
+        case Op::kPPermute: {
+          rt::Permutation perm;
+          for (size_t i = 0; i + 1 < n.ints.size(); i += 2) perm.emplace_back(n.ints[i], n.ints[i + 1]);
+          comm.ppermute(arg(0), out.data(), static_cast<size_t>(count), group_of(mesh, ms, rank, n.axes), perm);
+          break;
+        }
+        case Op::kAxisIndex:
+          out[0] = static_cast<float>(group_of(mesh, ms, rank, n.axes).position);
+          break;
+        case Op::kShardMap:
+          internal_error("shard_map in a per-device program");
       }
       val[id] = std::move(out);
       count_gradient(static_cast<int>(id));

@@ -5,10 +5,14 @@
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 [--devices 8]
 //                   --out-dir DIR --templates DIR [--name STEM] [--namespace NS]
 //                   [--dump-ir DIR]
+//   model.generator --program dot_relu_dot --mesh data=2,model=4 --report
 //
 // It traces the program, lowers it for the mesh and writes DIR/STEM.h and
 // DIR/STEM.cpp (STEM defaults to the program name, NS to sharc_gen::STEM),
-// plus numbered per-pass IR dumps with --dump-ir. A mistake in the model
+// plus numbered per-pass IR dumps with --dump-ir. With --report it writes
+// nothing: it prints the predicted costs of the program on the mesh (each
+// parameter's layout and local shape, every collective with its bytes per
+// device, each device's peak memory; codegen/report.h) and exits. A mistake in the model
 // (sharc::Error) prints `file:line: error: ...` to stderr and exits 1, and
 // leaves no output: the files are written to temporaries and renamed only
 // once everything succeeded, and a failure also removes the outputs of an
@@ -24,6 +28,7 @@
 
 #include "codegen/emit_cpu.h"
 #include "codegen/pipeline.h"
+#include "codegen/report.h"
 #include "dsl/program.h"
 
 namespace {
@@ -32,11 +37,13 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
-    "          [--devices N] [--name FILE_STEM] [--namespace NS] [--dump-ir DIR]\n";
+    "          [--devices N] [--name FILE_STEM] [--namespace NS] [--dump-ir DIR]\n"
+    "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] --report\n";
 
 struct Args {
   std::string program, mesh, out_dir, templates, dump_ir, cpp_namespace, name;
   int devices = 0;  // 0: the product of the mesh
+  bool report = false;  // print the predicted costs instead of generating
 };
 
 // Thrown for command-line mistakes (printed with the usage line).
@@ -66,6 +73,8 @@ Args parse_args(int argc, char** argv) {
       a.cpp_namespace = value();
     else if (flag == "--name")
       a.name = value();
+    else if (flag == "--report")
+      a.report = true;
     else if (flag == "--devices") {
       const std::string v = value();
       char* end = nullptr;
@@ -81,8 +90,8 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.program.empty()) throw UsageError{"--program is required"};
   if (a.mesh.empty()) throw UsageError{"--mesh is required"};
-  if (a.out_dir.empty()) throw UsageError{"--out-dir is required"};
-  if (a.templates.empty()) throw UsageError{"--templates is required"};
+  if (a.out_dir.empty() && !a.report) throw UsageError{"--out-dir is required"};
+  if (a.templates.empty() && !a.report) throw UsageError{"--templates is required"};
   if (a.name.empty()) a.name = a.program;
   if (a.cpp_namespace.empty()) a.cpp_namespace = "sharc_gen::" + a.name;
   return a;
@@ -145,6 +154,10 @@ int run(const Args& a) {
   sharc::PipelineOptions options;
   options.dump_dir = a.dump_ir;
   sharc::Lowered lowered = sharc::lower(std::move(traced), mesh, options);
+  if (a.report) {
+    std::cout << sharc::format_report(sharc::predict(lowered.partitioned));
+    return 0;
+  }
 
   sharc::EmitOptions eo;
   eo.program = a.program;
@@ -172,14 +185,14 @@ int main(int argc, char** argv) {
     args = parse_args(argc, argv);
   } catch (const UsageError& e) {
     if (!e.message.empty()) std::fprintf(stderr, "%s: %s\n", argv[0], e.message.c_str());
-    std::fprintf(stderr, kUsage, argv[0]);
+    std::fprintf(stderr, kUsage, argv[0], argv[0]);
     return e.message.empty() ? 0 : 2;
   }
   Outputs outputs(args.out_dir, args.name);
   try {
     return run(args);
   } catch (const sharc::Error& e) {
-    outputs.discard();
+    if (!args.report) outputs.discard();  // --report writes nothing
     if (e.loc().known()) {
       std::cerr << e.what() << "\n";
     } else {
@@ -192,7 +205,7 @@ int main(int argc, char** argv) {
     }
     return 1;
   } catch (const std::exception& e) {
-    outputs.discard();
+    if (!args.report) outputs.discard();  // --report writes nothing
     std::cerr << "sharc generator: " << e.what() << "\n";
     return 1;
   }

@@ -1,6 +1,7 @@
 // The double-precision oracle; see interpret.h.
 #include "codegen/interpret.h"
 
+#include "dsl/shard_map.h"
 #include "runtime/philox.h"
 
 #include <algorithm>
@@ -130,10 +131,13 @@ uint64_t random_stream_key(uint64_t node_key, double seed_value) {
   return rt::random_stream_key(node_key, seed_value);
 }
 
-HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed, HostValues* state) {
-  if (g.partitioned) internal_error("the oracle interprets global programs only");
-  std::vector<Values> val(g.nodes.size());
-  for (size_t id = 0; id < g.nodes.size(); ++id) {
+namespace {
+
+// Evaluates node `id` of g (any op but shard_map and the per-device
+// collectives) into val[id], its operands being in val already.
+void eval_node(const ir::Graph& g, size_t id, std::vector<Values>& val, const HostValues& inputs,
+               uint64_t seed, const HostValues* state) {
+  {
     const Node& n = g.nodes[id];
     const int64_t count = ir::num_elements(n.shape);
     auto arg = [&](int i) -> const Values& { return val[n.args[i]]; };
@@ -264,8 +268,177 @@ HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed
       case Op::kAllToAll:
       case Op::kLocalSlice:
       case Op::kRingDot:
+      case Op::kPPermute:
+      case Op::kAxisIndex:
         internal_error("collective in a global program");
+      case Op::kShardMap:
+        internal_error("eval_node of a shard_map");
     }
+  }
+}
+
+// ---- shard_map: every device simulated, in lock step -----------------------
+
+// The rank of the device at `coords` (row-major, last axis fastest).
+int rank_of(const Mesh& mesh, const std::vector<int>& coords) {
+  int r = 0;
+  for (size_t i = 0; i < coords.size(); ++i) r = r * mesh.axes()[i].size + coords[i];
+  return r;
+}
+
+// Global coordinates of the first element of the block device `rank` holds.
+std::vector<int64_t> block_start(const ir::Sharding& s, const Shape& local, const Mesh& mesh, int rank) {
+  const auto coords = mesh.coords(rank);
+  std::vector<int64_t> off(local.size(), 0);
+  for (size_t d = 0; d < local.size(); ++d) {
+    int64_t idx = 0;
+    for (const auto& a : s.dims[d]) idx = idx * mesh.size(a) + coords[mesh.index(a)];
+    off[d] = idx * local[d];
+  }
+  return off;
+}
+
+Values take_block(const Values& whole, const Shape& shape, const std::vector<int64_t>& off, const Shape& local) {
+  const auto st = strides_of(shape);
+  Values out(ir::num_elements(local));
+  for_each_index(local, [&](int64_t e, const std::vector<int64_t>& idx) {
+    int64_t o = 0;
+    for (size_t d = 0; d < idx.size(); ++d) o += (off[d] + idx[d]) * st[d];
+    out[e] = whole[o];
+  });
+  return out;
+}
+
+void put_block(Values& whole, const Shape& shape, const std::vector<int64_t>& off, const Shape& local,
+               const Values& block) {
+  const auto st = strides_of(shape);
+  for_each_index(local, [&](int64_t e, const std::vector<int64_t>& idx) {
+    int64_t o = 0;
+    for (size_t d = 0; d < idx.size(); ++d) o += (off[d] + idx[d]) * st[d];
+    whole[o] = block[e];
+  });
+}
+
+// Runs shard_map node n's body on every device of g.mesh (fp64) and
+// assembles the global results (a block held by several devices is taken
+// from the lowest-ranked one).
+std::vector<Values> simulate_shard_map(const ir::Graph& g, const Node& n, const std::vector<Values>& args) {
+  if (g.mesh.axes().empty())
+    user_error(n.loc, "the oracle runs a shard_map per device and needs the mesh: interpret the lowered "
+                      "global graph (Lowered::global) or set Graph::mesh");
+  const Mesh& mesh = g.mesh;
+  const ShardMapBody& b = shard_map_body(g, n);
+  const ShardMapInstance inst = instantiate_shard_map(b, mesh);
+  const ir::Graph& body = inst.body;
+  const int ndev = mesh.num_devices();
+  std::vector<std::vector<Values>> dv(ndev, std::vector<Values>(body.nodes.size()));
+  // The group of device r along `axis`: ranks by position, and r's position.
+  auto group = [&](int r, const std::string& axis, int* position) {
+    const int ax = mesh.index(axis);
+    auto c = mesh.coords(r);
+    *position = c[ax];
+    std::vector<int> ranks;
+    for (int k = 0; k < mesh.size(axis); ++k) {
+      c[ax] = k;
+      ranks.push_back(rank_of(mesh, c));
+    }
+    return ranks;
+  };
+  int next_input = 0;
+  for (size_t id = 0; id < body.nodes.size(); ++id) {
+    const Node& m = body.nodes[id];
+    switch (m.op) {
+      case Op::kInput: {
+        const int k = next_input++;
+        for (int r = 0; r < ndev; ++r)
+          dv[r][id] = take_block(args.at(k), b.in_shapes[k], block_start(inst.in[k], m.shape, mesh, r), m.shape);
+        break;
+      }
+      case Op::kAxisIndex:
+        for (int r = 0; r < ndev; ++r) dv[r][id] = {static_cast<double>(mesh.coords(r)[mesh.index(m.axes[0])])};
+        break;
+      case Op::kAllGather:
+      case Op::kAllReduce:
+      case Op::kReduceScatter:
+      case Op::kPPermute: {
+        const Shape& in = body.nodes[m.args[0]].shape;
+        for (int r = 0; r < ndev; ++r) {
+          int p = 0;
+          const auto ranks = group(r, m.axes[0], &p);
+          const int gs = static_cast<int>(ranks.size());
+          Values& out = dv[r][id];
+          out.assign(ir::num_elements(m.shape), 0.0);
+          if (m.op == Op::kAllGather) {
+            for (int k = 0; k < gs; ++k) {
+              std::vector<int64_t> off(in.size(), 0);
+              off[m.dim] = k * in[m.dim];
+              put_block(out, m.shape, off, in, dv[ranks[k]][m.args[0]]);
+            }
+          } else if (m.op == Op::kPPermute) {
+            for (size_t i = 0; i + 1 < m.ints.size(); i += 2)
+              if (m.ints[i + 1] == p) out = dv[ranks[m.ints[i]]][m.args[0]];
+          } else {
+            const bool is_max = m.reduce == ir::ReduceKind::kMax;
+            Values acc = dv[ranks[0]][m.args[0]];
+            for (int k = 1; k < gs; ++k) {
+              const Values& x = dv[ranks[k]][m.args[0]];
+              for (size_t e = 0; e < acc.size(); ++e) acc[e] = is_max ? std::max(acc[e], x[e]) : acc[e] + x[e];
+            }
+            if (m.op == Op::kAllReduce) {
+              out = std::move(acc);
+            } else {
+              std::vector<int64_t> off(in.size(), 0);
+              off[m.dim] = p * m.shape[m.dim];
+              out = take_block(acc, in, off, m.shape);
+            }
+          }
+        }
+        break;
+      }
+      case Op::kParameter:
+      case Op::kAllToAll:
+      case Op::kLocalSlice:
+      case Op::kRingDot:
+      case Op::kShardMap:
+        internal_error(std::string("shard_map body holds ") + ir::op_name(m.op));
+      default:
+        for (int r = 0; r < ndev; ++r) eval_node(body, id, dv[r], {}, 0, nullptr);
+        break;
+    }
+  }
+  std::vector<Values> results;
+  for (size_t j = 0; j < body.outputs.size(); ++j) {
+    const Shape& gs = b.out_shapes[j];
+    const int v = body.outputs[j].value;
+    const Shape& local = body.nodes[v].shape;
+    Values whole(ir::num_elements(gs), 0.0);
+    for (int r = ndev - 1; r >= 0; --r)
+      put_block(whole, gs, block_start(inst.out[j], local, mesh, r), local, dv[r][v]);
+    results.push_back(std::move(whole));
+  }
+  return results;
+}
+
+}  // namespace
+
+HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed, HostValues* state) {
+  if (g.partitioned) internal_error("the oracle interprets global programs only");
+  std::vector<Values> val(g.nodes.size());
+  // Results of each shard_map body (by body index), computed at its first output node.
+  std::map<int, std::vector<Values>> shard_map_results;
+  for (size_t id = 0; id < g.nodes.size(); ++id) {
+    const Node& n = g.nodes[id];
+    if (n.op != Op::kShardMap) {
+      eval_node(g, id, val, inputs, seed, state);
+      continue;
+    }
+    auto it = shard_map_results.find(n.ints[0]);
+    if (it == shard_map_results.end()) {
+      std::vector<Values> args;
+      for (int a : n.args) args.push_back(val[a]);
+      it = shard_map_results.emplace(n.ints[0], simulate_shard_map(g, n, args)).first;
+    }
+    val[id] = it->second.at(n.ints[1]);
   }
   HostValues result;
   for (auto& o : g.outputs) result[o.name] = val[o.value];

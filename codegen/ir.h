@@ -25,6 +25,7 @@
 
 namespace sharc {
 class ShardingRule;  // dsl/sharding_rules.h; the IR only carries them
+struct ShardMapBody;  // dsl/shard_map.h; the IR only carries them
 }  // namespace sharc
 
 namespace sharc {
@@ -87,7 +88,17 @@ namespace sharc::ir {
   X(LocalSlice, "local_slice", 1) /* keep this device's block of dim over axes */ \
   /* A dot and the all_gather / reduce_scatter it absorbs, run as a ring of      */ \
   /* ppermutes under the GEMMs (partitioned IR only; see RingAttrs below).       */ \
-  X(RingDot, "ring_dot", 2)
+  X(RingDot, "ring_dot", 2)                                                    \
+  /* shard_map (dsl/shard_map.h). Global IR: output ints[1] of the per-device */ \
+  /* body Graph::shard_maps[ints[0]] run on the operands' blocks; every output */ \
+  /* of one shard_map is its own node with the same operands and body.         */ \
+  X(ShardMap, "shard_map", -1)                                                 \
+  /* Per-device only (shard_map bodies, partitioned IR): ppermute over the one */ \
+  /* mesh axis in `axes`, ints = flattened (source, destination) position      */ \
+  /* pairs (receivers of nothing get zeros); axis_index: scalar = this         */ \
+  /* device's coordinate on the axis in `axes`.                                */ \
+  X(PPermute, "ppermute", 1)                                                   \
+  X(AxisIndex, "axis_index", 0)
 
 enum class Op {
 #define SHARC_X(e, n, a) k##e,
@@ -276,6 +287,10 @@ struct Graph {
   // and ring_direction, given to lower(), take precedence.
   CollectiveMatmul collective_matmul = CollectiveMatmul::kAuto;
   std::optional<RingDirection> ring_direction;
+  // The bodies of the program's shard_maps (ShardMap nodes index them). A
+  // body is kept as the user's callable and traced per device once the mesh
+  // is known (instantiate_shard_map in dsl/shard_map.h).
+  std::vector<std::shared_ptr<const ShardMapBody>> shard_maps;
 
   int add(Node n) {
     nodes.push_back(std::move(n));

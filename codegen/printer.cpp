@@ -106,6 +106,19 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
       os << " " << reduce_name(n.reduce) << " axes=" << axes_str(n.axes);
       if (n.dim2 >= 0) os << " bucket=" << n.dim2;
       break;
+    case Op::kShardMap:
+      if (n.ints.size() == 2) os << " body=" << n.ints[0] << " result=" << n.ints[1];
+      if (n.spec) os << " out_spec=" << n.spec->str();
+      break;
+    case Op::kPPermute:
+      os << " axes=" << axes_str(n.axes) << " perm=[";
+      for (size_t i = 0; i + 1 < n.ints.size(); i += 2)
+        os << (i ? ", (" : "(") << n.ints[i] << ", " << n.ints[i + 1] << ")";
+      os << "]";
+      break;
+    case Op::kAxisIndex:
+      os << " axes=" << axes_str(n.axes);
+      break;
     case Op::kAllToAll:
       os << " split=" << n.dim << " concat=" << n.dim2 << " axes=" << axes_str(n.axes);
       break;

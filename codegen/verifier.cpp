@@ -119,8 +119,12 @@ struct Checker {
     for (auto d : n.shape) fail_if(d <= 0, "non-positive dimension");
     auto arg = [&](int i) -> const Node& { return g.nodes[n.args[i]]; };
     // Constraints: collectives and local slices appear only in partitioned IR.
-    fail_if((is_collective(op) || op == Op::kLocalSlice || op == Op::kRingDot) && !g.partitioned,
+    fail_if((is_collective(op) || op == Op::kLocalSlice || op == Op::kRingDot || op == Op::kPPermute ||
+             op == Op::kAxisIndex) &&
+                !g.partitioned,
             "collective in a global (unpartitioned) program");
+    // Constraints: shard_map appears only in global IR.
+    fail_if(op == Op::kShardMap && g.partitioned, "shard_map in a per-device program");
     if (n.sharding) check_sharding(*n.sharding, n.shape, g.partitioned);
 
     if (is_binary(op)) {
@@ -244,6 +248,37 @@ struct Checker {
           expect[n.dim2] *= k;
         }
         fail_if(expect != n.shape, "collective result shape mismatch");
+        break;
+      }
+      case Op::kShardMap:
+        // Constraints: shard_map names a body of the graph and one of its
+        // results, and has operands.
+        fail_if(n.ints.size() != 2 || n.ints[0] < 0 || n.ints[0] >= static_cast<int>(g.shard_maps.size()) ||
+                    !g.shard_maps[n.ints[0]] || n.ints[1] < 0,
+                "shard_map does not name a body and result");
+        fail_if(n.args.empty(), "shard_map without operands");
+        break;
+      case Op::kPPermute:
+      case Op::kAxisIndex: {
+        // Constraints: one mesh axis; ppermute keeps the shape and its pairs
+        // are distinct sources and destinations in [0, axis size);
+        // axis_index is a scalar.
+        fail_if(n.axes.size() != 1 || !g.mesh.has(n.axes[0]), "needs one mesh axis");
+        if (n.axes.size() != 1 || !g.mesh.has(n.axes[0])) break;
+        if (op == Op::kAxisIndex) {
+          fail_if(!n.shape.empty(), "axis_index is not a scalar");
+          break;
+        }
+        fail_if(arg(0).shape != n.shape, "ppermute changes shape");
+        fail_if(n.ints.size() % 2 != 0, "ppermute pairs are not pairs");
+        const int size = g.mesh.size(n.axes[0]);
+        std::set<int> src, dst;
+        for (size_t i = 0; i + 1 < n.ints.size(); i += 2) {
+          fail_if(n.ints[i] < 0 || n.ints[i] >= size || n.ints[i + 1] < 0 || n.ints[i + 1] >= size,
+                  "ppermute position out of range");
+          fail_if(!src.insert(n.ints[i]).second || !dst.insert(n.ints[i + 1]).second,
+                  "ppermute pairs are not a permutation");
+        }
         break;
       }
       default:

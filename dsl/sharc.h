@@ -5,7 +5,8 @@
 // ProgramBuilder and SHARC_PROGRAM (program.h), Error (error.h),
 // Replicated/FSDPRule/PathRule/ShardingRules (sharding_rules.h),
 // Embedding/PositionalEmbedding/CausalSelfAttention/MLPBlock/
-// TransformerBlock/GPT and their logical rules (transformer.h).
+// TransformerBlock/GPT and their logical rules (transformer.h), shard_map and
+// its per-device collectives (shard_map.h), TPDense/TPAsyncDense (tp_dense.h).
 #pragma once
 
 #include "dsl/error.h"
@@ -15,6 +16,8 @@
 #include "dsl/ops.h"
 #include "dsl/partition_spec.h"
 #include "dsl/program.h"
+#include "dsl/shard_map.h"
 #include "dsl/sharding_rules.h"
 #include "dsl/tensor.h"
+#include "dsl/tp_dense.h"
 #include "dsl/transformer.h"

@@ -165,7 +165,8 @@ Tensor MLPBlock::operator()(Tensor x, Tensor seed, SrcLoc loc) const {
     user_error(loc, "MLPBlock '" + path_ + "': input " + x.describe() + " must end in " +
                         std::to_string(fc.kernel.dim(0)) + " features");
   LabelScope label(*fc.kernel.tracer(), path_);
-  return maybe_dropout(proj(gelu(fc(x))), dropout_, seed);
+  Tensor h = gelu(fc(x));                         // (..., mlp): column-parallel
+  return maybe_dropout(proj(h), dropout_, seed);  // row-parallel: summed over 'model'
 }
 
 // ---- TransformerBlock

@@ -3,8 +3,10 @@
 #include "codegen/passes/partition_per_device.h"
 
 #include <algorithm>
+#include <map>
 
 #include "codegen/passes/dim_maps.h"
+#include "dsl/shard_map.h"
 
 namespace sharc {
 
@@ -196,6 +198,10 @@ class Partitioner {
       map_[id] = emit(std::move(m), n.shape, S);
       return;
     }
+    if (n.op == Op::kShardMap) {
+      lower_shard_map(id);
+      return;
+    }
     auto links = dim_links(g_, n);
     if (n.op == Op::kShardingConstraint) {
       map_[id] = reshard(map_[n.args[0]], S);
@@ -365,7 +371,65 @@ class Partitioner {
     map_[id] = reshard(v, S);
   }
 
+  // shard_map: the operands are resharded to the in specs, the body (traced
+  // for this mesh, already per device) is inlined, and each result is the
+  // body's value labelled with its out spec. Values inside the body are
+  // device-varying; they are labelled replicated with their local shape as
+  // global shape (nothing after partitioning reads a global shape from them).
+  void lower_shard_map(int id) {
+    const Node& n = g_.nodes[id];
+    const int index = n.ints[0];
+    auto done = shard_map_results_.find(index);
+    if (done == shard_map_results_.end()) {
+      const ShardMapInstance inst = instantiate_shard_map(shard_map_body(g_, n), mesh());
+      const ir::Graph& body = inst.body;
+      std::vector<int> operands;
+      for (size_t i = 0; i < n.args.size(); ++i) operands.push_back(reshard(map_[n.args[i]], inst.in[i]));
+      std::vector<int> bmap(body.nodes.size(), -1);
+      std::vector<bool> claimed(body.nodes.size(), false);
+      int next_input = 0;
+      for (size_t b = 0; b < body.nodes.size(); ++b) {
+        const Node& bn = body.nodes[b];
+        if (bn.op == Op::kInput) {
+          bmap[b] = operands.at(next_input++);
+          claimed[b] = true;  // an operand's node keeps its own layout
+          continue;
+        }
+        Node m = bn;
+        for (int& a : m.args) a = bmap[a];
+        if (m.name.empty() || m.name == body.name) m.name = n.name;
+        m.backward = n.backward;
+        m.sharding = Sharding::replicated(m.shape.size());
+        global_.push_back(m.shape);
+        bmap[b] = out_.add(std::move(m));
+      }
+      std::vector<int> results;
+      for (size_t j = 0; j < body.outputs.size(); ++j) {
+        const int b = body.outputs[j].value;
+        const Shape global = shard_map_body(g_, n).out_shapes[j];
+        if (!claimed[b]) {
+          // Relabel the body's own node as the block of the global result.
+          claimed[b] = true;
+          out_.nodes[bmap[b]].sharding = inst.out[j];
+          global_[bmap[b]] = global;
+          results.push_back(bmap[b]);
+        } else {
+          // An operand or a value returned twice: a copy under the new label.
+          Node c;
+          c.op = Op::kReshape;
+          c.args = {bmap[b]};
+          c.name = n.name;
+          results.push_back(emit(std::move(c), global, inst.out[j]));
+        }
+      }
+      done = shard_map_results_.emplace(index, std::move(results)).first;
+    }
+    map_[id] = done->second.at(n.ints[1]);
+    if (!(sharding_of(map_[id]) == *n.sharding)) map_[id] = reshard(map_[id], *n.sharding);
+  }
+
   const ir::Graph& g_;
+  std::map<int, std::vector<int>> shard_map_results_;  // body index -> result node per output
   ir::Graph out_;
   std::vector<int> map_;     // global node id -> per-device node id
   std::vector<Shape> global_;  // per-device node id -> global shape

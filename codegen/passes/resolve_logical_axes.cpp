@@ -12,6 +12,9 @@ std::string what(const ir::Graph& g, const ir::Node& n, int id) {
   switch (n.op) {
     case ir::Op::kParameter: return "parameter '" + n.name + "' " + ir::shape_str(n.shape);
     case ir::Op::kInput: return "input '" + n.name + "' " + ir::shape_str(n.shape);
+    case ir::Op::kShardMap:
+      return "shard_map result " + std::to_string(n.ints.size() == 2 ? n.ints[1] : -1) + " %" +
+             std::to_string(id) + " " + ir::shape_str(n.shape);
     default: {
       // Name the constrained value the way Tensor::describe() does, so the
       // user can find it: "with_sharding_constraint of relu result %3 f32[8,16]".

@@ -1,0 +1,250 @@
+// The buffer plan shared by the CPU emitter and the report; see buffer_plan.h.
+#include "codegen/buffer_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "codegen/execute.h"
+#include "codegen/ring_plan.h"
+
+namespace sharc {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::Shape;
+
+void add_unique(std::vector<int>& v, int x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+void collect_tree(const ir::Graph& g, const BufferPlan& p, int v, std::vector<int>& tree,
+                  std::vector<int>& reads) {
+  for (int a : g[v].args) {
+    if (p.inlined[a])
+      collect_tree(g, p, a, tree, reads);
+    else if (g[a].op != Op::kConstant)
+      add_unique(reads, a);
+  }
+  add_unique(tree, v);
+}
+
+uint64_t bytes_of(const Shape& s) {
+  return static_cast<uint64_t>(ir::num_elements(s)) * sizeof(float);
+}
+
+// Running current/peak of one device's DeviceMemory.
+struct Tracker {
+  uint64_t current = 0, peak = 0;
+  int peak_stmt = -1;
+  int stmt = -1;
+  void alloc(uint64_t b) {
+    current += b;
+    if (current > peak) {
+      peak = current;
+      peak_stmt = stmt;
+    }
+  }
+  void free(uint64_t b) { current -= b; }
+};
+
+// The transposes of one local dot on operands of shapes ls, rs: allocated
+// before the GEMM, released after it (emit_local_dot).
+void local_dot_temps(Tracker& t, const ir::DotDims& d, const Shape& ls, const Shape& rs) {
+  const LocalDotLayout l = local_dot_layout(d, ls, rs);
+  uint64_t held = 0;
+  if (l.transpose_lhs) t.alloc(bytes_of(ls)), held += bytes_of(ls);
+  if (l.transpose_rhs) t.alloc(bytes_of(rs)), held += bytes_of(rs);
+  t.free(held);
+}
+
+// A RingDot's temporaries, in the emitter's order (emit_ring_dot): the
+// step buffers live for the whole ring, each step's local dots allocate and
+// release their transposes; every step is alike, so one step gives the peak.
+void ring_dot_temps(Tracker& t, const ir::Graph& g, const Node& v) {
+  const RingPlan plan =
+      ring_plan(v, g[v.args[0]].shape, g[v.args[1]].shape, g.mesh.size(v.axes));
+  const int H = plan.halves;
+  const uint64_t f = sizeof(float);
+  uint64_t held = 0;
+  auto alloc = [&](uint64_t b) {
+    t.alloc(b);
+    held += b;
+  };
+  if (plan.sliced >= 0 && !plan.slice_contiguous)
+    alloc(static_cast<uint64_t>(plan.step_operand_count(plan.sliced)) * f);
+  const uint64_t piece = static_cast<uint64_t>(plan.step_result_count()) * f;
+  if (plan.gather) {
+    if (!plan.out_contiguous) alloc(piece);
+    const uint64_t count = static_cast<uint64_t>(plan.step_operand_count(plan.moving)) * f;
+    for (int h = 0; h < H; ++h) alloc(2 * count);  // cur, next
+  } else {
+    for (int h = 0; h < H; ++h) {
+      alloc(2 * piece);  // part, incoming
+      if (!plan.out_contiguous) alloc(piece);  // sum
+    }
+  }
+  for (int h = 0; h < H; ++h) local_dot_temps(t, v.dot, plan.step_operand[0], plan.step_operand[1]);
+  t.free(held);
+}
+
+}  // namespace
+
+BufferPlan plan_buffers(const ir::Graph& g) {
+  BufferPlan p;
+  const size_t n = g.nodes.size();
+  p.users.assign(n, {});
+  for (size_t i = 0; i < n; ++i)
+    for (int a : g.nodes[i].args) p.users[a].insert(static_cast<int>(i));
+  p.is_output.assign(n, false);
+  p.is_update_value.assign(n, false);
+  for (auto& u : g.updates) p.is_update_value[u.value] = true;
+  for (auto& o : g.outputs) {
+    p.is_output[o.value] = true;
+    const Node& v = g[o.value];
+    if (!v.sharding || !v.sharding->partial.empty())
+      internal_error("output \"" + o.name +
+                     "\" is a partial sum; partition_per_device must resolve it");
+  }
+
+  // Fusion and constants (see buffer_plan.h).
+  p.inlined.assign(n, false);
+  p.needs_buffer.assign(n, true);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& v = g.nodes[i];
+    if (ir::is_elementwise(v.op) && p.users[i].size() == 1 && !p.is_output[i] &&
+        !p.is_update_value[i] && ir::is_elementwise(g[*p.users[i].begin()].op))
+      p.inlined[i] = true;
+    if (v.op == Op::kConstant) {
+      bool other = p.is_output[i] || p.is_update_value[i];
+      for (int u : p.users[i]) other = other || !ir::is_elementwise(g[u].op);
+      p.needs_buffer[i] = other;
+    }
+    if (p.inlined[i] || v.op == Op::kParameter) p.needs_buffer[i] = false;
+  }
+
+  // Statements, in program order.
+  for (size_t i = 0; i < n; ++i) {
+    const Node& v = g.nodes[i];
+    const int id = static_cast<int>(i);
+    if (v.op == Op::kParameter || p.inlined[i] || (v.op == Op::kConstant && !p.needs_buffer[i]))
+      continue;
+    BufferPlan::Stmt s{id, {}, {}, {}};
+    const int bucket_end = all_reduce_bucket_end(g, id);
+    if (bucket_end > id + 1) {
+      for (int m = id; m < bucket_end; ++m) {
+        s.bucket.push_back(m);
+        add_unique(s.reads, g[m].args[0]);
+      }
+      i = bucket_end - 1;
+    } else if (ir::is_elementwise(v.op)) {
+      collect_tree(g, p, id, s.tree, s.reads);
+      std::sort(s.tree.begin(), s.tree.end());
+    } else {
+      for (int a : v.args) add_unique(s.reads, a);
+    }
+    p.stmts.push_back(std::move(s));
+  }
+
+  // Last statement reading each value; outputs and updates live to the end,
+  // parameters persist.
+  std::vector<int> last(n, -1);
+  for (size_t k = 0; k < p.stmts.size(); ++k)
+    for (int r : p.stmts[k].reads) last[r] = static_cast<int>(k);
+  p.frees_after.assign(p.stmts.size(), {});
+  for (size_t k = 0; k < p.stmts.size(); ++k)
+    for (int r : p.stmts[k].reads)
+      if (last[r] == static_cast<int>(k) && !p.is_output[r] && !p.is_update_value[r] &&
+          g[r].op != Op::kParameter)
+        p.frees_after[k].push_back(r);
+  return p;
+}
+
+LocalDotLayout local_dot_layout(const ir::DotDims& d, const Shape& ls, const Shape& rs) {
+  auto in = [](const std::vector<int>& xs, int x) {
+    return std::find(xs.begin(), xs.end(), x) != xs.end();
+  };
+  LocalDotLayout l;
+  l.lhs_perm = d.lhs_batch;
+  l.rhs_perm = d.rhs_batch;
+  for (int b : d.lhs_batch) l.B *= ls[b];
+  for (int i = 0; i < static_cast<int>(ls.size()); ++i)
+    if (!in(d.lhs_batch, i) && !in(d.lhs_contract, i)) l.lhs_perm.push_back(i), l.M *= ls[i];
+  for (int c : d.lhs_contract) l.lhs_perm.push_back(c), l.K *= ls[c];
+  for (int c : d.rhs_contract) l.rhs_perm.push_back(c);
+  for (int i = 0; i < static_cast<int>(rs.size()); ++i)
+    if (!in(d.rhs_batch, i) && !in(d.rhs_contract, i)) l.rhs_perm.push_back(i), l.N *= rs[i];
+  auto identity = [](const std::vector<int>& perm) {
+    for (size_t i = 0; i < perm.size(); ++i)
+      if (perm[i] != static_cast<int>(i)) return false;
+    return true;
+  };
+  l.transpose_lhs = !identity(l.lhs_perm);
+  l.transpose_rhs = !identity(l.rhs_perm);
+  return l;
+}
+
+MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
+  Tracker t;
+  uint64_t persistent = 0;
+  for (const Node& v : g.nodes)
+    if (v.op == Op::kParameter) persistent += bytes_of(v.shape);
+  t.alloc(persistent);  // Program's constructor; init allocates nothing more
+
+  for (size_t k = 0; k < p.stmts.size(); ++k) {
+    const BufferPlan::Stmt& s = p.stmts[k];
+    t.stmt = static_cast<int>(k);
+    const Node& v = g[s.node];
+    if (!s.bucket.empty()) {
+      // The members' results, then the packed operands for the one all_reduce.
+      uint64_t total = 0;
+      for (int m : s.bucket) {
+        t.alloc(bytes_of(g[m].shape));
+        total += bytes_of(g[m].shape);
+      }
+      t.alloc(total);
+      t.free(total);
+    } else {
+      t.alloc(bytes_of(v.shape));  // the statement's result
+      if (v.op == Op::kDot)
+        local_dot_temps(t, v.dot, g[v.args[0]].shape, g[v.args[1]].shape);
+      else if (v.op == Op::kRingDot)
+        ring_dot_temps(t, g, v);
+    }
+    for (int r : p.frees_after[k]) t.free(bytes_of(g[r].shape));
+  }
+
+  // Updates (emit_updates): snapshots of updated parameters that another
+  // parameter takes, then each moved value replaces its parameter's buffer.
+  t.stmt = static_cast<int>(p.stmts.size());
+  std::set<int> targets;
+  std::map<int, int> remaining;
+  for (auto& u : g.updates) {
+    targets.insert(u.target);
+    ++remaining[u.value];
+  }
+  std::set<int> snapshot;
+  for (auto& u : g.updates) {
+    if (u.value == u.target || g[u.value].op != Op::kParameter || !targets.count(u.value) ||
+        snapshot.count(u.value))
+      continue;
+    t.alloc(bytes_of(g[u.value].shape));
+    snapshot.insert(u.value);
+  }
+  for (auto& u : g.updates) {
+    const bool last = --remaining[u.value] == 0;
+    if (u.value == u.target) continue;
+    const bool moved = snapshot.count(u.value) ? last : g[u.value].op != Op::kParameter && last;
+    if (moved) t.free(bytes_of(g[u.target].shape));  // the old shard goes
+  }
+
+  MemoryProfile m;
+  m.persistent_bytes = persistent;
+  m.peak_bytes = t.peak;
+  m.peak_stmt = t.peak_stmt;
+  return m;
+}
+
+}  // namespace sharc

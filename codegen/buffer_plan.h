@@ -1,0 +1,78 @@
+// BufferPlan: which values of a partitioned (per-device) graph the generated
+// code keeps in a buffer, which it fuses away, the statements it runs in
+// order, and after which statement each buffer is released. The CPU emitter
+// (emit_cpu.cpp) prints exactly this plan, and the report (report.h) replays
+// it, with the temporaries each statement allocates, to predict every
+// device's memory before anything runs. One function decides, two read it, so
+// the prediction cannot drift from the generated code.
+//
+// The rules (all in plan_buffers):
+//  - fusion: an elementwise node is computed inside its user's loop when that
+//    user is its only one and is elementwise too, and the value is no output
+//    and no parameter's update (inlined);
+//  - a Constant is a literal inside elementwise loops and gets a buffer only
+//    when something else reads it, or it is an output or an update's value;
+//  - Parameters are persistent (members of the generated Device), never
+//    allocated or freed by the step;
+//  - every other node is one buffer, allocated by its statement and released
+//    right after the last statement that reads it, unless it is an output or
+//    an update's value (those live to the end of the step).
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "codegen/ir.h"
+
+namespace sharc {
+
+struct BufferPlan {
+  // One statement of the step: a node, for a fused loop its root, or for an
+  // all-reduce bucket (all_reduce_bucket_end) its first member.
+  struct Stmt {
+    int node;
+    std::vector<int> tree;    // fused loop: the nodes computed in it, in order (root last)
+    std::vector<int> reads;   // buffers it reads
+    std::vector<int> bucket;  // all-reduce bucket: its members
+  };
+
+  std::vector<std::set<int>> users;  // per node
+  // is_update_value: the new value of some parameter (Graph::updates), kept to
+  // the end of the step like an output.
+  std::vector<bool> is_output, is_update_value, inlined, needs_buffer;
+  std::vector<Stmt> stmts;
+  // Per statement: the values whose buffers are released right after it
+  // (their last read), in the order the emitter frees them.
+  std::vector<std::vector<int>> frees_after;
+};
+
+// The plan of a partitioned graph (lower()'s output). Throws internal_error
+// when an output is a partial sum.
+BufferPlan plan_buffers(const ir::Graph& partitioned);
+
+// How a local dot_general runs (execute.cpp's local_dot(), the emitter's
+// emit_local_dot()): operands permuted to (batch, free, contract) and
+// (batch, contract, free), each copied into a temporary when the permutation
+// is not the identity, then one batched GEMM of B x (M x K) . (K x N).
+struct LocalDotLayout {
+  std::vector<int> lhs_perm, rhs_perm;
+  bool transpose_lhs = false, transpose_rhs = false;
+  int64_t B = 1, M = 1, N = 1, K = 1;
+};
+LocalDotLayout local_dot_layout(const ir::DotDims& d, const ir::Shape& lhs, const ir::Shape& rhs);
+
+// Bytes a device holds, replayed from the plan in statement order: the
+// persistent parameter shards (allocated when the Program is constructed),
+// and the largest total reached during one step, with every temporary the
+// generated code allocates (dot transposes, bucket packing buffers, ring
+// buffers, update snapshots) counted where it lives. Every device runs the
+// same local shapes, so the numbers hold for each of them.
+struct MemoryProfile {
+  uint64_t persistent_bytes = 0;  // parameter shards
+  uint64_t peak_bytes = 0;        // max over construction, init and one step
+  int peak_stmt = -1;             // the statement at which the peak is reached (-1: none)
+};
+MemoryProfile simulate_memory(const ir::Graph& partitioned, const BufferPlan& plan);
+
+}  // namespace sharc
