@@ -15,8 +15,17 @@ using ir::Node;
 using ir::Op;
 using ir::Shape;
 
+// The tracer an operand belongs to, which must be the one tracing now: a
+// tensor from another program, or from outside the shard_map body being
+// traced, would otherwise be read as an unrelated node of this graph.
 Tracer& tracer_of(const Tensor& a, const SrcLoc& loc) {
   if (!a.valid()) user_error(loc, "operation on an empty Tensor");
+  if (a.tracer() != &Tracer::current(loc))
+    // Only the id is printed: the other tracer may be gone (a shard_map body
+    // is traced again at lowering, after the program's tracer).
+    user_error(loc, "tensor %" + std::to_string(a.id()) +
+                        " belongs to another traced program (a tensor from outside a shard_map "
+                        "body?); pass it to shard_map as an operand");
   return *a.tracer();
 }
 

@@ -1,7 +1,7 @@
 // shard_map: an explicit per-device escape hatch, as jax.experimental.shard_map.
 //
 //   auto ys = shard_map(
-//       [&](const std::vector<Tensor>& b) {       // b: this device's blocks
+//       [](const std::vector<Tensor>& b) {        // b: this device's blocks
 //         Tensor y = matmul(b[0], b[1]);           // ordinary ops, LOCAL shapes
 //         return std::vector<Tensor>{psum_scatter(y, "model", 1)};
 //       },
@@ -19,7 +19,10 @@
 // per lowering, per device program, by instantiate_shard_map(). For the same
 // reason the global result shapes are declared (`out_shapes`, like the
 // out_shape of jax's pallas_call); a body whose results do not match them is
-// reported at the shard_map's line when the program is lowered.
+// reported at the shard_map's line when the program is lowered. Because the
+// body runs after the enclosing code has returned, it must capture by value
+// (settings, not tensors): a tensor from outside the body is reported at the
+// op that uses it; pass it in as an operand instead.
 //
 // Not differentiable: train_step / append_gradients report a shard_map on the
 // gradient path. Parameters are made outside the body and passed in as

@@ -304,6 +304,27 @@ TEST(ShardMapErrors, OutSpecDoesNotMatchBody) {
                              "global f32[8,16] needs f32[4,4]"));
 }
 
+TEST(ShardMapErrors, TensorFromOutsideTheBody) {
+  int line = 0;
+  const std::string msg = lower_error(
+      [&](ProgramBuilder& b) {
+        Tensor x = b.input("x", {8, 16}, P("data", "model"));
+        Tensor outside = b.input("w", {4, 4}, P());
+        // The body runs again at lowering, so it captures by value.
+        auto y = shard_map(
+            [outside, &line](const std::vector<Tensor>& l) {
+              line = __LINE__ + 1;
+              return std::vector<Tensor>{add(l[0], outside)};
+            },
+            {x}, {P("data", "model")}, {P("data", "model")}, {{8, 16}});
+        b.output("y", y[0]);
+      },
+      "data=2,model=4");
+  EXPECT_THAT(msg, HasSubstr("shard_map_test.cpp:" + std::to_string(line) + ": error: "));
+  EXPECT_THAT(msg, HasSubstr("tensor %1 belongs to another traced program (a tensor from outside a "
+                             "shard_map body?); pass it to shard_map as an operand"));
+}
+
 TEST(ShardMapErrors, CollectiveOutsideBody) {
   try {
     trace("bad", [](ProgramBuilder& b) {
