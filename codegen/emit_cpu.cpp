@@ -116,17 +116,25 @@ std::string identifier(const std::string& name) {
 // "t3" gets a suffix instead of a clash.
 class Names {
  public:
-  Names() {
+  // Scopes: local variables of the generated functions also avoid the
+  // templates' own names ("dev", "in", "seed", ...); members of the API's
+  // Inputs/Outputs structs only avoid C++ keywords, so an input called "seed"
+  // is the field `seed`.
+  enum class Scope { kLocals, kFields };
+  explicit Names(Scope scope = Scope::kLocals) {
     for (const char* k :
-         {"dev",     "comm",   "mem",      "rank",    "in",       "out",      "i",      "rt",
-          "std",     "seed",   "coords",   "sharc",   "and",      "auto",     "bool",   "break",
-          "case",    "char",   "class",    "const",   "continue", "default",  "delete", "do",
-          "double",  "else",   "enum",     "float",   "for",      "if",       "int",    "long",
-          "new",     "not",    "or",       "private", "public",   "return",   "short",  "signed",
-          "sizeof",  "static", "struct",   "switch",  "template", "this",     "throw",  "try",
-          "typedef", "union",  "unsigned", "using",   "void",     "volatile", "while",  "xor",
-          "key"})
+         {"and",      "auto",    "bool",     "break",  "case",     "char",     "class",
+          "const",    "continue", "default", "delete", "do",       "double",   "else",
+          "enum",     "float",   "for",      "if",     "int",      "long",     "new",
+          "not",      "or",      "private",  "public", "return",   "short",    "signed",
+          "sizeof",   "static",  "struct",   "switch", "template", "this",     "throw",
+          "try",      "typedef", "union",    "unsigned", "using",  "void",     "volatile",
+          "while",    "xor"})
       taken_.insert(k);
+    if (scope == Scope::kLocals)
+      for (const char* k : {"dev", "comm", "mem", "rank", "in", "out", "i", "rt", "std", "seed", "coords",
+                            "sharc", "key"})
+        taken_.insert(k);
   }
   // A fresh identifier derived from a user name.
   std::string user(const std::string& name) {
@@ -267,10 +275,10 @@ class CpuEmitter {
       if (var_[i].empty() && plan_.needs_buffer[i]) var_[i] = locals_.next("t");
 
     // Names of the header's constants and the Inputs/Outputs fields.
-    Names api;
+    Names api(Names::Scope::kFields);
     for (size_t i = 0; i < n; ++i)
       if (g_.nodes[i].op == Op::kInput) field_[g_.nodes[i].name] = api.user(g_.nodes[i].name);
-    Names out_fields;
+    Names out_fields(Names::Scope::kFields);
     for (auto& o : g_.outputs) out_field_[o.name] = out_fields.user(o.name);
   }
 

@@ -50,3 +50,32 @@ TEST(EmitRandomPrograms, EmitDeterministicallyWithOneCallPerKernelAndCollective)
 
 }  // namespace
 }  // namespace sharc
+
+namespace sharc {
+namespace {
+
+// Inputs/Outputs fields keep the user's names unless they are C++ keywords:
+// an input called "seed" or "out" (names the generated functions use for
+// their own locals) is still the field `seed` / `out`.
+TEST(EmitNames, ApiFieldsKeepUserNamesThatOnlyClashWithGeneratedLocals) {
+  const ir::Graph g = trace("names", [](ProgramBuilder& b) {
+    Tensor seed = b.input("seed", {4});
+    Tensor out = b.input("out", {4});
+    Tensor kw = b.input("double", {4});
+    b.output("in", add(add(seed, out), kw));
+  });
+  EmitOptions o;
+  o.program = "names";
+  o.cpp_namespace = "sharc_gen::names";
+  o.header_name = "names.h";
+  o.templates = load_templates(SHARC_TEMPLATES_DIR);
+  const EmittedFiles f = emit_cpu(lower(g, Mesh::parse("data=2", 2)).partitioned, o);
+  EXPECT_NE(f.header.find("const float* seed = nullptr;"), std::string::npos) << f.header;
+  EXPECT_NE(f.header.find("const float* out = nullptr;"), std::string::npos) << f.header;
+  EXPECT_NE(f.header.find("float* in = nullptr;"), std::string::npos) << f.header;
+  // A keyword still gets a suffix.
+  EXPECT_EQ(f.header.find("const float* double = nullptr;"), std::string::npos) << f.header;
+}
+
+}  // namespace
+}  // namespace sharc
