@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 
+#include "tests/common/expect_error.h"
 #include "codegen/pipeline.h"
 #include "dsl/sharc.h"
 
@@ -23,31 +24,14 @@ namespace {
 // This file as the DSL records it: project-relative, no absolute path.
 constexpr const char* kThisFile = "tests/dsl/errors_test.cpp";
 
-// Runs f, which must throw sharc::Error; returns the error's what() after
-// checking that it starts with this file and `line` and that loc() agrees.
+// Runs f, which must throw sharc::Error at this file and `line`; returns what().
 std::string error_at(int line, const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string where = std::string(kThisFile) + ":" + std::to_string(line) + ": error: ";
-    const std::string what = e.what();
-    EXPECT_EQ(what.substr(0, where.size()), where) << "full message: " << what;
-    EXPECT_EQ(e.loc().file, kThisFile);
-    EXPECT_EQ(e.loc().line, line);
-    return what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected sharc::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected sharc::Error, nothing was thrown";
-  return "";
+  return sharc::testing::error_at(kThisFile, line, f);
 }
 
-// A program being traced in the test body.
-struct Traced {
-  Tracer tracer{"bad_program"};
-  ProgramBuilder b{tracer};
-  ir::Graph graph() { return tracer.graph(); }
+// A program traced in the test body, so the line idiom stays exact.
+struct Traced : sharc::testing::Traced {
+  Traced() : sharc::testing::Traced("bad_program") {}
 };
 
 const Mesh& mesh_2x4() {

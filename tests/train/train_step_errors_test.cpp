@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/expect_error.h"
 #include "codegen/pipeline.h"
 #include "dsl/sharc.h"
 #include "dsl/train.h"
@@ -25,28 +26,12 @@ constexpr const char* kThisFile = "tests/train/train_step_errors_test.cpp";
 
 // Runs f, which must throw sharc::Error at this file and `line`; returns what().
 std::string error_at(int line, const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string where = std::string(kThisFile) + ":" + std::to_string(line) + ": error: ";
-    const std::string what = e.what();
-    EXPECT_EQ(what.substr(0, where.size()), where) << "full message: " << what;
-    EXPECT_EQ(e.loc().file, kThisFile);
-    EXPECT_EQ(e.loc().line, line);
-    return what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected sharc::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected sharc::Error, nothing was thrown";
-  return "";
+  return sharc::testing::error_at(kThisFile, line, f);
 }
 
 // A program traced in the test body, so the line idiom stays exact.
-struct Traced {
-  Tracer tracer{"bad_train_program"};
-  ProgramBuilder b{tracer};
-  ir::Graph graph() { return tracer.graph(); }
+struct Traced : sharc::testing::Traced {
+  Traced() : sharc::testing::Traced("bad_train_program") {}
 };
 
 const Optimizer kSgd = sgd(Schedule::constant(0.1));
