@@ -6,14 +6,14 @@
 #                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR])
 #
 #  1. builds the generator executable from SOURCE (the model file, which
-#     registers programs with SHARC_PROGRAM) linked with sharc_generator_main.
+#     registers programs with SHARC_PROGRAM) linked with sharc::generator_main.
 #     Calls with the same SOURCE share one generator (named after the first
 #     call: NAME.generator), so four meshes of one model build it once;
 #  2. runs it at build time (add_custom_command) to write
 #     <build>/sharc_generated/NAME/NAME.h and NAME.cpp; it re-runs when the
-#     generator (so the model) or anything in templates/ changes;
+#     generator (so the model) or anything in sharc's templates/ changes;
 #  3. adds the STATIC library NAME from the generated source, linking
-#     sharc_runtime, with the generated folder on its include path, so users
+#     sharc::runtime, with the generated folder on its include path, so users
 #     `#include "NAME.h"` and use namespace NAMESPACE (default sharc_gen::NAME);
 #  4. adds the target NAME_report (not built by default): `ninja NAME_report`
 #     runs the generator with --report, which prints, before anything runs,
@@ -25,50 +25,182 @@
 # (00_traced.ir, 01_after_resolve_logical_axes.ir, ...) to
 # <build>/sharc_generated/NAME/ir/. A mistake in the model fails the build with
 # the model's file:line, and no generated files are left behind.
+#
+# The function works from any directory of any project: it finds sharc's
+# templates next to this file (CMAKE_CURRENT_FUNCTION_LIST_DIR), not through a
+# variable of the directory that included it, so add_subdirectory(),
+# FetchContent and (later) find_package() all give the same function. Its
+# arguments are checked when CMake configures, so a mistake (a bad MESH, an
+# unknown keyword, a missing SOURCE, a NAME already taken) stops at the user's
+# CMakeLists.txt line, which CMake prints in the call stack under the message.
+include_guard(GLOBAL)
 
-set(SHARC_TEMPLATES_DIR "${CMAKE_CURRENT_LIST_DIR}/../templates")
-cmake_path(NORMAL_PATH SHARC_TEMPLATES_DIR)
+# Stops configuring with `sharc_add_program(NAME): <why>`; CMake's call stack
+# below the message names the caller's CMakeLists.txt:<line>.
+function(_sharc_fail name)
+  string(JOIN "" why ${ARGN})  # the message, given in pieces
+  message(FATAL_ERROR "sharc_add_program(${name}): ${why}")
+endfunction()
 
-function(sharc_add_program NAME)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "DUMP_IR" "SOURCE;PROGRAM;MESH;DEVICES;NAMESPACE" "")
-  if(ARG_UNPARSED_ARGUMENTS)
-    message(FATAL_ERROR "sharc_add_program(${NAME}): unexpected arguments: ${ARG_UNPARSED_ARGUMENTS}")
+# Checks MESH (and DEVICES) the way the generator's Mesh::parse will, so a bad
+# mesh never reaches the build. Sets <out_devices> in the caller to the device
+# count (DEVICES, or the product of the sizes).
+function(_sharc_check_mesh name mesh devices out_devices)
+  set(hint "MESH is a comma-separated list of axis=size, e.g. \"data=2,model=4\"")
+  if(mesh MATCHES "^[ \t]*$")
+    _sharc_fail(${name} "MESH is empty. ${hint}")
   endif()
-  foreach(required SOURCE MESH)
-    if(NOT ARG_${required})
-      message(FATAL_ERROR "sharc_add_program(${NAME}): ${required} is required")
+  string(REPLACE "," ";" items "${mesh}")
+  set(seen)
+  set(product 1)
+  set(rest "")
+  foreach(item IN LISTS items)
+    if(NOT item MATCHES "^([^=]*)=(.*)$")
+      _sharc_fail(${name} "MESH \"${mesh}\": \"${item}\" is not axis=size. ${hint}")
+    endif()
+    set(axis "${CMAKE_MATCH_1}")
+    set(size "${CMAKE_MATCH_2}")
+    if(NOT axis MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
+      _sharc_fail(${name} "MESH \"${mesh}\": axis name '${axis}' is not valid: names are "
+                          "identifiers (letters, digits and _, not starting with a digit)")
+    endif()
+    if(axis IN_LIST seen)
+      _sharc_fail(${name} "MESH \"${mesh}\": axis '${axis}' appears twice")
+    endif()
+    list(APPEND seen "${axis}")
+    if(NOT size MATCHES "^-?[0-9]+$")
+      _sharc_fail(${name} "MESH \"${mesh}\": axis '${axis}' has size \"${size}\", which is not "
+                          "an integer (sizes are positive, or -1 for the rest of the devices)")
+    endif()
+    if(size EQUAL -1)
+      if(NOT rest STREQUAL "")
+        _sharc_fail(${name} "MESH \"${mesh}\": axes '${rest}' and '${axis}' are both -1, but at most "
+                            "one axis may be -1 (the rest of the devices)")
+      endif()
+      set(rest "${axis}")
+    elseif(size LESS_EQUAL 0)
+      _sharc_fail(${name} "MESH \"${mesh}\": axis '${axis}' has size ${size}, but sizes must be "
+                          "positive, or -1 for the rest of the devices")
+    else()
+      math(EXPR product "${product} * ${size}")
     endif()
   endforeach()
-  if(NOT ARG_PROGRAM)
-    set(ARG_PROGRAM ${NAME})
-  endif()
-  if(NOT ARG_NAMESPACE)
-    set(ARG_NAMESPACE "sharc_gen::${NAME}")
-  endif()
 
-  # One generator per model source, keyed on its absolute path.
+  if(NOT devices STREQUAL "")
+    if(NOT devices MATCHES "^[0-9]+$" OR devices EQUAL 0)
+      _sharc_fail(${name} "DEVICES \"${devices}\" is not a positive integer")
+    endif()
+  endif()
+  if(NOT rest STREQUAL "")
+    if(devices STREQUAL "")
+      _sharc_fail(${name} "MESH \"${mesh}\": axis '${rest}' is -1 (the rest of the devices), so "
+                          "DEVICES must say how many devices there are, e.g. DEVICES 8")
+    endif()
+    math(EXPR remainder "${devices} % ${product}")
+    if(NOT remainder EQUAL 0)
+      _sharc_fail(${name} "MESH \"${mesh}\" with DEVICES ${devices}: axis '${rest}' is -1 but "
+                          "${devices} devices do not divide by ${product} (the product of the "
+                          "other axes)")
+    endif()
+    set(${out_devices} ${devices} PARENT_SCOPE)
+  else()
+    if(NOT devices STREQUAL "" AND NOT devices EQUAL product)
+      _sharc_fail(${name} "MESH \"${mesh}\" has ${product} devices but DEVICES is ${devices}: "
+                          "leave DEVICES out, or make the sizes multiply to it")
+    endif()
+    set(${out_devices} ${product} PARENT_SCOPE)
+  endif()
+endfunction()
+
+function(sharc_add_program NAME)
+  set(options DUMP_IR)
+  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "")
+  set(keywords "${one_value};${options}")
+  string(REPLACE ";" ", " keywords "${keywords}")
+
+  if(NOT NAME MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
+    _sharc_fail("${NAME}" "the name \"${NAME}\" is not a C++ identifier (it names the library, "
+                          "the generated files and the default namespace sharc_gen::NAME)")
+  endif()
+  if(ARG_UNPARSED_ARGUMENTS)
+    list(GET ARG_UNPARSED_ARGUMENTS 0 first)
+    _sharc_fail(${NAME} "unknown argument '${first}' (the keywords are ${keywords})")
+  endif()
+  if(ARG_KEYWORDS_MISSING_VALUES)
+    list(GET ARG_KEYWORDS_MISSING_VALUES 0 first)
+    _sharc_fail(${NAME} "${first} needs a value")
+  endif()
+  foreach(required SOURCE MESH)
+    if(NOT DEFINED ARG_${required})
+      _sharc_fail(${NAME} "${required} is required, e.g. "
+                          "sharc_add_program(${NAME} SOURCE model.cpp MESH \"data=2,model=4\")")
+    endif()
+  endforeach()
+  foreach(taken ${NAME} ${NAME}_report)
+    if(TARGET ${taken})
+      _sharc_fail(${NAME} "a target named ${taken} already exists: each sharc_add_program "
+                          "needs its own NAME (it names the library ${NAME} and ${NAME}_report)")
+    endif()
+  endforeach()
   cmake_path(ABSOLUTE_PATH ARG_SOURCE BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} NORMALIZE
              OUTPUT_VARIABLE source)
+  if(NOT EXISTS "${source}" OR IS_DIRECTORY "${source}")
+    _sharc_fail(${NAME} "SOURCE '${ARG_SOURCE}' does not exist (looked for ${source})")
+  endif()
+  _sharc_check_mesh(${NAME} "${ARG_MESH}" "${ARG_DEVICES}" devices)
+  if(NOT DEFINED ARG_PROGRAM)
+    set(ARG_PROGRAM ${NAME})
+  endif()
+  if(NOT ARG_PROGRAM MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
+    _sharc_fail(${NAME} "PROGRAM \"${ARG_PROGRAM}\" is not a program name: it is the name given "
+                        "to SHARC_PROGRAM(name, b) in the model file")
+  endif()
+  if(NOT DEFINED ARG_NAMESPACE)
+    set(ARG_NAMESPACE "sharc_gen::${NAME}")
+  endif()
+  if(NOT ARG_NAMESPACE MATCHES "^[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*$")
+    _sharc_fail(${NAME} "NAMESPACE \"${ARG_NAMESPACE}\" is not a C++ namespace, e.g. my_models::mlp")
+  endif()
+
+  # sharc's templates, found from this file whatever directory calls us.
+  set(templates_dir "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/../templates")
+  cmake_path(NORMAL_PATH templates_dir)
+  if(NOT IS_DIRECTORY "${templates_dir}")
+    message(FATAL_ERROR "sharc: templates not found at ${templates_dir}; is sharc's source tree "
+                        "complete?")
+  endif()
+  get_property(templates GLOBAL PROPERTY SHARC_TEMPLATE_FILES)
+  if(NOT templates)
+    file(GLOB templates CONFIGURE_DEPENDS "${templates_dir}/*")
+    set_property(GLOBAL PROPERTY SHARC_TEMPLATE_FILES "${templates}")
+  endif()
+
+  # One generator per model source, keyed on its absolute path. Source
+  # locations it records are made relative to the top-level project, so
+  # generated code and diagnostics name `model.cpp:12`, not a home folder;
+  # --source-root lets the generator find the file again to show the line.
   string(MD5 key "${source}")
   get_property(generator GLOBAL PROPERTY SHARC_GENERATOR_${key})
   if(NOT generator)
     set(generator ${NAME}.generator)
     add_executable(${generator} ${source})
-    target_link_libraries(${generator} PRIVATE sharc_generator_main)
+    target_link_libraries(${generator} PRIVATE sharc::generator_main)
+    if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+      target_compile_options(${generator} PRIVATE "-ffile-prefix-map=${CMAKE_SOURCE_DIR}/=")
+    endif()
     set_property(GLOBAL PROPERTY SHARC_GENERATOR_${key} ${generator})
   endif()
 
   set(out_dir ${CMAKE_BINARY_DIR}/sharc_generated/${NAME})
   set(outputs ${out_dir}/${NAME}.h ${out_dir}/${NAME}.cpp)
-  set(args --program ${ARG_PROGRAM} --mesh ${ARG_MESH} --name ${NAME}
-           --namespace ${ARG_NAMESPACE} --out-dir ${out_dir} --templates ${SHARC_TEMPLATES_DIR})
-  if(ARG_DEVICES)
-    list(APPEND args --devices ${ARG_DEVICES})
-  endif()
+  set(common_args --program ${ARG_PROGRAM} --mesh ${ARG_MESH} --devices ${devices}
+                  --name ${NAME} --source-root ${CMAKE_SOURCE_DIR})
+  set(args ${common_args} --namespace ${ARG_NAMESPACE} --out-dir ${out_dir}
+           --templates ${templates_dir})
   if(ARG_DUMP_IR)
     list(APPEND args --dump-ir ${out_dir}/ir)
   endif()
-  file(GLOB templates CONFIGURE_DEPENDS ${SHARC_TEMPLATES_DIR}/*)
   add_custom_command(
     OUTPUT ${outputs}
     COMMAND ${generator} ${args}
@@ -78,16 +210,12 @@ function(sharc_add_program NAME)
 
   add_library(${NAME} STATIC ${outputs})
   target_include_directories(${NAME} PUBLIC ${out_dir})
-  target_link_libraries(${NAME} PUBLIC sharc_runtime)
+  target_link_libraries(${NAME} PUBLIC sharc::runtime)
   # Generated code compiles with the project's warnings but is not linted.
   set_target_properties(${NAME} PROPERTIES CXX_CLANG_TIDY "")
 
-  set(report_args --program ${ARG_PROGRAM} --mesh ${ARG_MESH} --report)
-  if(ARG_DEVICES)
-    list(APPEND report_args --devices ${ARG_DEVICES})
-  endif()
   add_custom_target(${NAME}_report
-    COMMAND ${generator} ${report_args}
+    COMMAND ${generator} ${common_args} --report
     DEPENDS ${generator}
     COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     USES_TERMINAL VERBATIM)

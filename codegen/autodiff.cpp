@@ -386,8 +386,11 @@ class Sweep {
         internal_error(std::string("autodiff met ") + ir::op_name(n.op) +
                        " in a global program at " + ir::node_str(g_, id));
       case Op::kShardMap:
-        user_error(n.loc, "cannot differentiate through shard_map: it lies on the gradient path (" +
-                              ir::node_str(g_, id) + "); sharc has no autodiff for shard_map bodies");
+        user_error(n.loc, "cannot differentiate through shard_map: its result " +
+                              ir::shape_str(n.shape) +
+                              (n.name.empty() ? "" : " in '" + n.name + "'") +
+                              " lies on the gradient path; sharc has no autodiff for shard_map "
+                              "bodies");
     }
   }
 
@@ -450,8 +453,9 @@ std::vector<int> append_gradients(ir::Graph& g, int loss, const std::vector<int>
     if (w < 0 || w >= count)
       internal_error("append_gradients: wrt %" + std::to_string(w) + " is not a node");
   if (!g.nodes[loss].shape.empty())
-    user_error(loc, "loss must be a scalar, got " + ir::shape_str(g.nodes[loss].shape) + " (" +
-                        ir::node_str(g, loss) + "); reduce it first, e.g. with sum() or mean()");
+    user_error(loc, "loss must be a scalar, got " + ir::shape_str(g.nodes[loss].shape) + " (the " +
+                        ir::describe_value(g.nodes[loss]) +
+                        "); reduce it first, e.g. with sum() or mean()");
 
   Sweep sweep(g, loss, wrt);
   sweep.run(loss);

@@ -7,6 +7,7 @@
 #include "codegen/emit_cpu.h"
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -226,7 +227,8 @@ class CpuEmitter {
     };
     EmittedFiles f;
     f.header = fill_template(o_.templates.header,
-                             with({{"SHARC_NUM_DEVICES", std::to_string(mesh_.num_devices())},
+                             with({{"SHARC_PROGRAM", quoted(o_.program)},
+                                   {"SHARC_NUM_DEVICES", std::to_string(mesh_.num_devices())},
                                    {"SHARC_MESH_LITERAL", "R\"(" + mesh_.str() + ")\""},
                                    {"SHARC_MESH_SHAPE", mesh_shape_literal()},
                                    {"SHARC_TENSOR_INFO", tensor_info()},
@@ -242,6 +244,9 @@ class CpuEmitter {
                                    {"SHARC_FORWARD_BODY", forward_body()},
                                    {"SHARC_PARAMETER_SHARD", parameter_lookup(false)},
                                    {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)},
+                                   {"SHARC_INPUTS_SET", io_set(true)},
+                                   {"SHARC_OUTPUTS_SET", io_set(false)},
+                                   {"SHARC_IO_CHECKS", io_checks()},
                                    {"SHARC_SET_PARAMETER", parameter_transfer(true)},
                                    {"SHARC_GET_PARAMETER", parameter_transfer(false)}}),
                              "templates/program.cpp");
@@ -419,7 +424,56 @@ class CpuEmitter {
       shape_array("kParam_" + var_[i] + "_shape", global_shape(v));
       w.line("inline const Spec kParam_" + var_[i] + "_spec = " + spec_literal(*v.sharding) + ";");
     }
+    w.line();
+    tables(w);
     return w.str();
+  }
+
+  // kParameters, kInputs, kOutputs (sharc::rt::TensorInfo rows) and their
+  // checked lookups: what a driver iterates instead of hard-coding shapes.
+  void tables(CodeWriter& w) const {
+    auto row = [&](const std::string& name, const Node& v, const SrcLoc& loc) {
+      return "{" + quoted(name) + ", \"f32\", " + braced(global_shape(v)) + ", " +
+             spec_literal(*v.sharding) + ", " + braced(v.shape) + ", " + quoted(loc.str()) + "}";
+    };
+    auto table = [&](const std::string& name, const std::vector<std::string>& rows) {
+      const std::string type =
+          "inline const std::array<sharc::rt::TensorInfo, " + std::to_string(rows.size()) + "> " +
+          name;
+      if (rows.empty()) {
+        w.line(type + " = {};");
+        return;
+      }
+      w.line(type + " = {{");
+      for (const std::string& r : rows) w.line("    " + r + ",");
+      w.line("}};");
+    };
+    std::vector<std::string> params, inputs, outputs;
+    for (const Node& v : g_.nodes) {
+      if (v.op == Op::kParameter) params.push_back(row(v.name, v, v.loc));
+      if (v.op == Op::kInput) inputs.push_back(row(v.name, v, v.loc));
+    }
+    for (const ir::Output& o : g_.outputs) outputs.push_back(row(o.name, g_[o.value], o.loc));
+    w.line("// ---- tables: one row per parameter, input and output");
+    w.line("// {name, dtype, global shape, spec, local shape (the block each device holds),");
+    w.line("//  declared at}; see runtime/program_info.h. Parameters come in the order the");
+    w.line("// model created them, optimizer state included.");
+    table("kParameters", params);
+    table("kInputs", inputs);
+    table("kOutputs", outputs);
+    w.line();
+    w.line("// The row of a parameter path or an input or output name; throw");
+    w.line("// std::out_of_range naming the ones there are.");
+    const std::vector<std::array<std::string, 3>> kinds = {
+        {"parameter", "kParameters", "path"}, {"input", "kInputs", "name"},
+        {"output", "kOutputs", "name"}};
+    for (const auto& [kind, tab, arg] : kinds) {
+      w.line("inline const sharc::rt::TensorInfo& " + kind + "_info(std::string_view " + arg +
+             ") {");
+      w.line("  return sharc::rt::lookup_tensor(" + tab + ", " + arg + ", \"" + kind +
+             "\", kProgram);");
+      w.line("}");
+    }
   }
 
   // "; optimizer state of \"w\"; updated every step" where it applies.
@@ -430,6 +484,46 @@ class CpuEmitter {
     for (auto& u : g_.updates)
       if (u.target == id) s += "; updated every step";
     return s;
+  }
+
+  // Inputs::set / Outputs::set: a field by its input or output name, the
+  // span's size checked against the table.
+  std::string io_set(bool inputs) const {
+    CodeWriter w(1);
+    const std::string kind = inputs ? "input" : "output";
+    auto branch = [&](const std::string& name, const std::string& field) {
+      w.open("if (name == " + quoted(name) + ")");
+      w.line("sharc::rt::check_elements(" + kind + "_info(name), values.size(), \"" +
+             (inputs ? "Inputs" : "Outputs") + "::set\", \"" + kind + "\");");
+      w.line(field + " = values.data();");
+      w.line("return *this;");
+      w.close();
+    };
+    if (inputs) {
+      for (const Node& v : g_.nodes)
+        if (v.op == Op::kInput) branch(v.name, field_.at(v.name));
+    } else {
+      for (auto& o : g_.outputs) branch(o.name, out_field_.at(o.name));
+    }
+    return w.str();
+  }
+
+  // forward() refuses a null input or output field, naming it.
+  std::string io_checks() const {
+    CodeWriter w(1);
+    auto check = [&](const std::string& kind, const std::string& name, const std::string& strct,
+                     const std::string& field, const std::string& type) {
+      w.line("if (!" + std::string(kind == "input" ? "in." : "out.") + field + ")");
+      w.line("  throw std::invalid_argument(\"forward: " + strct + "::" + field + " is null; " +
+             kind + " \\\"" + name + "\\\" wants " + type + "\");");
+    };
+    for (const Node& v : g_.nodes)
+      if (v.op == Op::kInput)
+        check("input", v.name, "Inputs", field_.at(v.name), ir::shape_str(global_shape(v)));
+    for (auto& o : g_.outputs)
+      check("output", o.name, "Outputs", out_field_.at(o.name),
+            ir::shape_str(global_shape(g_[o.value])));
+    return w.str();
   }
 
   std::string io_fields(bool inputs) const {

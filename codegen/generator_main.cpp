@@ -4,7 +4,7 @@
 //
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 [--devices 8]
 //                   --out-dir DIR --templates DIR [--name STEM] [--namespace NS]
-//                   [--dump-ir DIR]
+//                   [--dump-ir DIR] [--source-root DIR]...
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --report
 //
 // It traces the program, lowers it for the mesh and writes DIR/STEM.h and
@@ -13,8 +13,10 @@
 // nothing: it prints the predicted costs of the program on the mesh (each
 // parameter's layout and local shape, every collective with its bytes per
 // device, each device's peak memory; codegen/report.h) and exits. A mistake in the model
-// (sharc::Error) prints `file:line: error: ...` to stderr and exits 1, and
-// leaves no output: the files are written to temporaries and renamed only
+// (sharc::Error) prints `file:line:col: error: ...` to stderr, with the model's
+// line and a caret under the call when the file is found (as recorded, or
+// under a --source-root: sharc_add_program passes the project's root, since
+// recorded paths are relative to it), and exits 1, and leaves no output: the files are written to temporaries and renamed only
 // once everything succeeded, and a failure also removes the outputs of an
 // earlier run, so a failed build never compiles stale generated code.
 #include <cstdio>
@@ -38,10 +40,12 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
     "          [--devices N] [--name FILE_STEM] [--namespace NS] [--dump-ir DIR]\n"
-    "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] --report\n";
+    "          [--source-root DIR]...\n"
+    "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name TARGET] --report\n";
 
 struct Args {
   std::string program, mesh, out_dir, templates, dump_ir, cpp_namespace, name;
+  std::vector<std::string> source_roots;  // where relative DSL file names are found
   int devices = 0;  // 0: the product of the mesh
   bool report = false;  // print the predicted costs instead of generating
 };
@@ -73,6 +77,8 @@ Args parse_args(int argc, char** argv) {
       a.cpp_namespace = value();
     else if (flag == "--name")
       a.name = value();
+    else if (flag == "--source-root")
+      a.source_roots.push_back(value());
     else if (flag == "--report")
       a.report = true;
     else if (flag == "--devices") {
@@ -194,14 +200,12 @@ int main(int argc, char** argv) {
   } catch (const sharc::Error& e) {
     if (!args.report) outputs.discard();  // --report writes nothing
     if (e.loc().known()) {
-      std::cerr << e.what() << "\n";
+      std::cerr << sharc::render_diagnostic(e, args.source_roots);
     } else {
-      // Not a DSL line (the mesh flag, an unknown program): name the generator.
-      const std::string prefix = e.loc().str() + ": ";
-      std::string message = e.what();
-      if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
-      std::cerr << fs::path(argv[0]).filename().string() << " --program " << args.program
-                << " --mesh " << args.mesh << ": " << message << "\n";
+      // Not a DSL line (the mesh flag, an unknown program): name what the
+      // build asked for, as sharc_add_program(NAME ...) spelled it.
+      std::cerr << "sharc: " << args.name << " (program " << args.program << " on mesh "
+                << args.mesh << "): error: " << e.message() << "\n";
     }
     return 1;
   } catch (const std::exception& e) {

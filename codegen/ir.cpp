@@ -63,6 +63,15 @@ std::string shape_str(const Shape& s) {
   return r + "]";
 }
 
+std::string describe_value(const Node& n) {
+  if (n.op == Op::kParameter) return "parameter '" + n.name + "' " + shape_str(n.shape);
+  if (n.op == Op::kInput) return "input '" + n.name + "' " + shape_str(n.shape);
+  std::string s = std::string(op_name(n.op)) + " result " + shape_str(n.shape);
+  if (!n.name.empty()) s += " from '" + n.name + "'";
+  if (n.loc.known()) s += " at " + n.loc.str();
+  return s;
+}
+
 bool Sharding::is_replicated() const {
   if (!partial.empty()) return false;
   for (auto& d : dims)

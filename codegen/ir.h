@@ -267,6 +267,12 @@ struct Output {
   std::optional<Sharding> sharding;   // resolved / chosen
 };
 
+// A value as the user knows it, for error messages: what made it, its shape,
+// its module path and DSL line; never an IR node number. E.g.
+// "parameter 'dot1/kernel' f32[16,16]", "input 'x' f32[8,16]",
+// "dot result f32[8,16] from 'dot1' at model.h:21".
+std::string describe_value(const Node& n);
+
 struct Graph {
   std::string name;
   Mesh mesh;                 // set by the pipeline before resolve_logical_axes

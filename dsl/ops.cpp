@@ -21,11 +21,10 @@ using ir::Shape;
 Tracer& tracer_of(const Tensor& a, const SrcLoc& loc) {
   if (!a.valid()) user_error(loc, "operation on an empty Tensor");
   if (a.tracer() != &Tracer::current(loc))
-    // Only the id is printed: the other tracer may be gone (a shard_map body
-    // is traced again at lowering, after the program's tracer).
-    user_error(loc, "tensor %" + std::to_string(a.id()) +
-                        " belongs to another traced program (a tensor from outside a shard_map "
-                        "body?); pass it to shard_map as an operand");
+    // The tensor cannot be described: its tracer may be gone (a shard_map
+    // body is traced again at lowering, after the program's tracer).
+    user_error(loc, "a tensor passed to this call belongs to another traced program (a tensor "
+                    "from outside a shard_map body?); pass it to shard_map as an operand");
   return *a.tracer();
 }
 

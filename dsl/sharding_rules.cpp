@@ -8,7 +8,13 @@
 namespace sharc {
 
 FSDPRule::FSDPRule(std::string axis, int64_t min_fsdp_size, SrcLoc loc)
-    : axis_(std::move(axis)), min_fsdp_size_(min_fsdp_size), loc_(std::move(loc)) {
+    : FSDPRule(std::move(axis), min_fsdp_size, Dimension::kLargestDivisible, std::move(loc)) {}
+
+FSDPRule::FSDPRule(std::string axis, int64_t min_fsdp_size, Dimension dimension, SrcLoc loc)
+    : axis_(std::move(axis)),
+      min_fsdp_size_(min_fsdp_size),
+      dimension_(dimension),
+      loc_(std::move(loc)) {
   if (axis_.empty()) user_error(loc_, "FSDPRule needs a mesh axis name, e.g. FSDPRule(\"fsdp\")");
   if (min_fsdp_size_ < 0)
     user_error(loc_, "FSDPRule min_fsdp_size is " + std::to_string(min_fsdp_size_) +
@@ -17,7 +23,8 @@ FSDPRule::FSDPRule(std::string axis, int64_t min_fsdp_size, SrcLoc loc)
 }
 
 std::string FSDPRule::str() const {
-  return "FSDPRule('" + axis_ + "', min_fsdp_size=" + std::to_string(min_fsdp_size_) + ")";
+  return "FSDPRule('" + axis_ + "', min_fsdp_size=" + std::to_string(min_fsdp_size_) +
+         (dimension_ == Dimension::kLargestPowerOfTwo ? ", largest_power_of_two)" : ")");
 }
 
 PathRule::PathRule(std::initializer_list<PathPattern> patterns, bool strict, SrcLoc loc)

@@ -50,20 +50,41 @@ class Replicated {
 
 // Scalax's FSDPShardingRule. A parameter with fewer than min_fsdp_size
 // elements keeps its layout. Otherwise one dimension that the layout leaves
-// unsharded and that divides by the axis size (the largest such, ties to the
-// lower index) is split over `axis`; when none divides, the layout is kept.
+// unsharded is split over `axis`; which one is the rule's Dimension:
+//
+//   kLargestDivisible (default): the largest dimension that divides by the
+//     axis size, ties to the lower index; when none divides, the layout is
+//     kept. This is Scalax's FSDPShardingRule(fsdp_axis_size=N); sharc knows
+//     the mesh, so it always knows N.
+//   kLargestPowerOfTwo: the dimension (of size > 1) with the largest
+//     power-of-two divisor, ties to the lower index, as Scalax's bare
+//     FSDPShardingRule() guesses when it is not told the axis size. Scalax
+//     then shards that dimension even when the axis does not divide it
+//     (JAX pads); sharc splits only evenly, so it keeps the layout then.
+//
+// The two differ where the largest dimension is not the most power-of-two
+// one: f32[1536,1024] on fsdp=4 splits dimension 0 (1536 is the largest and
+// divides by 4) by default and dimension 1 (2^10 divides 1024, only 2^9
+// divides 1536) in kLargestPowerOfTwo.
 class FSDPRule {
  public:
+  enum class Dimension { kLargestDivisible, kLargestPowerOfTwo };
   explicit FSDPRule(std::string axis = "fsdp", int64_t min_fsdp_size = int64_t{1} << 20,
                     SrcLoc loc = Here::current());
+  FSDPRule(std::string axis, int64_t min_fsdp_size, Dimension dimension,
+           SrcLoc loc = Here::current());
+  Dimension dimension() const { return dimension_; }
   const std::string& axis() const { return axis_; }
   int64_t min_fsdp_size() const { return min_fsdp_size_; }
   const SrcLoc& loc() const { return loc_; }
-  std::string str() const;  // FSDPRule('fsdp', min_fsdp_size=1048576)
+  // FSDPRule('fsdp', min_fsdp_size=1048576), with ", largest_power_of_two"
+  // before the ')' in that mode.
+  std::string str() const;
 
  private:
   std::string axis_;
   int64_t min_fsdp_size_;
+  Dimension dimension_ = Dimension::kLargestDivisible;
   SrcLoc loc_;
 };
 

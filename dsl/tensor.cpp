@@ -38,12 +38,7 @@ int64_t Tensor::dim(int i) const {
 
 std::string Tensor::describe() const {
   if (!tracer_) return "<empty tensor>";
-  const ir::Node& n = tracer_->graph().nodes[id_];
-  std::string what;
-  if (n.op == ir::Op::kParameter) what = "parameter '" + n.name + "'";
-  else if (n.op == ir::Op::kInput) what = "input '" + n.name + "'";
-  else what = std::string(ir::op_name(n.op)) + " result %" + std::to_string(id_);
-  return what + " " + ir::shape_str(n.shape);
+  return ir::describe_value(tracer_->graph().nodes[id_]);
 }
 
 }  // namespace sharc

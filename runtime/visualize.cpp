@@ -89,7 +89,10 @@ std::string visualize_sharding(const std::vector<int64_t>& global_shape,
   size_t width = 0;
   for (const auto& [b, ranks] : holders) {
     std::string s(device_label);
-    for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : " ") + std::to_string(ranks[i]);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      s += i ? ',' : ' ';  // not `"," + std::to_string()`: g++ 12 -Wrestrict bug 105329
+      s += std::to_string(ranks[i]);
+    }
     width = std::max(width, s.size());
     label[b] = std::move(s);
   }
@@ -111,7 +114,10 @@ std::string visualize_sharding(const std::vector<int64_t>& global_shape,
   const int64_t rows = row_dim >= 0 ? blocks[row_dim] : 1;
   const int64_t cols = col_dim >= 0 ? blocks[col_dim] : 1;
   const int lead = std::max(rank - 2, 0);
-  std::vector<int64_t> lead_blocks(blocks.begin(), blocks.begin() + lead);
+  // A copy cut to size, not the iterator-range constructor, which trips g++
+  // 12's -Wfree-nonheap-object false positive at -O3.
+  std::vector<int64_t> lead_blocks = blocks;
+  lead_blocks.resize(static_cast<size_t>(lead));
   int64_t slices = 1;
   for (int64_t b : lead_blocks) slices *= b;
 

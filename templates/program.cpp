@@ -67,7 +67,22 @@ void Program::init_device(int rank, [[maybe_unused]] uint64_t seed) {
 @SHARC_INIT_BODY@
 }  // Program::init_device
 
+Program::Inputs& Program::Inputs::set(std::string_view name,
+                                      [[maybe_unused]] std::span<const float> values) {
+@SHARC_INPUTS_SET@
+  input_info(name);  // throws: no such input
+  return *this;
+}
+
+Program::Outputs& Program::Outputs::set(std::string_view name,
+                                        [[maybe_unused]] std::span<float> values) {
+@SHARC_OUTPUTS_SET@
+  output_info(name);  // throws: no such output
+  return *this;
+}
+
 void Program::forward(const Inputs& in, Outputs& out) {
+@SHARC_IO_CHECKS@
   world_.run([&](int rank) { forward_device(rank, in, out); });
 }
 
@@ -83,24 +98,28 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
 const float* Program::parameter_shard(int rank, std::string_view path) const {
   [[maybe_unused]] const Device& dev = *devices_.at(rank);
 @SHARC_PARAMETER_SHARD@
-  throw std::out_of_range("no parameter \"" + std::string(path) + "\" in this program");
+  parameter_info(path);  // throws std::out_of_range: no such parameter
+  return nullptr;
 }
 
 size_t Program::parameter_shard_size(std::string_view path) const {
 @SHARC_PARAMETER_SHARD_SIZE@
-  throw std::out_of_range("no parameter \"" + std::string(path) + "\" in this program");
+  parameter_info(path);  // throws std::out_of_range: no such parameter
+  return 0;
 }
 
-void Program::set_parameter(std::string_view path, [[maybe_unused]] const float* global) {
-  parameter_shard_size(path);  // throws on an unknown path
+void Program::set_parameter(std::string_view path, std::span<const float> values) {
+  sharc::rt::check_elements(parameter_info(path), values.size(), "set_parameter", "parameter");
+  [[maybe_unused]] const float* global = values.data();
   for (auto& device : devices_) {
     [[maybe_unused]] Device& dev = *device;
 @SHARC_SET_PARAMETER@
   }
 }
 
-void Program::get_parameter(std::string_view path, [[maybe_unused]] float* global) const {
-  parameter_shard_size(path);  // throws on an unknown path
+void Program::get_parameter(std::string_view path, std::span<float> values) const {
+  sharc::rt::check_elements(parameter_info(path), values.size(), "get_parameter", "parameter");
+  [[maybe_unused]] float* global = values.data();
   for (auto& device : devices_) {
     [[maybe_unused]] const Device& dev = *device;
 @SHARC_GET_PARAMETER@

@@ -7,7 +7,9 @@
 // assembles the global outputs from their blocks and, in a training program,
 // gives every updated parameter its new value. Shapes below are global
 // and arrays row-major; a Spec lists, per dimension, the mesh axes it is split
-// over (major first), in the form rt::visualize_sharding takes.
+// over (major first), in the form rt::visualize_sharding takes. kParameters,
+// kInputs and kOutputs list every tensor with its shapes and layout, for
+// drivers that iterate them (runtime/program_info.h).
 //
 // The fixed text comes from templates/program.h; codegen/emit_cpu.cpp fills in
 // the program-specific parts.
@@ -17,21 +19,24 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "runtime/mesh.h"
+#include "runtime/program_info.h"
 #include "runtime/thread_world.h"
 
 namespace @SHARC_NAMESPACE@ {
 
+inline constexpr std::string_view kProgram = @SHARC_PROGRAM@;
 inline constexpr int kNumDevices = @SHARC_NUM_DEVICES@;
 inline constexpr std::string_view kMesh = @SHARC_MESH_LITERAL@;
 // The mesh as the runtime spells it, e.g. to build a matching ThreadWorld.
 inline sharc::rt::MeshShape mesh_shape() { return @SHARC_MESH_SHAPE@; }
 
-using Spec = std::vector<std::vector<std::string>>;
+using Spec = sharc::rt::Spec;
 
 @SHARC_TENSOR_INFO@
 
@@ -45,13 +50,35 @@ class Program {
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
 
-  // Global row-major arrays, one per program input, named after it.
+  // The namespace's constants and tables, reachable from the class, for
+  // drivers written as templates over several generated programs.
+  static sharc::rt::MeshShape mesh_shape() { return @SHARC_NAMESPACE@::mesh_shape(); }
+  static std::span<const sharc::rt::TensorInfo> parameters() { return kParameters; }
+  static std::span<const sharc::rt::TensorInfo> inputs() { return kInputs; }
+  static std::span<const sharc::rt::TensorInfo> outputs() { return kOutputs; }
+  static const sharc::rt::TensorInfo& parameter_info(std::string_view path) {
+    return @SHARC_NAMESPACE@::parameter_info(path);
+  }
+  static const sharc::rt::TensorInfo& input_info(std::string_view name) {
+    return @SHARC_NAMESPACE@::input_info(name);
+  }
+  static const sharc::rt::TensorInfo& output_info(std::string_view name) {
+    return @SHARC_NAMESPACE@::output_info(name);
+  }
+
+  // Global row-major arrays, one per program input, named after it. set()
+  // binds a field by the input's name, checking the span's size against
+  // kInputs; it throws std::out_of_range for an unknown name and
+  // std::invalid_argument for a wrong size.
   struct Inputs {
 @SHARC_INPUT_FIELDS@
+    Inputs& set(std::string_view name, std::span<const float> values);
   };
-  // Global row-major arrays the caller owns, filled by forward().
+  // Global row-major arrays the caller owns, filled by forward(); set() as
+  // for Inputs, against kOutputs.
   struct Outputs {
 @SHARC_OUTPUT_FIELDS@
+    Outputs& set(std::string_view name, std::span<float> values);
   };
 
   // Every device initialises its own parameter shards, in parallel; the values
@@ -60,7 +87,8 @@ class Program {
   // Runs the whole program once on every device. In a training program (one
   // whose parameters have updates) that is one training step: the outputs
   // are computed from the parameters as the call found them, and then every
-  // updated parameter (optimizer state included) takes its new value.
+  // updated parameter (optimizer state included) takes its new value. Throws
+  // std::invalid_argument, before any device runs, if a field is null.
   void forward(const Inputs& in, Outputs& out);
   // The same call, under the name a training loop reads best with.
   void step(const Inputs& in, Outputs& out) { forward(in, out); }
@@ -68,9 +96,11 @@ class Program {
   // Whole parameters in and out (tests, checkpoints), as global row-major
   // arrays: set_parameter hands every device its block, get_parameter
   // assembles the array from the devices' blocks. Throw std::out_of_range on
-  // an unknown path.
-  void set_parameter(std::string_view path, const float* global);
-  void get_parameter(std::string_view path, float* global) const;
+  // an unknown path, and std::invalid_argument, naming the path and both
+  // sizes, unless the span holds exactly the parameter's elements
+  // (parameter_info(path).elements()).
+  void set_parameter(std::string_view path, std::span<const float> values);
+  void get_parameter(std::string_view path, std::span<float> values) const;
 
   // The shard of parameter `path` ("dot1/kernel") that device `rank` holds, and
   // its size in floats (the same on every device). Throw std::out_of_range on

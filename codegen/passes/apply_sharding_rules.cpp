@@ -22,6 +22,9 @@ std::string created_at(const ir::Node& n) {
   return n.loc.known() ? "; the parameter is created at " + n.loc.str() : "";
 }
 
+// The largest power of two that divides n (n > 0).
+int64_t pow2_divisor(int64_t n) { return n & -n; }
+
 class RuleApplier {
  public:
   RuleApplier(const Mesh& mesh, std::vector<std::string>* log) : mesh_(mesh), log_(log) {}
@@ -42,8 +45,9 @@ class RuleApplier {
     return ir::Sharding::replicated(n.shape.size());
   }
 
-  // Scalax FSDPShardingRule: the largest dimension that is still unsharded and
-  // divides by the axis size (ties to the lower index) takes the axis.
+  // Scalax FSDPShardingRule: of the dimensions still unsharded, the largest
+  // that divides by the axis size, or (kLargestPowerOfTwo) the one with the
+  // largest power-of-two divisor if the axis divides it; ties to the lower index.
   ir::Sharding fsdp(const FSDPRule& r, const ir::Node& n, ir::Sharding s) {
     const std::string head = "fsdp: " + param_str(n) + ": ";
     const std::string keeps = s.is_replicated() ? "replicated" : "keeps " + s.str();
@@ -59,24 +63,45 @@ class RuleApplier {
       say(head + keeps + " (already sharded on '" + r.axis() + "')");
       return s;
     }
-    int best = -1;
     bool some_sharded = false;
-    for (size_t d = 0; d < n.shape.size(); ++d) {
-      if (!s.dims[d].empty()) {
-        some_sharded = true;
-        continue;
+    for (size_t d = 0; d < n.shape.size(); ++d) some_sharded |= !s.dims[d].empty();
+    const std::string unsharded = some_sharded ? "unsharded " : "";
+    if (r.dimension() == FSDPRule::Dimension::kLargestPowerOfTwo) {
+      int best = -1;
+      for (size_t d = 0; d < n.shape.size(); ++d) {
+        if (!s.dims[d].empty() || n.shape[d] <= 1) continue;
+        if (best < 0 || pow2_divisor(n.shape[d]) > pow2_divisor(n.shape[best]))
+          best = static_cast<int>(d);
       }
-      if (n.shape[d] % size != 0) continue;
+      if (best < 0) {
+        say(head + keeps + " (no " + unsharded + "dimension larger than 1)");
+        return s;
+      }
+      const std::string which = "dimension " + std::to_string(best) + " (size " +
+                                std::to_string(n.shape[best]) + ", largest " + unsharded +
+                                "power-of-two divisor " +
+                                std::to_string(pow2_divisor(n.shape[best]));
+      if (n.shape[best] % size != 0) {
+        say(head + keeps + " (" + which + ", does not divide by " + axis +
+            "; Scalax would split it unevenly)");
+        return s;
+      }
+      s.dims[best].push_back(r.axis());
+      say(head + which + ", divisible by " + axis + ")");
+      return s;
+    }
+    int best = -1;
+    for (size_t d = 0; d < n.shape.size(); ++d) {
+      if (!s.dims[d].empty() || n.shape[d] % size != 0) continue;
       if (best < 0 || n.shape[d] > n.shape[best]) best = static_cast<int>(d);
     }
     if (best < 0) {
-      say(head + keeps + " (no " + (some_sharded ? "unsharded " : "") + "dimension divisible by " +
-          axis + ")");
+      say(head + keeps + " (no " + unsharded + "dimension divisible by " + axis + ")");
       return s;
     }
     s.dims[best].push_back(r.axis());
     say(head + "dimension " + std::to_string(best) + " (size " + std::to_string(n.shape[best]) +
-        ", largest " + (some_sharded ? "unsharded " : "") + "divisible by " + axis + ")");
+        ", largest " + unsharded + "divisible by " + axis + ")");
     return s;
   }
 

@@ -8,25 +8,19 @@ namespace sharc {
 
 namespace {
 
-std::string what(const ir::Graph& g, const ir::Node& n, int id) {
+std::string what(const ir::Graph& g, const ir::Node& n) {
   switch (n.op) {
-    case ir::Op::kParameter: return "parameter '" + n.name + "' " + ir::shape_str(n.shape);
-    case ir::Op::kInput: return "input '" + n.name + "' " + ir::shape_str(n.shape);
+    case ir::Op::kParameter:
+    case ir::Op::kInput: return ir::describe_value(n);
     case ir::Op::kShardMap:
-      return "shard_map result " + std::to_string(n.ints.size() == 2 ? n.ints[1] : -1) + " %" +
-             std::to_string(id) + " " + ir::shape_str(n.shape);
-    default: {
+      return "shard_map result " + std::to_string(n.ints.size() == 2 ? n.ints[1] : -1) + " " +
+             ir::shape_str(n.shape) + (n.loc.known() ? " of the shard_map at " + n.loc.str() : "");
+    default:
       // Name the constrained value the way Tensor::describe() does, so the
-      // user can find it: "with_sharding_constraint of relu result %3 f32[8,16]".
-      if (n.args.empty()) return "with_sharding_constraint %" + std::to_string(id);
-      const ir::Node& a = g.nodes[n.args[0]];
-      std::string v;
-      if (a.op == ir::Op::kParameter) v = "parameter '" + a.name + "'";
-      else if (a.op == ir::Op::kInput) v = "input '" + a.name + "'";
-      else v = std::string(ir::op_name(a.op)) + " result %" + std::to_string(n.args[0]);
-      if (!a.name.empty() && !ir::is_source(a.op)) v += " in '" + a.name + "'";
-      return "with_sharding_constraint of " + v + " " + ir::shape_str(n.shape);
-    }
+      // user can find it: "with_sharding_constraint of relu result f32[8,16]
+      // from 'mlp' at model.h:12".
+      if (n.args.empty()) return "with_sharding_constraint " + ir::shape_str(n.shape);
+      return "with_sharding_constraint of " + ir::describe_value(g.nodes[n.args[0]]);
   }
 }
 
@@ -142,7 +136,7 @@ ir::Graph resolve_logical_axes(ir::Graph g, const std::optional<LogicalRules>& p
     if (!n.spec) continue;
     const auto& rules = n.rules ? n.rules : program_rules;
     n.sharding =
-        resolve(*n.spec, rules, n.shape, g.mesh, n.loc, what(g, n, static_cast<int>(id)), skips);
+        resolve(*n.spec, rules, n.shape, g.mesh, n.loc, what(g, n), skips);
     n.fixed = true;
   }
   for (auto& o : g.outputs) {

@@ -282,8 +282,8 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh) {
   for (const sharc::ir::Node& n : sampler.nodes) {
     if (n.op != sharc::ir::Op::kParameter) continue;
     std::vector<float> value(sharc::ir::num_elements(n.shape));
-    train.get_parameter(n.name, value.data());
-    logits.set_parameter(n.name, value.data());
+    train.get_parameter(n.name, value);
+    logits.set_parameter(n.name, value);
   }
   // The window holds the last `context` characters; causal attention makes
   // the logits at position len-1 independent of the padding after it.

@@ -129,8 +129,8 @@ double evaluate(const Train& train, Eval& eval, const Layout& layout,
   std::vector<float> buffer;
   for (const ParamInfo& p : layout.params) {
     buffer.resize(p.size());
-    train.get_parameter(p.path, buffer.data());
-    eval.set_parameter(p.path, buffer.data());
+    train.get_parameter(p.path, buffer);
+    eval.set_parameter(p.path, buffer);
   }
   const int64_t px = test.pixels();
   std::vector<float> logits(kEvalBatch * fashion_mnist::kClasses);

@@ -23,6 +23,7 @@
 
 #include "codegen/interpret.h"
 #include "dsl/sharc.h"
+#include "tests/common/expect_error.h"
 
 namespace sharc {
 namespace {
@@ -644,11 +645,16 @@ TEST(Autodiff, NonScalarLossIsAUserError) {
     append_gradients(g, g.outputs[0].value, {0}, Here::current());
     FAIL() << "expected an error";
   } catch (const Error& e) {
+    sharc::testing::user_message(e);  // no IR node numbers; names file:line
     const std::string msg = e.what();
     EXPECT_NE(msg.find("tests/autodiff/autodiff_test.cpp:" + std::to_string(line) + ": error:"),
               std::string::npos)
         << msg;
     EXPECT_NE(msg.find("loss must be a scalar, got f32[8]"), std::string::npos) << msg;
+    // The value is named by the op and DSL line that made it.
+    EXPECT_NE(msg.find("(the mul result f32[8] at tests/autodiff/autodiff_test.cpp:"),
+              std::string::npos)
+        << msg;
   }
   EXPECT_EQ(g.nodes.size(), before);  // nothing appended
 }

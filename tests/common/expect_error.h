@@ -7,11 +7,25 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <regex>
 #include <string>
 
 #include "dsl/sharc.h"
 
 namespace sharc::testing {
+
+// Every user error an error suite asserts goes through here: a message speaks
+// the user's language, so it names no IR node number (`%3`), and it names the
+// file:line of the user's code that caused it. Returns e.what().
+inline std::string user_message(const Error& e) {
+  const std::string what = e.what();
+  EXPECT_FALSE(std::regex_search(what, std::regex("%[0-9]")))
+      << "a user error names an IR node number: " << what;
+  EXPECT_TRUE(e.loc().known()) << "a user error names no file:line: " << what;
+  EXPECT_TRUE(std::regex_search(what, std::regex("^[^ :]+:[0-9]+: error: ")))
+      << "a user error does not start with file:line: " << what;
+  return what;
+}
 
 // Runs f, which must throw sharc::Error; returns the error's what() after
 // checking that it starts with `file`:`line` and that loc() agrees.
@@ -20,7 +34,7 @@ inline std::string error_at(const char* file, int line, const std::function<void
     f();
   } catch (const Error& e) {
     const std::string where = std::string(file) + ":" + std::to_string(line) + ": error: ";
-    const std::string what = e.what();
+    const std::string what = user_message(e);
     EXPECT_EQ(what.substr(0, where.size()), where) << "full message: " << what;
     EXPECT_EQ(e.loc().file, file);
     EXPECT_EQ(e.loc().line, line);

@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -74,7 +75,10 @@ TEST(SpecErrors, SpecRankDiffersFromTensorRankInConstraint) {
   t.b.output("y", c);
   const std::string msg = error_at(line, [&] { lower(t.graph(), mesh_2x4()); });
   EXPECT_THAT(msg, HasSubstr("spec P('data') has 1 entry but"));
-  EXPECT_THAT(msg, HasSubstr("with_sharding_constraint of relu result %1 f32[8,16] has rank 2"));
+  // The value is named by what made it and where, never by an IR node number.
+  EXPECT_THAT(msg, HasSubstr("with_sharding_constraint of relu result f32[8,16] at "
+                             "tests/dsl/errors_test.cpp:" + std::to_string(line - 2) +
+                             " has rank 2"));
 }
 
 TEST(SpecErrors, DimensionNotDivisibleByItsAxes) {
@@ -159,6 +163,87 @@ TEST(LogicalErrors, NameWithNoRuleInProgramRules) {
   EXPECT_THAT(msg, HasSubstr("logical axis name 'heads' in P('batch', 'heads') for input 'x' "
                              "f32[8,16] has no rule in sharding_rules (('batch', 'data'), "
                              "('embed', None))"));
+}
+
+// ---- clang-style display: file:line:col, the source line and a caret ------
+//
+// render_diagnostic is what the generator prints. The caret sits under the
+// first character of the call that made the mistake (g++ records the column
+// of its '(' and clang that of the callee; both show the callee).
+
+// Throws and renders; the file is found under the source root as recorded.
+template <class F>
+std::string rendered(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    sharc::testing::user_message(e);
+    return render_diagnostic(e, {SHARC_SOURCE_ROOT});
+  }
+  ADD_FAILURE() << "expected sharc::Error, nothing was thrown";
+  return "";
+}
+
+// What render_diagnostic must print for an error at `line` of this file whose
+// call starts at the first `call` on that line.
+std::string expected_display(int line, const std::string& call, const std::string& message) {
+  std::ifstream f(std::string(SHARC_SOURCE_ROOT) + "/" + kThisFile);
+  std::string text;
+  for (int i = 1; i <= line && std::getline(f, text); ++i) {
+  }
+  const size_t col = text.find(call);
+  EXPECT_NE(col, std::string::npos) << "line " << line << " has no '" << call << "': " << text;
+  const std::string num = std::to_string(line);
+  return std::string(kThisFile) + ":" + num + ":" + std::to_string(col + 1) + ": error: " +
+         message + "\n " + num + " | " + text + "\n" + std::string(num.size() + 2, ' ') + "| " +
+         std::string(col, ' ') + "^\n";
+}
+
+TEST(CaretDisplay, MatmulContractionMismatch) {
+  Traced t;
+  Tensor x = t.b.input("x", {8, 16});
+  Param w = t.b.scope().param("w", {32, 4}, lecun_normal());
+  const int line = __LINE__ + 1;
+  const std::string shown = rendered([&] { [[maybe_unused]] Tensor y = matmul(x, w); });
+  EXPECT_EQ(shown, expected_display(line, "matmul(",
+                                    "matmul contraction mismatch: input 'x' f32[8,16] contracts "
+                                    "dimension 1 of size 16 with dimension 0 of size 32 of "
+                                    "parameter 'w' f32[32,4]"));
+}
+
+TEST(CaretDisplay, IncompatibleBroadcastInsideAnExpression) {
+  Traced t;
+  Tensor a = t.b.input("a", {8, 16});
+  Tensor b = t.b.input("b", {8, 12});
+  const int line = __LINE__ + 1;
+  const std::string shown = rendered([&] { [[maybe_unused]] Tensor y = relu(add(a, b)); });
+  // The caret names the inner call, the one that failed.
+  EXPECT_EQ(shown, expected_display(line, "add(",
+                                    "incompatible broadcast: input 'a' f32[8,16] and input 'b' "
+                                    "f32[8,12]: dimension 1 of the result would be both 16 and 12"));
+}
+
+TEST(CaretDisplay, UnknownMeshAxisAtTheParameterDeclaration) {
+  Traced t;
+  Tensor x = t.b.input("x", {8, 16});
+  const int line = __LINE__ + 1;
+  Param w = t.b.scope().param("w", {16, 16}, with_partitioning(lecun_normal(), P(None, "modle")));
+  t.b.output("y", matmul(x, w));
+  const std::string shown = rendered([&] { lower(t.graph(), mesh_2x4()); });
+  const std::string head = expected_display(line, "param(", "");
+  // Same location line and caret; the message is the spec error's.
+  const std::string where = head.substr(0, head.find(": error: ") + 9);
+  EXPECT_EQ(shown.substr(0, where.size()), where) << shown;
+  EXPECT_THAT(shown, HasSubstr("unknown mesh axis 'modle' in P(None, 'modle') for parameter 'w'"));
+  EXPECT_EQ(shown.substr(shown.find('\n')), head.substr(head.find('\n'))) << shown;
+}
+
+TEST(CaretDisplay, WithoutTheFileOnlyTheHeadline) {
+  const Error e(SrcLoc("no/such/model.cpp", 12, 7), "something is wrong");
+  EXPECT_EQ(render_diagnostic(e, {SHARC_SOURCE_ROOT}),
+            "no/such/model.cpp:12:7: error: something is wrong\n");
+  const Error unknown_column(SrcLoc("no/such/model.cpp", 12), "something is wrong");
+  EXPECT_EQ(render_diagnostic(unknown_column), "no/such/model.cpp:12: error: something is wrong\n");
 }
 
 }  // namespace

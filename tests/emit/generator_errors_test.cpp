@@ -45,7 +45,8 @@ class GeneratorErrors : public ::testing::Test {
     const fs::path err = dir_ / "stderr.txt";
     const std::string cmd = std::string("'") + SHARC_BAD_GENERATOR + "' --program " + program +
                             " --mesh " + mesh + " --out-dir '" + out_.string() + "' --templates '" +
-                            SHARC_TEMPLATES_DIR + "' 2> '" + err.string() + "'";
+                            SHARC_TEMPLATES_DIR + "' --name " + program + " --source-root '" +
+                            SHARC_SOURCE_ROOT + "' 2> '" + err.string() + "'";
     const int status = std::system(cmd.c_str());
     Result r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -66,11 +67,15 @@ class GeneratorErrors : public ::testing::Test {
   }
 
   // The line of bad_model.cpp marked ERROR-HERE.
-  static int marked_line() {
+  static int marked_line(std::string* text = nullptr) {
     std::ifstream f(SHARC_BAD_MODEL_SOURCE);
     std::string line;
-    for (int n = 1; std::getline(f, line); ++n)
-      if (line.find("// ERROR-HERE") != std::string::npos) return n;
+    for (int n = 1; std::getline(f, line); ++n) {
+      if (line.find("// ERROR-HERE") != std::string::npos) {
+        if (text) *text = line;
+        return n;
+      }
+    }
     return -1;
   }
 
@@ -85,13 +90,23 @@ TEST_F(GeneratorErrors, BadModelReportsFileLineAndLeavesNoOutput) {
 
   const Result r = generate("bad_model");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  const int line = marked_line();
+  std::string text;
+  const int line = marked_line(&text);
   ASSERT_GT(line, 0);
-  const std::string want =
-      "tests/emit/bad_model.cpp:" + std::to_string(line) + ": error: unknown mesh axis 'modle'";
-  EXPECT_NE(r.err.find(want), std::string::npos) << "stderr:\n"
-                                                 << r.err << "\nexpected to contain:\n"
-                                                 << want;
+  // clang's form: file:line:col, the message, then the line and a caret under
+  // the call (s.param) that declared the bad spec.
+  const size_t col = text.find("param(");
+  ASSERT_NE(col, std::string::npos);
+  const std::string num = std::to_string(line);
+  const std::string want = "tests/emit/bad_model.cpp:" + num + ":" + std::to_string(col + 1) +
+                           ": error: unknown mesh axis 'modle'";
+  EXPECT_EQ(r.err.rfind(want, 0), 0u) << "stderr:\n" << r.err << "\nexpected to start with:\n"
+                                      << want;
+  const std::string display =
+      "\n " + num + " | " + text + "\n" + std::string(num.size() + 2, ' ') + "| " +
+      std::string(col, ' ') + "^\n";
+  EXPECT_NE(r.err.find(display), std::string::npos) << "stderr:\n" << r.err << "\nexpected:\n"
+                                                    << display;
   EXPECT_EQ(r.err.find("internal compiler error"), std::string::npos) << r.err;
   EXPECT_TRUE(leftovers().empty()) << "left behind: " << ::testing::PrintToString(leftovers());
 }
@@ -99,7 +114,12 @@ TEST_F(GeneratorErrors, BadModelReportsFileLineAndLeavesNoOutput) {
 TEST_F(GeneratorErrors, UnknownProgramListsTheRegisteredOnes) {
   const Result r = generate("no_such_program");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("no program named 'no_such_program'"), std::string::npos) << r.err;
+  // No DSL line to name: the message names the target and what it asked for.
+  EXPECT_EQ(r.err.rfind("sharc: no_such_program (program no_such_program on mesh data=2,model=4): "
+                        "error: no program named 'no_such_program'",
+                        0),
+            0u)
+      << r.err;
   EXPECT_NE(r.err.find("bad_model, good_model"), std::string::npos) << r.err;
   EXPECT_TRUE(leftovers().empty());
 }

@@ -107,7 +107,7 @@ class TrainProgram : public ::testing::Test {
 
   std::vector<float> get(const typename G::Program& p, const std::string& path) const {
     std::vector<float> v(ir::num_elements(global_shape(path)), std::nanf(""));
-    p.get_parameter(path, v.data());
+    p.get_parameter(path, v);
     return v;
   }
 
@@ -256,7 +256,7 @@ TYPED_TEST(TrainProgram, SetAndGetParameterRoundTrip) {
     std::vector<float> v(ir::num_elements(shape));
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(0.3 * std::sin(0.7 * i + salt));
     ++salt;
-    program.set_parameter(path, v.data());
+    program.set_parameter(path, v);
     EXPECT_EQ(this->get(program, path), v) << path;
     state[path].assign(v.begin(), v.end());
 
@@ -290,8 +290,8 @@ TYPED_TEST(TrainProgram, SetAndGetParameterRoundTrip) {
                    "parameter " + std::string(p));
 
   std::vector<float> sink(1);
-  EXPECT_THROW(program.set_parameter("no/such", sink.data()), std::out_of_range);
-  EXPECT_THROW(program.get_parameter("no/such", sink.data()), std::out_of_range);
+  EXPECT_THROW(program.set_parameter("no/such", sink), std::out_of_range);
+  EXPECT_THROW(program.get_parameter("no/such", sink), std::out_of_range);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "codegen/execute.h"
@@ -20,6 +21,7 @@
 #include "codegen/passes/resolve_logical_axes.h"
 #include "codegen/pipeline.h"
 #include "dsl/sharc.h"
+#include "tests/common/expect_error.h"
 
 namespace sharc {
 namespace {
@@ -90,6 +92,7 @@ std::string error_at(int line, F&& f) {
   try {
     f();
   } catch (const Error& e) {
+    sharc::testing::user_message(e);  // no IR node numbers; names file:line
     EXPECT_EQ(e.loc().file, kThisFile) << e.what();
     EXPECT_EQ(e.loc().line, line) << e.what();
     return e.what();
@@ -105,6 +108,110 @@ TEST(FSDPRule, ScalaxExamples) {
   EXPECT_EQ(fsdp4({1025, 1024}), R"([{}, {"fsdp"}])");  // the largest dim does not divide
   EXPECT_EQ(fsdp4({16, 16}), "[{}, {}]");               // 256 elements < 1024
   EXPECT_EQ(fsdp4({2048}), R"([{"fsdp"}])");
+}
+
+// Scalax's own FSDPShardingRule test table (tests/sharding_test.py,
+// test_sharding_rule): three (axis size, min_fsdp_size) rows, seven tensors
+// each. Every row holds in both of sharc's modes: the default (Scalax given
+// the axis size) and kLargestPowerOfTwo (Scalax's bare FSDPShardingRule()),
+// which differ from Scalax only in 'really_weird_matrix' ((m+1) x (m+1), odd
+// sides): Scalax's bare rule would split dimension 0 unevenly, sharc keeps it
+// replicated, which is the row's expected P().
+struct ScalaxRow {
+  int axis_size;
+  int64_t min_fsdp_size;
+};
+
+class ScalaxFSDPTable
+    : public ::testing::TestWithParam<std::tuple<ScalaxRow, FSDPRule::Dimension>> {};
+
+TEST_P(ScalaxFSDPTable, Row) {
+  const auto [row, dimension] = GetParam();
+  const int64_t m = row.min_fsdp_size;
+  const std::string mesh = "fsdp=" + std::to_string(row.axis_size);
+  const FSDPRule rule("fsdp", m, dimension);
+  struct Case {
+    const char* name;
+    ir::Shape shape;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      // 'scaler' (a 0-d array): 1 element < min_fsdp_size.
+      {"scaler", {}, "[]"},
+      {"small_vector", {m - row.axis_size}, "[{}]"},
+      {"large_vector", {m * 2}, R"([{"fsdp"}])"},
+      {"small_matrix", {16, 16}, "[{}, {}]"},
+      {"large_matrix", {m, m}, R"([{"fsdp"}, {}])"},
+      {"weird_matrix", {m + 1, m}, R"([{}, {"fsdp"}])"},
+      {"really_weird_matrix", {m + 1, m + 1}, "[{}, {}]"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.name) + " " + ir::shape_str(c.shape) + " on " + mesh);
+    const Applied a = applied(
+        [&](ProgramBuilder& b) {
+          Param w = b.scope().param(c.name, c.shape, lecun_normal());
+          b.output("y", relu(w));
+        },
+        mesh, {rule});
+    EXPECT_EQ(a.sharding(c.name), c.expected) << joined(a.log);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BothModes, ScalaxFSDPTable,
+    ::testing::Combine(::testing::Values(ScalaxRow{4, 1024}, ScalaxRow{8, 2048}, ScalaxRow{2, 512}),
+                       ::testing::Values(FSDPRule::Dimension::kLargestDivisible,
+                                         FSDPRule::Dimension::kLargestPowerOfTwo)),
+    [](const auto& info) {
+      const ScalaxRow row = std::get<0>(info.param);
+      return "fsdp" + std::to_string(row.axis_size) + "_min" + std::to_string(row.min_fsdp_size) +
+             (std::get<1>(info.param) == FSDPRule::Dimension::kLargestPowerOfTwo
+                  ? "_largest_power_of_two"
+                  : "_largest_divisible");
+    });
+
+// Where the two modes part: the largest dimension is not the one with the
+// largest power-of-two divisor.
+TEST(FSDPRule, PowerOfTwoModeDiffersFromTheDefault) {
+  const auto pow2 = [](ir::Shape shape, const std::string& mesh = "fsdp=4") {
+    return one_param(std::move(shape), mesh,
+                     {FSDPRule("fsdp", 1024, FSDPRule::Dimension::kLargestPowerOfTwo)})
+        .sharding("w");
+  };
+  EXPECT_EQ(fsdp4({1536, 1024}), R"([{"fsdp"}, {}])");  // 1536 is the largest and divides
+  EXPECT_EQ(pow2({1536, 1024}), R"([{}, {"fsdp"}])");   // 2^10 | 1024, only 2^9 | 1536
+  EXPECT_EQ(fsdp4({12, 4096, 3072}), R"([{}, {"fsdp"}, {}])");
+  EXPECT_EQ(pow2({12, 4096, 3072}), R"([{}, {"fsdp"}, {}])");
+  EXPECT_EQ(pow2({96, 40, 64}), R"([{}, {}, {"fsdp"}])");  // 2^6 beats 2^5 and 2^3
+  EXPECT_EQ(fsdp4({96, 40, 64}), R"([{"fsdp"}, {}, {}])");
+  // Ties go to the lower index, as in Scalax (a stable argsort).
+  EXPECT_EQ(pow2({64, 192, 64}), R"([{"fsdp"}, {}, {}])");
+  // Scalax's bare rule skips size-1 dimensions.
+  EXPECT_EQ(pow2({1, 1024, 3}), R"([{}, {"fsdp"}, {}])");
+  // The chosen dimension must divide by the axis: 2^1 | 1026 does not cover
+  // fsdp=4, so the layout is kept (Scalax would split it unevenly) even
+  // though the default mode finds 1028.
+  EXPECT_EQ(pow2({1026, 1027}), "[{}, {}]");
+  EXPECT_EQ(pow2({1026, 1028}), R"([{}, {"fsdp"}])");
+  EXPECT_EQ(pow2({6, 2050}, "fsdp=2"), R"([{"fsdp"}, {}])");
+}
+
+TEST(FSDPRule, PowerOfTwoModeLogLines) {
+  const Applied a = one_param({1026, 1027}, "fsdp=4",
+                              {FSDPRule("fsdp", 1024, FSDPRule::Dimension::kLargestPowerOfTwo)});
+  const int line = __LINE__ - 1;
+  EXPECT_TRUE(contains(a.log, "sharding rule 1 of 1: FSDPRule('fsdp', min_fsdp_size=1024, "
+                              "largest_power_of_two) at " + here(line)))
+      << joined(a.log);
+  EXPECT_TRUE(contains(a.log, "fsdp: 'w' f32[1026,1027]: replicated (dimension 0 (size 1026, "
+                              "largest power-of-two divisor 2, does not divide by fsdp=4; Scalax "
+                              "would split it unevenly)"))
+      << joined(a.log);
+  const Applied b = one_param({1536, 1024}, "fsdp=4",
+                              {FSDPRule("fsdp", 1024, FSDPRule::Dimension::kLargestPowerOfTwo)});
+  EXPECT_TRUE(contains(b.log, "fsdp: 'w' f32[1536,1024]: dimension 1 (size 1024, largest "
+                              "power-of-two divisor 1024, divisible by fsdp=4)"))
+      << joined(b.log);
 }
 
 TEST(FSDPRule, LargestDivisibleDimensionTiesToTheLowerIndex) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dsl/sharc.h"
+#include "tests/common/expect_error.h"
 
 namespace sharc {
 namespace {
@@ -120,6 +121,7 @@ TEST(ResolveLogicalAxes, NameWithoutRuleIsStillAnErrorNextToSkippedRules) {
     input_sharding(P("batch", "embed"), LogicalRules{{"batch", "dp"}});
     ADD_FAILURE() << "'embed' resolved though no rule names it and it is not a mesh axis";
   } catch (const Error& e) {
+    sharc::testing::user_message(e);  // no IR node numbers; names file:line
     EXPECT_NE(std::string(e.what()).find("logical axis name 'embed' in P('batch', 'embed') for "
                                          "input 'x' f32[8,8] has no rule in sharding_rules "
                                          "(('batch', 'dp')) and is not a mesh axis"),
@@ -174,6 +176,7 @@ TEST(ResolveLogicalAxes, NodeRulesAreNotMergedWithProgramRules) {
         program);
     ADD_FAILURE() << "'embed' resolved though w's own rules lack it";
   } catch (const Error& e) {
+    sharc::testing::user_message(e);  // no IR node numbers; names file:line
     EXPECT_NE(std::string(e.what()).find("logical axis name 'embed' in P('hidden', 'embed') for "
                                          "parameter 'w' f32[8,8] has no rule in sharding_rules "
                                          "(('hidden', 'b'))"),
@@ -243,6 +246,7 @@ TEST(ResolveLogicalAxes, RuleAxisThatDoesNotDivideIsAUserError) {
     input_sharding(P("batch", None), rules, {3, 8});
     ADD_FAILURE() << "3 rows split over 'a'=2 were accepted";
   } catch (const Error& e) {
+    sharc::testing::user_message(e);  // no IR node numbers; names file:line
     EXPECT_NE(std::string(e.what()).find("dimension 0 of input 'x' f32[3,8] has size 3, which "
                                          "does not divide by 'a'=2 (2 blocks) in P('batch', None)"),
               std::string::npos)

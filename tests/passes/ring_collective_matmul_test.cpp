@@ -18,6 +18,7 @@
 #include "codegen/pipeline.h"
 #include "dsl/sharc.h"
 #include "dsl/train.h"
+#include "tests/common/expect_error.h"
 
 namespace sharc {
 namespace {
@@ -374,6 +375,7 @@ TEST(RingCollectiveMatmul, MarkingANonDotIsAUserError) {
     });
     FAIL() << "accepted";
   } catch (const Error& e) {
+    sharc::testing::user_message(e);  // no IR node numbers; names file:line
     EXPECT_NE(std::string(e.what()).find("with_collective_matmul: "), std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("is the result of relu, not of a matmul"),

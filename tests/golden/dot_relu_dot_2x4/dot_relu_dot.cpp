@@ -109,7 +109,33 @@ void Program::init_device(int rank, [[maybe_unused]] uint64_t seed) {
   }  // w2
 }  // Program::init_device
 
+Program::Inputs& Program::Inputs::set(std::string_view name,
+                                      [[maybe_unused]] std::span<const float> values) {
+  if (name == "x") {
+    sharc::rt::check_elements(input_info(name), values.size(), "Inputs::set", "input");
+    x = values.data();
+    return *this;
+  }
+  input_info(name);  // throws: no such input
+  return *this;
+}
+
+Program::Outputs& Program::Outputs::set(std::string_view name,
+                                        [[maybe_unused]] std::span<float> values) {
+  if (name == "y") {
+    sharc::rt::check_elements(output_info(name), values.size(), "Outputs::set", "output");
+    y = values.data();
+    return *this;
+  }
+  output_info(name);  // throws: no such output
+  return *this;
+}
+
 void Program::forward(const Inputs& in, Outputs& out) {
+  if (!in.x)
+    throw std::invalid_argument("forward: Inputs::x is null; input \"x\" wants f32[8,1024]");
+  if (!out.y)
+    throw std::invalid_argument("forward: Outputs::y is null; output \"y\" wants f32[8,1024]");
   world_.run([&](int rank) { forward_device(rank, in, out); });
 }
 
@@ -163,17 +189,20 @@ const float* Program::parameter_shard(int rank, std::string_view path) const {
   [[maybe_unused]] const Device& dev = *devices_.at(rank);
   if (path == "dot1/kernel") return dev.dot1_kernel.data();
   if (path == "w2") return dev.w2.data();
-  throw std::out_of_range("no parameter \"" + std::string(path) + "\" in this program");
+  parameter_info(path);  // throws std::out_of_range: no such parameter
+  return nullptr;
 }
 
 size_t Program::parameter_shard_size(std::string_view path) const {
   if (path == "dot1/kernel") return 262144;  // f32[1024,256]
   if (path == "w2") return 262144;  // f32[256,1024]
-  throw std::out_of_range("no parameter \"" + std::string(path) + "\" in this program");
+  parameter_info(path);  // throws std::out_of_range: no such parameter
+  return 0;
 }
 
-void Program::set_parameter(std::string_view path, [[maybe_unused]] const float* global) {
-  parameter_shard_size(path);  // throws on an unknown path
+void Program::set_parameter(std::string_view path, std::span<const float> values) {
+  sharc::rt::check_elements(parameter_info(path), values.size(), "set_parameter", "parameter");
+  [[maybe_unused]] const float* global = values.data();
   for (auto& device : devices_) {
     [[maybe_unused]] Device& dev = *device;
     if (path == "dot1/kernel") rt::strided_copy(global + dev.model_index * 256, {1024, 256}, {1024, 1}, dev.dot1_kernel.data());
@@ -181,8 +210,9 @@ void Program::set_parameter(std::string_view path, [[maybe_unused]] const float*
   }
 }
 
-void Program::get_parameter(std::string_view path, [[maybe_unused]] float* global) const {
-  parameter_shard_size(path);  // throws on an unknown path
+void Program::get_parameter(std::string_view path, std::span<float> values) const {
+  sharc::rt::check_elements(parameter_info(path), values.size(), "get_parameter", "parameter");
+  [[maybe_unused]] float* global = values.data();
   for (auto& device : devices_) {
     [[maybe_unused]] const Device& dev = *device;
     if (path == "dot1/kernel") {

@@ -1,0 +1,44 @@
+# Builds examples/own_project from outside sharc's tree, the way a user would,
+# in a fresh folder, bringing sharc in by ROUTE (add_subdirectory or
+# FetchContent) with GoogleTest hidden from find_package; then runs its
+# driver, which trains one model on three meshes and exits 0 only when the
+# losses agree across meshes within 1e-5 relative and the model learned.
+# Also checks that sharc's tests, samples and benchmarks stayed off, and that
+# the build printed no compiler warning (sharc's sources and the generated
+# code compile clean under the project's -Wall -Wextra -Wpedantic -Wshadow).
+#   cmake -DSHARC_SOURCE_DIR=... -DROUTE=... -DBUILD_DIR=... -P this
+file(REMOVE_RECURSE "${BUILD_DIR}")
+set(project_dir "${SHARC_SOURCE_DIR}/examples/own_project")
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (exit ${rc})")
+  endif()
+  set(output "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+run("configure" ${CMAKE_COMMAND} -S "${project_dir}" -B "${BUILD_DIR}" -G Ninja
+    "-DSHARC_SOURCE_DIR=${SHARC_SOURCE_DIR}" "-DOWN_PROJECT_GET_SHARC=${ROUTE}"
+    -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON)
+file(STRINGS "${BUILD_DIR}/CMakeCache.txt" off REGEX "^SHARC_BUILD_(TESTS|SAMPLES|BENCH):BOOL=OFF$")
+list(LENGTH off n)
+if(NOT n EQUAL 3)
+  message(FATAL_ERROR "sharc's tests, samples and benchmarks are not all off: ${off}")
+endif()
+
+run("build" ${CMAKE_COMMAND} --build "${BUILD_DIR}")
+string(FIND "${output}" "warning:" at)
+if(NOT at EQUAL -1)
+  message(FATAL_ERROR "the build printed a compiler warning")
+endif()
+
+run("train" "${BUILD_DIR}/train")
+foreach(want "largest relative loss difference across meshes: .* \\(PASS, tolerance 1e-5\\)"
+             "over 20 steps \\(PASS, must halve\\)")
+  if(NOT output MATCHES "${want}")
+    message(FATAL_ERROR "train printed no line matching '${want}'")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${BUILD_DIR}")
