@@ -275,15 +275,13 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh) {
   if (o.sample == 0) return 0;
 
   // Sampling: the logits program on the same world, parameters copied whole.
+  // The logits program's table lists exactly the parameters it needs (the
+  // training program also holds optimizer state).
   LogitsProgram logits(world);
-  const sharc::ir::Graph sampler = sharc::trace("gpt2_logits", [](sharc::ProgramBuilder& b) {
-    gpt2::build_logits(b, gpt2::config(), gpt2::kSampleBatch);
-  });
-  for (const sharc::ir::Node& n : sampler.nodes) {
-    if (n.op != sharc::ir::Op::kParameter) continue;
-    std::vector<float> value(sharc::ir::num_elements(n.shape));
-    train.get_parameter(n.name, value);
-    logits.set_parameter(n.name, value);
+  for (const sharc::rt::TensorInfo& p : LogitsProgram::parameters()) {
+    std::vector<float> value(p.elements());
+    train.get_parameter(p.name, value);
+    logits.set_parameter(p.name, value);
   }
   // The window holds the last `context` characters; causal attention makes
   // the logits at position len-1 independent of the padding after it.

@@ -65,22 +65,22 @@ struct Data {
   fashion_mnist::Split train, test;
 };
 
-// What the driver needs to know of one generated pair besides its types.
-struct ParamInfo {
-  const char* path;
-  std::vector<int64_t> shape;
-  Spec spec;
-  int64_t size() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-};
+// What the driver needs to know of one generated pair besides its types: the
+// mesh, and the training program's rows (layouts) of the parameters the
+// evaluation program shares, read from the generated tables.
 struct Layout {
   rt::MeshShape mesh;
-  std::string mesh_text;          // <["fsdp"=8]>
-  std::vector<ParamInfo> params;  // the model's parameters (what eval shares)
+  std::string mesh_text;                        // <["fsdp"=8]>
+  std::vector<const rt::TensorInfo*> params;    // the model's parameters
 };
+
+template <class Train, class Eval>
+Layout layout_of(std::string mesh_text) {
+  Layout l{Train::mesh_shape(), std::move(mesh_text), {}};
+  for (const rt::TensorInfo& p : Eval::parameters())
+    l.params.push_back(&Train::parameter_info(p.name));
+  return l;
+}
 
 std::string spec_text(const Spec& spec) {
   std::string s = "[";
@@ -89,12 +89,6 @@ std::string spec_text(const Spec& spec) {
     for (size_t a = 0; a < spec[d].size(); ++a) s += (a ? ", \"" : "\"") + spec[d][a] + "\"";
     s += "}";
   }
-  return s + "]";
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "f32[";
-  for (size_t d = 0; d < shape.size(); ++d) s += (d ? "," : "") + std::to_string(shape[d]);
   return s + "]";
 }
 
@@ -114,11 +108,11 @@ void print_strategy(const char* description, const Layout& layout) {
               static_cast<long long>(kTrainBatch), layout.mesh.num_devices(),
               layout.mesh_text.c_str(), description);
   std::printf("parameter layouts (optimizer state is laid out like its parameter):\n");
-  for (const ParamInfo& p : layout.params)
-    std::printf("  %-14s %-13s %s\n", p.path, shape_text(p.shape).c_str(),
-                spec_text(p.spec).c_str());
-  const ParamInfo& k1 = layout.params.front();
-  std::printf("\n%s:\n%s\n", k1.path,
+  for (const rt::TensorInfo* p : layout.params)
+    std::printf("  %-14s %-13s %s\n", std::string(p->name).c_str(), p->type_str().c_str(),
+                spec_text(p->spec).c_str());
+  const rt::TensorInfo& k1 = *layout.params.front();
+  std::printf("\n%s:\n%s\n", std::string(k1.name).c_str(),
               rt::visualize_sharding(k1.shape, k1.spec, layout.mesh).c_str());
 }
 
@@ -127,10 +121,10 @@ template <class Train, class Eval>
 double evaluate(const Train& train, Eval& eval, const Layout& layout,
                 const fashion_mnist::Split& test) {
   std::vector<float> buffer;
-  for (const ParamInfo& p : layout.params) {
-    buffer.resize(p.size());
-    train.get_parameter(p.path, buffer);
-    eval.set_parameter(p.path, buffer);
+  for (const rt::TensorInfo* p : layout.params) {
+    buffer.resize(p->elements());
+    train.get_parameter(p->name, buffer);
+    eval.set_parameter(p->name, buffer);
   }
   const int64_t px = test.pixels();
   std::vector<float> logits(kEvalBatch * fashion_mnist::kClasses);
@@ -246,11 +240,6 @@ struct Strategy {
   int (*run)(const Options&, const Data&, const char* description);
 };
 
-#define SHARC_MLP_PARAM(ns, id, path)                                                              \
-  ParamInfo {                                                                                      \
-    path, {ns::kParam_##id##_shape.begin(), ns::kParam_##id##_shape.end()}, ns::kParam_##id##_spec \
-  }
-
 // The layouts are the training program's (evaluation takes whole parameters,
 // whatever its own layouts).
 #define SHARC_MLP_STRATEGY(mesh_flag, tag, text)                                    \
@@ -258,14 +247,7 @@ struct Strategy {
     mesh_flag, text, [](const Options& o, const Data& d, const char* description) { \
       namespace t = sharc_gen::mlp_train_##tag;                                     \
       namespace e = sharc_gen::mlp_eval_##tag;                                      \
-      const Layout layout{t::mesh_shape(),                                          \
-                          std::string(t::kMesh),                                    \
-                          {SHARC_MLP_PARAM(t, dense1_kernel, "dense1/kernel"),      \
-                           SHARC_MLP_PARAM(t, dense1_bias, "dense1/bias"),          \
-                           SHARC_MLP_PARAM(t, dense2_kernel, "dense2/kernel"),      \
-                           SHARC_MLP_PARAM(t, dense2_bias, "dense2/bias"),          \
-                           SHARC_MLP_PARAM(t, dense3_kernel, "dense3/kernel"),      \
-                           SHARC_MLP_PARAM(t, dense3_bias, "dense3/bias")}};        \
+      const Layout layout = layout_of<t::Program, e::Program>(std::string(t::kMesh));\
       return train_and_evaluate<t::Program, e::Program>(o, d, description, layout); \
     }                                                                               \
   }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -121,6 +122,10 @@ struct ScalaxRow {
   int axis_size;
   int64_t min_fsdp_size;
 };
+
+void PrintTo(const ScalaxRow& r, std::ostream* os) {
+  *os << "fsdp_axis_size=" << r.axis_size << ", min_fsdp_size=" << r.min_fsdp_size;
+}
 
 class ScalaxFSDPTable
     : public ::testing::TestWithParam<std::tuple<ScalaxRow, FSDPRule::Dimension>> {};
