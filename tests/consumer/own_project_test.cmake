@@ -6,8 +6,13 @@
 # Also checks that sharc's tests, samples and benchmarks stayed off, and that
 # the build printed no compiler warning (sharc's sources and the generated
 # code compile clean under the project's -Wall -Wextra -Wpedantic -Wshadow).
-#   cmake -DSHARC_SOURCE_DIR=... -DROUTE=... -DBUILD_DIR=... -P this
+# CXX, if given, is the C++ compiler (the clang 14 variant of this test).
+#   cmake -DSHARC_SOURCE_DIR=... -DROUTE=... -DBUILD_DIR=... [-DCXX=...] -P this
 file(REMOVE_RECURSE "${BUILD_DIR}")
+set(compiler)
+if(CXX)
+  set(compiler "-DCMAKE_CXX_COMPILER=${CXX}")
+endif()
 set(project_dir "${SHARC_SOURCE_DIR}/examples/own_project")
 
 function(run what)
@@ -21,7 +26,7 @@ endfunction()
 
 run("configure" ${CMAKE_COMMAND} -S "${project_dir}" -B "${BUILD_DIR}" -G Ninja
     "-DSHARC_SOURCE_DIR=${SHARC_SOURCE_DIR}" "-DOWN_PROJECT_GET_SHARC=${ROUTE}"
-    -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON)
+    -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON ${compiler})
 file(STRINGS "${BUILD_DIR}/CMakeCache.txt" off REGEX "^SHARC_BUILD_(TESTS|SAMPLES|BENCH):BOOL=OFF$")
 list(LENGTH off n)
 if(NOT n EQUAL 3)
