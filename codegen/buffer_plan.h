@@ -23,7 +23,7 @@
 #include <set>
 #include <vector>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

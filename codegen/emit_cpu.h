@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "codegen/interpret.h"
-#include "codegen/ir.h"
+#include "ir/ir.h"
 #include "runtime/communicator.h"
 
 namespace sharc {

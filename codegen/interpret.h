@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 #include "runtime/init.h"
 
 namespace sharc {

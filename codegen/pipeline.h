@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 #include "codegen/passes/ring_collective_matmul.h"
 #include "dsl/sharding_rules.h"
 

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "dsl/initializers.h"
+#include "ir/initializers.h"
 #include "dsl/ops.h"
 
 namespace sharc {

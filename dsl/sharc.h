@@ -9,12 +9,12 @@
 // its per-device collectives (shard_map.h), TPDense/TPAsyncDense (tp_dense.h).
 #pragma once
 
-#include "dsl/error.h"
-#include "dsl/initializers.h"
-#include "dsl/mesh.h"
+#include "ir/error.h"
+#include "ir/initializers.h"
+#include "ir/mesh.h"
 #include "dsl/module.h"
 #include "dsl/ops.h"
-#include "dsl/partition_spec.h"
+#include "ir/partition_spec.h"
 #include "dsl/program.h"
 #include "dsl/shard_map.h"
 #include "dsl/sharding_rules.h"

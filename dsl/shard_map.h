@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "dsl/partition_spec.h"
+#include "ir/partition_spec.h"
 #include "dsl/tensor.h"
 
 namespace sharc {

@@ -32,8 +32,8 @@
 #include <variant>
 #include <vector>
 
-#include "dsl/error.h"
-#include "dsl/partition_spec.h"
+#include "ir/error.h"
+#include "ir/partition_spec.h"
 
 namespace sharc {
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "codegen/autodiff.h"
+#include "ir/autodiff.h"
 
 namespace sharc {
 

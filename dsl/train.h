@@ -1,6 +1,6 @@
 // Training steps in the DSL: optimizers and learning-rate schedules as IR,
 // and train_step(), which traces forward, loss, reverse-mode gradients
-// (codegen/autodiff.h), global-norm clipping and the optimizer update into the
+// (ir/autodiff.h), global-norm clipping and the optimizer update into the
 // program being built. The result is one program whose every call is one
 // training step: parameters and optimizer state are persistent Parameters
 // updated in place (ir::Graph::updates), metrics are outputs. Optimizer state

@@ -11,7 +11,7 @@
 
 namespace sharc::rt {
 
-// Mirrors sharc::InitKind (dsl/initializers.h); the values must stay equal.
+// Mirrors sharc::InitKind (ir/initializers.h); the values must stay equal.
 enum class InitKind : int {
   kZeros,
   kOnes,

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 #include "dsl/sharding_rules.h"
 
 namespace sharc {

@@ -27,7 +27,7 @@
 
 #include <cstddef>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

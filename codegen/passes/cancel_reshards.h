@@ -17,7 +17,7 @@
 //   after:  %5 = dot(%4, %1) ...
 #pragma once
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

@@ -18,7 +18,7 @@
 //           %21 = all_reduce(%20) sum axes={"data"} : f32[64,64] backward
 #pragma once
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

@@ -24,7 +24,7 @@
 //           %7 = reduce_scatter(%6) sum dim=1 axes={"model"} : f32[4,256] [{"data"}, {"model"}]
 #pragma once
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

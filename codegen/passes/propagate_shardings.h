@@ -19,7 +19,7 @@
 //   after:  %3 = relu(%2) : f32[8,1024] [{"data"}, {"model"}]
 #pragma once
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

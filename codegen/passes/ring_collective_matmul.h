@@ -39,7 +39,7 @@
 
 #include <cstddef>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

@@ -8,7 +8,7 @@
 // sqrt of non-positive values); ties are tested separately against the
 // documented rule. Then: attribution of the appended nodes, and the user error
 // for a non-scalar loss.
-#include "codegen/autodiff.h"
+#include "ir/autodiff.h"
 
 #include <gtest/gtest.h>
 

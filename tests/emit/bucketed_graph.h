@@ -5,7 +5,7 @@
 // smallest set that puts every bucket boundary rule next to each other.
 #pragma once
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc::test {
 

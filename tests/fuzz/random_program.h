@@ -21,7 +21,7 @@
 #include <string>
 
 #include "codegen/interpret.h"
-#include "codegen/ir.h"
+#include "ir/ir.h"
 #include "dsl/sharc.h"
 
 namespace sharc::fuzz {

@@ -1,5 +1,5 @@
 // The IR verifier and printer. Verifier: one negative test per `Constraints:`
-// item in codegen/verifier.cpp (and per graph-level check), each on a small
+// item in ir/verifier.cpp (and per graph-level check), each on a small
 // hand-built graph that is valid except for exactly that item, asserting the
 // internal-compiler-error text, the offending node and the specific reason;
 // plus positive tests that the unbroken graphs and traced DSL programs verify.
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 #include "codegen/pipeline.h"
 #include "dsl/sharc.h"
 

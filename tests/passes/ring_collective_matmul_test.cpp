@@ -4,7 +4,7 @@
 // program computes (gather rings bit for bit, scatter rings within float
 // summation order) and what the oracle computes, sending exactly the same
 // bytes per device. The op: its printed form and one negative test per
-// Constraints item (RingAttrs in codegen/ir.h).
+// Constraints item (RingAttrs in ir/ir.h).
 #include "codegen/passes/ring_collective_matmul.h"
 
 #include <gtest/gtest.h>

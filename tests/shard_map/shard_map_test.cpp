@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "codegen/autodiff.h"
+#include "ir/autodiff.h"
 #include "codegen/execute.h"
 #include "codegen/interpret.h"
 #include "codegen/pipeline.h"

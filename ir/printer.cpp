@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc::ir {
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "dsl/partition_spec.h"
+#include "ir/partition_spec.h"
 
 namespace sharc {
 

@@ -1,5 +1,5 @@
 // Op tables derived from SHARC_OP_KINDS, and the small value types of ir.h.
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Mesh construction and validation; see mesh.h.
-#include "dsl/mesh.h"
+#include "ir/mesh.h"
 
 #include <charconv>
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "dsl/error.h"
+#include "ir/error.h"
 
 namespace sharc {
 

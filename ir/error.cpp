@@ -1,5 +1,5 @@
 // Rendering of user errors in clang's form; see error.h.
-#include "dsl/error.h"
+#include "ir/error.h"
 
 #include <cctype>
 #include <filesystem>

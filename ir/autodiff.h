@@ -37,7 +37,7 @@
 
 #include <vector>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc {
 

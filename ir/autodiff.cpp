@@ -3,7 +3,7 @@
 // complete once all its users have been visited, and its rule then adds a
 // contribution to the adjoint of each operand that lies on a path from a wrt
 // node to the loss.
-#include "codegen/autodiff.h"
+#include "ir/autodiff.h"
 
 #include <algorithm>
 #include <cmath>

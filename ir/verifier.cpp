@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "codegen/ir.h"
+#include "ir/ir.h"
 
 namespace sharc::ir {
 

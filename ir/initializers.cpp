@@ -1,5 +1,5 @@
 // Printing of initializers (for IR dumps and generated comments).
-#include "dsl/initializers.h"
+#include "ir/initializers.h"
 
 #include <sstream>
 

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "dsl/error.h"
-#include "dsl/initializers.h"
-#include "dsl/mesh.h"
-#include "dsl/partition_spec.h"
+#include "ir/error.h"
+#include "ir/initializers.h"
+#include "ir/mesh.h"
+#include "ir/partition_spec.h"
 
 namespace sharc {
 class ShardingRule;  // dsl/sharding_rules.h; the IR only carries them

@@ -1,5 +1,5 @@
 // Printing of PartitionSpec in JAX's spelling.
-#include "dsl/partition_spec.h"
+#include "ir/partition_spec.h"
 
 namespace sharc {
 
