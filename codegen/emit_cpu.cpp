@@ -383,31 +383,44 @@ class CpuEmitter {
 
   // ---- header pieces -------------------------------------------------------
 
+  // The program's inputs (in trace order) or outputs (in declaration order):
+  // the user's name, its Inputs/Outputs field, its value and the DSL line
+  // that declared it. Every piece of the API that lists them reads this.
+  struct Io {
+    std::string name, field;
+    const Node* value;
+    SrcLoc loc;
+  };
+  std::vector<Io> ios(bool inputs) const {
+    std::vector<Io> r;
+    if (inputs) {
+      for (const Node& v : g_.nodes)
+        if (v.op == Op::kInput) r.push_back({v.name, field_.at(v.name), &v, v.loc});
+    } else {
+      for (const ir::Output& o : g_.outputs)
+        r.push_back({o.name, out_field_.at(o.name), &g_[o.value], o.loc});
+    }
+    return r;
+  }
+
   std::string tensor_info() const {
     CodeWriter w;
     auto shape_array = [&](const std::string& name, const Shape& s) {
       w.line("inline constexpr std::array<int64_t, " + std::to_string(s.size()) + "> " + name +
              " = " + braced(s) + ";");
     };
-    w.line("// ---- inputs: global shapes and layouts");
-    for (size_t i = 0; i < g_.nodes.size(); ++i) {
-      const Node& v = g_.nodes[i];
-      if (v.op != Op::kInput) continue;
-      const std::string f = field_.at(v.name);
-      w.line("// \"" + v.name + "\", declared at " + v.loc.str());
-      shape_array("kInput_" + f + "_shape", global_shape(v));
-      w.line("inline const Spec kInput_" + f + "_spec = " + spec_literal(*v.sharding) + ";");
+    for (const bool inputs : {true, false}) {
+      const std::string prefix = inputs ? "kInput_" : "kOutput_";
+      w.line(inputs ? "// ---- inputs: global shapes and layouts"
+                    : "// ---- outputs: global shapes and layouts");
+      for (const Io& io : ios(inputs)) {
+        w.line("// \"" + io.name + "\", declared at " + io.loc.str());
+        shape_array(prefix + io.field + "_shape", global_shape(*io.value));
+        w.line("inline const Spec " + prefix + io.field + "_spec = " +
+               spec_literal(*io.value->sharding) + ";");
+      }
+      w.line();
     }
-    w.line();
-    w.line("// ---- outputs: global shapes and layouts");
-    for (auto& o : g_.outputs) {
-      const Node& v = g_[o.value];
-      const std::string f = out_field_.at(o.name);
-      w.line("// \"" + o.name + "\", declared at " + o.loc.str());
-      shape_array("kOutput_" + f + "_shape", global_shape(v));
-      w.line("inline const Spec kOutput_" + f + "_spec = " + spec_literal(*v.sharding) + ";");
-    }
-    w.line();
     w.line("// ---- parameters: paths, global shapes and layouts");
     std::vector<std::string> paths;
     for (auto& v : g_.nodes)
@@ -449,11 +462,10 @@ class CpuEmitter {
       w.line("}};");
     };
     std::vector<std::string> params, inputs, outputs;
-    for (const Node& v : g_.nodes) {
+    for (const Node& v : g_.nodes)
       if (v.op == Op::kParameter) params.push_back(row(v.name, v, v.loc));
-      if (v.op == Op::kInput) inputs.push_back(row(v.name, v, v.loc));
-    }
-    for (const ir::Output& o : g_.outputs) outputs.push_back(row(o.name, g_[o.value], o.loc));
+    for (const Io& io : ios(true)) inputs.push_back(row(io.name, *io.value, io.loc));
+    for (const Io& io : ios(false)) outputs.push_back(row(io.name, *io.value, io.loc));
     w.line("// ---- tables: one row per parameter, input and output");
     w.line("// {name, dtype, global shape, spec, local shape (the block each device holds),");
     w.line("//  declared at}; see runtime/program_info.h. Parameters come in the order the");
@@ -491,19 +503,13 @@ class CpuEmitter {
   std::string io_set(bool inputs) const {
     CodeWriter w(1);
     const std::string kind = inputs ? "input" : "output";
-    auto branch = [&](const std::string& name, const std::string& field) {
-      w.open("if (name == " + quoted(name) + ")");
+    for (const Io& io : ios(inputs)) {
+      w.open("if (name == " + quoted(io.name) + ")");
       w.line("sharc::rt::check_elements(" + kind + "_info(name), values.size(), \"" +
              (inputs ? "Inputs" : "Outputs") + "::set\", \"" + kind + "\");");
-      w.line(field + " = values.data();");
+      w.line(io.field + " = values.data();");
       w.line("return *this;");
       w.close();
-    };
-    if (inputs) {
-      for (const Node& v : g_.nodes)
-        if (v.op == Op::kInput) branch(v.name, field_.at(v.name));
-    } else {
-      for (auto& o : g_.outputs) branch(o.name, out_field_.at(o.name));
     }
     return w.str();
   }
@@ -511,33 +517,24 @@ class CpuEmitter {
   // forward() refuses a null input or output field, naming it.
   std::string io_checks() const {
     CodeWriter w(1);
-    auto check = [&](const std::string& kind, const std::string& name, const std::string& strct,
-                     const std::string& field, const std::string& type) {
-      w.line("if (!" + std::string(kind == "input" ? "in." : "out.") + field + ")");
-      w.line("  throw std::invalid_argument(\"forward: " + strct + "::" + field + " is null; " +
-             kind + " \\\"" + name + "\\\" wants " + type + "\");");
-    };
-    for (const Node& v : g_.nodes)
-      if (v.op == Op::kInput)
-        check("input", v.name, "Inputs", field_.at(v.name), ir::shape_str(global_shape(v)));
-    for (auto& o : g_.outputs)
-      check("output", o.name, "Outputs", out_field_.at(o.name),
-            ir::shape_str(global_shape(g_[o.value])));
+    for (const bool inputs : {true, false}) {
+      const std::string kind = inputs ? "input" : "output";
+      for (const Io& io : ios(inputs)) {
+        w.line("if (!" + std::string(inputs ? "in." : "out.") + io.field + ")");
+        w.line("  throw std::invalid_argument(\"forward: " +
+               std::string(inputs ? "Inputs::" : "Outputs::") +
+               io.field + " is null; " + kind + " \\\"" + io.name + "\\\" wants " +
+               ir::shape_str(global_shape(*io.value)) + "\");");
+      }
+    }
     return w.str();
   }
 
   std::string io_fields(bool inputs) const {
     CodeWriter w(2);
-    if (inputs) {
-      for (const Node& v : g_.nodes)
-        if (v.op == Op::kInput)
-          w.line("const float* " + field_.at(v.name) + " = nullptr;  // " +
-                 ir::shape_str(global_shape(v)));
-    } else {
-      for (auto& o : g_.outputs)
-        w.line("float* " + out_field_.at(o.name) + " = nullptr;  // " +
-               ir::shape_str(global_shape(g_[o.value])));
-    }
+    for (const Io& io : ios(inputs))
+      w.line((inputs ? "const float* " : "float* ") + io.field + " = nullptr;  // " +
+             ir::shape_str(global_shape(*io.value)));
     return w.str();
   }
 

@@ -16,7 +16,8 @@
 // (sharc::Error) prints `file:line:col: error: ...` to stderr, with the model's
 // line and a caret under the call when the file is found (as recorded, or
 // under a --source-root: sharc_add_program passes the project's root, since
-// recorded paths are relative to it), and exits 1, and leaves no output: the files are written to temporaries and renamed only
+// recorded paths are relative to it), exits 1, and leaves no output: the
+// files are written to temporaries and renamed only
 // once everything succeeded, and a failure also removes the outputs of an
 // earlier run, so a failed build never compiles stale generated code.
 #include <cstdio>

@@ -30,12 +30,6 @@ bool is_identifier_char(char c) {
 
 }  // namespace
 
-std::string Error::message() const {
-  const std::string prefix = loc_.str() + ": error: ";
-  const std::string what = this->what();
-  return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
-}
-
 std::string render_diagnostic(const Error& e, const std::vector<std::string>& source_roots) {
   const SrcLoc& loc = e.loc();
   const std::string tail = ": error: " + e.message() + "\n";

@@ -73,13 +73,16 @@ struct SrcLoc {
 class Error : public std::runtime_error {
  public:
   Error(SrcLoc loc, const std::string& message)
-      : std::runtime_error(loc.str() + ": error: " + message), loc_(std::move(loc)) {}
+      : std::runtime_error(loc.str() + ": error: " + message),
+        loc_(std::move(loc)),
+        message_(message) {}
   const SrcLoc& loc() const { return loc_; }
   // The message without the `file:line: error: ` prefix.
-  std::string message() const;
+  const std::string& message() const { return message_; }
 
  private:
   SrcLoc loc_;
+  std::string message_;
 };
 
 // `file:line:col: error: message`, then, when the file can be read (as given,
