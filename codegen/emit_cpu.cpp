@@ -1,9 +1,9 @@
-// The CPU emitter; see emit_cpu.h. Structure: Names hands out unique C++
-// identifiers; CodeWriter is the indenting printer; CpuEmitter takes fusion,
-// buffers and last uses from plan_buffers() (buffer_plan.h, which the report
-// replays to predict memory), names values, then prints each placeholder's
-// text. Every statement it prints for a node mirrors the
-// corresponding case of execute_partitioned() (codegen/execute.cpp).
+// The CPU renderer; see emit_cpu.h. CpuEmitter takes fusion, buffers, last
+// uses, names and the schedule from plan_emission() (emission_plan.h; its
+// buffer plan is what the report replays to predict memory) and prints each
+// template placeholder's text with the spelling helpers of cpp_writer.h.
+// Every statement it prints for a node mirrors the corresponding case of
+// execute_partitioned() (codegen/execute.cpp).
 #include "codegen/emit_cpu.h"
 
 #include <algorithm>
@@ -17,6 +17,8 @@
 #include <sstream>
 
 #include "codegen/buffer_plan.h"
+#include "codegen/cpp_writer.h"
+#include "codegen/emission_plan.h"
 #include "codegen/execute.h"
 #include "codegen/interpret.h"
 #include "codegen/ring_plan.h"
@@ -25,176 +27,17 @@ namespace sharc {
 
 namespace {
 
+using cpp::braced;
+using cpp::CodeWriter;
+using cpp::double_literal;
+using cpp::float_literal;
+using cpp::init_kind_name;
+using cpp::join;
+using cpp::quoted;
+using cpp::reduce_op;
 using ir::Node;
 using ir::Op;
 using ir::Shape;
-
-// ---------------------------------------------------------------------------
-// Spelling helpers.
-
-template <class T>
-std::string join(const std::vector<T>& v, const std::string& sep) {
-  std::ostringstream os;
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? sep : "") << v[i];
-  return os.str();
-}
-
-// {4, 1024}: a shape, permutation or axis list as a braced initializer.
-template <class T>
-std::string braced(const std::vector<T>& v) {
-  return "{" + join(v, ", ") + "}";
-}
-
-std::string quoted(const std::string& s) {
-  std::string r = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') r += '\\';
-    r += c;
-  }
-  return r + "\"";
-}
-
-// A float literal that parses back to exactly static_cast<float>(v), the value
-// the interpreter's Constant holds.
-std::string float_literal(double v) {
-  const float f = static_cast<float>(v);
-  if (std::isnan(f)) return "std::numeric_limits<float>::quiet_NaN()";
-  if (std::isinf(f))
-    return f > 0 ? "std::numeric_limits<float>::infinity()"
-                 : "(-std::numeric_limits<float>::infinity())";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f));
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  s += "f";
-  return f < 0 ? "(" + s + ")" : s;
-}
-
-std::string double_literal(double v) {
-  if (std::isnan(v)) return "std::numeric_limits<double>::quiet_NaN()";
-  if (std::isinf(v))
-    return v > 0 ? "std::numeric_limits<double>::infinity()"
-                 : "-std::numeric_limits<double>::infinity()";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-const char* init_kind_name(rt::InitKind k) {
-  switch (k) {
-    case rt::InitKind::kZeros:
-      return "kZeros";
-    case rt::InitKind::kOnes:
-      return "kOnes";
-    case rt::InitKind::kConstant:
-      return "kConstant";
-    case rt::InitKind::kNormal:
-      return "kNormal";
-    case rt::InitKind::kUniform:
-      return "kUniform";
-    case rt::InitKind::kLecunNormal:
-      return "kLecunNormal";
-    case rt::InitKind::kXavierUniform:
-      return "kXavierUniform";
-  }
-  internal_error("unknown InitKind");
-}
-
-const char* reduce_op(ir::ReduceKind k) {
-  return k == ir::ReduceKind::kSum ? "rt::ReduceOp::kSum" : "rt::ReduceOp::kMax";
-}
-
-// "dot1/kernel" -> "dot1_kernel": a C++ identifier (not yet unique).
-std::string identifier(const std::string& name) {
-  std::string s;
-  for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "v_" + s;
-  return s;
-}
-
-// Unique identifiers within one scope. Generated names (t0, v1, ...) and the
-// fixed names of the templates are reserved, so a user input called "out" or
-// "t3" gets a suffix instead of a clash.
-class Names {
- public:
-  // Scopes: local variables of the generated functions also avoid the
-  // templates' own names ("dev", "in", "seed", ...); members of the API's
-  // Inputs/Outputs structs only avoid C++ keywords, so an input called "seed"
-  // is the field `seed`.
-  enum class Scope { kLocals, kFields };
-  explicit Names(Scope scope = Scope::kLocals) {
-    for (const char* k :
-         {"and",      "auto",    "bool",     "break",  "case",     "char",     "class",
-          "const",    "continue", "default", "delete", "do",       "double",   "else",
-          "enum",     "float",   "for",      "if",     "int",      "long",     "new",
-          "not",      "or",      "private",  "public", "return",   "short",    "signed",
-          "sizeof",   "static",  "struct",   "switch", "template", "this",     "throw",
-          "try",      "typedef", "union",    "unsigned", "using",  "void",     "volatile",
-          "while",    "xor"})
-      taken_.insert(k);
-    if (scope == Scope::kLocals)
-      for (const char* k : {"dev", "comm", "mem", "rank", "in", "out", "i", "rt", "std", "seed", "coords",
-                            "sharc", "key"})
-        taken_.insert(k);
-  }
-  // A fresh identifier derived from a user name.
-  std::string user(const std::string& name) {
-    std::string base = identifier(name);
-    if (generated_like(base)) base += "_";
-    return take(base);
-  }
-  // The next name of a generated family ("t" -> t0, t1, ...).
-  std::string next(const std::string& prefix) {
-    for (;;) {
-      std::string s = prefix + std::to_string(counters_[prefix]++);
-      if (!taken_.count(s)) return take(s);
-    }
-  }
-
- private:
-  static bool generated_like(const std::string& s) {
-    if (s.size() < 2 || (s[0] != 't' && s[0] != 'v' && s[0] != 'i')) return false;
-    return std::all_of(s.begin() + 1, s.end(), [](char c) { return std::isdigit(c); });
-  }
-  std::string take(std::string base) {
-    std::string s = base;
-    for (int k = 2; taken_.count(s); ++k) s = base + "_" + std::to_string(k);
-    taken_.insert(s);
-    return s;
-  }
-  std::set<std::string> taken_;
-  std::map<std::string, int> counters_;
-};
-
-// The indenting printer. Lines are appended with the current indent; open()
-// and close() bracket a block and close() names what it closes.
-class CodeWriter {
- public:
-  explicit CodeWriter(int indent = 0) : indent_(indent) {}
-  CodeWriter& line(const std::string& s = "") {
-    if (!s.empty()) os_ << std::string(2 * indent_, ' ') << s;
-    os_ << "\n";
-    return *this;
-  }
-  void open(const std::string& head) {
-    line(head.empty() ? "{" : head + " {");
-    ++indent_;
-  }
-  void close(const std::string& what = "") {
-    --indent_;
-    line(what.empty() ? "}" : "}  // " + what);
-  }
-  // Without the final newline, so a placeholder line can hold the block.
-  std::string str() const {
-    std::string s = os_.str();
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-
- private:
-  std::ostringstream os_;
-  int indent_;
-};
 
 // ---------------------------------------------------------------------------
 
@@ -210,11 +53,22 @@ std::string shape_comment(const Node& n) {
 
 class CpuEmitter {
  public:
-  CpuEmitter(const ir::Graph& g, const EmitOptions& o) : g_(g), o_(o), mesh_(g.mesh) {
-    if (!g.partitioned) internal_error("emit_cpu needs a partitioned (per-device) graph");
-    ir::verify(g);
-    analyse();
-  }
+  // The plan (plan_emission) decides fusion, buffers, names and the
+  // schedule; this class only spells it as C++ for a device thread, where the
+  // two streams are one: plan order respects every wait, and a ring's
+  // transfers overlap its GEMMs through ppermute_start / ppermute_wait.
+  CpuEmitter(const ir::Graph& g, const EmitOptions& o)
+      : g_(g),
+        o_(o),
+        mesh_(g.mesh),
+        ep_(plan_emission(g)),
+        plan_(ep_.buffers),
+        var_(ep_.var),
+        axis_var_(ep_.axis_var),
+        field_(ep_.input_field),
+        out_field_(ep_.output_field),
+        group_var_(ep_.group_var),
+        locals_(ep_.locals) {}
 
   EmittedFiles run() {
     std::vector<std::pair<std::string, std::string>> common = {
@@ -254,45 +108,6 @@ class CpuEmitter {
   }
 
  private:
-  // ---- analysis ----------------------------------------------------------
-
-  void analyse() {
-    const size_t n = g_.nodes.size();
-    // Fusion, buffers, statements and last uses: the plan the report replays.
-    plan_ = plan_buffers(g_);
-
-    // Names: parameters by path (members of Device), inputs and outputs by
-    // name, everything else t0, t1, ... in program order.
-    var_.assign(n, "");
-    Names device_names;
-    for (auto& a : mesh_.axes()) axis_var_[a.name] = device_names.user(a.name + "_index");
-    for (size_t i = 0; i < n; ++i)
-      if (g_.nodes[i].op == Op::kParameter) var_[i] = device_names.user(g_.nodes[i].name);
-    for (const Node& v : g_.nodes)
-      if (needs_group(v) && !group_var_.count(v.axes))
-        group_var_[v.axes] = device_names.user("group_" + join(v.axes, "_"));
-    for (size_t i = 0; i < n; ++i)
-      if (g_.nodes[i].op == Op::kInput) var_[i] = locals_.user(g_.nodes[i].name);
-    for (auto& o : g_.outputs)
-      if (var_[o.value].empty() && plan_.needs_buffer[o.value])
-        var_[o.value] = locals_.user(o.name);
-    for (size_t i = 0; i < n; ++i)
-      if (var_[i].empty() && plan_.needs_buffer[i]) var_[i] = locals_.next("t");
-
-    // Names of the header's constants and the Inputs/Outputs fields.
-    Names api(Names::Scope::kFields);
-    for (size_t i = 0; i < n; ++i)
-      if (g_.nodes[i].op == Op::kInput) field_[g_.nodes[i].name] = api.user(g_.nodes[i].name);
-    Names out_fields(Names::Scope::kFields);
-    for (auto& o : g_.outputs) out_field_[o.name] = out_fields.user(o.name);
-  }
-
-  // Collectives and local slices run over a Group of the listed axes.
-  static bool needs_group(const Node& v) {
-    return ir::is_collective(v.op) || v.op == Op::kLocalSlice || v.op == Op::kRingDot ||
-           v.op == Op::kPPermute || v.op == Op::kAxisIndex;
-  }
-
   // ---- small spellings ----------------------------------------------------
 
   std::string banner() const {
@@ -383,25 +198,8 @@ class CpuEmitter {
 
   // ---- header pieces -------------------------------------------------------
 
-  // The program's inputs (in trace order) or outputs (in declaration order):
-  // the user's name, its Inputs/Outputs field, its value and the DSL line
-  // that declared it. Every piece of the API that lists them reads this.
-  struct Io {
-    std::string name, field;
-    const Node* value;
-    SrcLoc loc;
-  };
-  std::vector<Io> ios(bool inputs) const {
-    std::vector<Io> r;
-    if (inputs) {
-      for (const Node& v : g_.nodes)
-        if (v.op == Op::kInput) r.push_back({v.name, field_.at(v.name), &v, v.loc});
-    } else {
-      for (const ir::Output& o : g_.outputs)
-        r.push_back({o.name, out_field_.at(o.name), &g_[o.value], o.loc});
-    }
-    return r;
-  }
+  using Io = EmissionPlan::Io;
+  const std::vector<Io>& ios(bool inputs) const { return inputs ? ep_.inputs : ep_.outputs; }
 
   std::string tensor_info() const {
     CodeWriter w;
@@ -415,9 +213,9 @@ class CpuEmitter {
                     : "// ---- outputs: global shapes and layouts");
       for (const Io& io : ios(inputs)) {
         w.line("// \"" + io.name + "\", declared at " + io.loc.str());
-        shape_array(prefix + io.field + "_shape", global_shape(*io.value));
-        w.line("inline const Spec " + prefix + io.field + "_spec = " +
-               spec_literal(*io.value->sharding) + ";");
+        shape_array(prefix + io.field + "_shape", global_shape(g_[io.value]));
+        w.line("inline const Spec " + prefix + io.field +
+               "_spec = " + spec_literal(*g_[io.value].sharding) + ";");
       }
       w.line();
     }
@@ -450,9 +248,8 @@ class CpuEmitter {
              spec_literal(*v.sharding) + ", " + braced(v.shape) + ", " + quoted(loc.str()) + "}";
     };
     auto table = [&](const std::string& name, const std::vector<std::string>& rows) {
-      const std::string type =
-          "inline const std::array<sharc::rt::TensorInfo, " + std::to_string(rows.size()) + "> " +
-          name;
+      const std::string type = "inline const std::array<sharc::rt::TensorInfo, " +
+                               std::to_string(rows.size()) + "> " + name;
       if (rows.empty()) {
         w.line(type + " = {};");
         return;
@@ -464,8 +261,8 @@ class CpuEmitter {
     std::vector<std::string> params, inputs, outputs;
     for (const Node& v : g_.nodes)
       if (v.op == Op::kParameter) params.push_back(row(v.name, v, v.loc));
-    for (const Io& io : ios(true)) inputs.push_back(row(io.name, *io.value, io.loc));
-    for (const Io& io : ios(false)) outputs.push_back(row(io.name, *io.value, io.loc));
+    for (const Io& io : ios(true)) inputs.push_back(row(io.name, g_[io.value], io.loc));
+    for (const Io& io : ios(false)) outputs.push_back(row(io.name, g_[io.value], io.loc));
     w.line("// ---- tables: one row per parameter, input and output");
     w.line("// {name, dtype, global shape, spec, local shape (the block each device holds),");
     w.line("//  declared at}; see runtime/program_info.h. Parameters come in the order the");
@@ -476,9 +273,9 @@ class CpuEmitter {
     w.line();
     w.line("// The row of a parameter path or an input or output name; throw");
     w.line("// std::out_of_range naming the ones there are.");
-    const std::vector<std::array<std::string, 3>> kinds = {
-        {"parameter", "kParameters", "path"}, {"input", "kInputs", "name"},
-        {"output", "kOutputs", "name"}};
+    const std::vector<std::array<std::string, 3>> kinds = {{"parameter", "kParameters", "path"},
+                                                           {"input", "kInputs", "name"},
+                                                           {"output", "kOutputs", "name"}};
     for (const auto& [kind, tab, arg] : kinds) {
       w.line("inline const sharc::rt::TensorInfo& " + kind + "_info(std::string_view " + arg +
              ") {");
@@ -522,9 +319,9 @@ class CpuEmitter {
       for (const Io& io : ios(inputs)) {
         w.line("if (!" + std::string(inputs ? "in." : "out.") + io.field + ")");
         w.line("  throw std::invalid_argument(\"forward: " +
-               std::string(inputs ? "Inputs::" : "Outputs::") +
-               io.field + " is null; " + kind + " \\\"" + io.name + "\\\" wants " +
-               ir::shape_str(global_shape(*io.value)) + "\");");
+               std::string(inputs ? "Inputs::" : "Outputs::") + io.field + " is null; " + kind +
+               " \\\"" + io.name + "\\\" wants " + ir::shape_str(global_shape(g_[io.value])) +
+               "\");");
       }
     }
     return w.str();
@@ -534,7 +331,7 @@ class CpuEmitter {
     CodeWriter w(2);
     for (const Io& io : ios(inputs))
       w.line((inputs ? "const float* " : "float* ") + io.field + " = nullptr;  // " +
-             ir::shape_str(global_shape(*io.value)));
+             ir::shape_str(global_shape(g_[io.value])));
     return w.str();
   }
 
@@ -1262,7 +1059,8 @@ class CpuEmitter {
         // shard_map's ppermute (dsl/shard_map.h): receivers of nothing get zeros.
         std::vector<std::string> pairs;
         for (size_t i = 0; i + 1 < v.ints.size(); i += 2)
-          pairs.push_back("{" + std::to_string(v.ints[i]) + ", " + std::to_string(v.ints[i + 1]) + "}");
+          pairs.push_back("{" + std::to_string(v.ints[i]) + ", " + std::to_string(v.ints[i + 1]) +
+                          "}");
         w.line(describe(v, s.reads, "ppermute" + axes));
         w.line(declare(id));
         w.line("comm.ppermute(" + a0() + ", " + ptr(id) + ", " + count + ", " + group(v) +
@@ -1476,11 +1274,14 @@ class CpuEmitter {
   const ir::Graph& g_;
   const EmitOptions& o_;
   const Mesh& mesh_;
-  BufferPlan plan_;
-  std::vector<std::string> var_;
-  std::map<std::string, std::string> axis_var_, field_, out_field_;
-  std::map<std::vector<std::string>, std::string> group_var_;
-  Names locals_;
+  const EmissionPlan ep_;
+  const BufferPlan& plan_;
+  const std::vector<std::string>& var_;
+  const std::map<std::string, std::string>& axis_var_;
+  const std::map<std::string, std::string>& field_;
+  const std::map<std::string, std::string>& out_field_;
+  const std::map<std::vector<std::string>, std::string>& group_var_;
+  cpp::Names locals_;  // the plan's names plus the temporaries printed here
 };
 
 }  // namespace

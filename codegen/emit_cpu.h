@@ -1,4 +1,4 @@
-// The CPU emitter: turns a partitioned (per-device) graph into one readable C++
+// The CPU renderer: turns a partitioned (per-device) graph into one readable C++
 // program, a header with a small typed API and a source with ONE SPMD function
 // that every device runs with its own rank. It is a printer, not a compiler:
 // node by node it calls the same runtime kernels and collectives as the

@@ -1,0 +1,264 @@
+// The backend-neutral emission plan; see emission_plan.h.
+#include "codegen/emission_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "codegen/ring_plan.h"
+
+namespace sharc {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+using Task = EmissionPlan::Task;
+using TaskKind = EmissionPlan::TaskKind;
+
+bool needs_group(const Node& v) {
+  return ir::is_collective(v.op) || v.op == Op::kLocalSlice || v.op == Op::kRingDot ||
+         v.op == Op::kPPermute || v.op == Op::kAxisIndex;
+}
+
+void name_values(const ir::Graph& g, EmissionPlan& p) {
+  const size_t n = g.nodes.size();
+  // Parameters by path (members of Device), inputs and outputs by name,
+  // everything else t0, t1, ... in program order.
+  p.var.assign(n, "");
+  cpp::Names device_names;
+  for (auto& a : g.mesh.axes()) p.axis_var[a.name] = device_names.user(a.name + "_index");
+  for (size_t i = 0; i < n; ++i)
+    if (g.nodes[i].op == Op::kParameter) p.var[i] = device_names.user(g.nodes[i].name);
+  for (const Node& v : g.nodes)
+    if (needs_group(v) && !p.group_var.count(v.axes))
+      p.group_var[v.axes] = device_names.user("group_" + cpp::join(v.axes, "_"));
+  for (size_t i = 0; i < n; ++i)
+    if (g.nodes[i].op == Op::kInput) p.var[i] = p.locals.user(g.nodes[i].name);
+  for (auto& o : g.outputs)
+    if (p.var[o.value].empty() && p.buffers.needs_buffer[o.value])
+      p.var[o.value] = p.locals.user(o.name);
+  for (size_t i = 0; i < n; ++i)
+    if (p.var[i].empty() && p.buffers.needs_buffer[i]) p.var[i] = p.locals.next("t");
+
+  // The Inputs/Outputs fields: their own scope (members, not locals).
+  cpp::Names in_fields(cpp::Names::Scope::kFields);
+  for (size_t i = 0; i < n; ++i)
+    if (g.nodes[i].op == Op::kInput)
+      p.input_field[g.nodes[i].name] = in_fields.user(g.nodes[i].name);
+  cpp::Names out_fields(cpp::Names::Scope::kFields);
+  for (auto& o : g.outputs) p.output_field[o.name] = out_fields.user(o.name);
+
+  for (size_t i = 0; i < n; ++i) {
+    const Node& v = g.nodes[i];
+    if (v.op == Op::kInput)
+      p.inputs.push_back({v.name, p.input_field.at(v.name), static_cast<int>(i), v.loc});
+  }
+  for (const ir::Output& o : g.outputs)
+    p.outputs.push_back({o.name, p.output_field.at(o.name), o.value, o.loc});
+}
+
+// Builds the task list, statement by statement, and the waits between the
+// two streams.
+class Scheduler {
+ public:
+  Scheduler(const ir::Graph& g, EmissionPlan& p) : g_(g), p_(p) {}
+
+  void run() {
+    producer_.assign(g_.nodes.size(), -1);
+    p_.stmt_tasks.assign(p_.buffers.stmts.size(), {});
+    for (size_t k = 0; k < p_.buffers.stmts.size(); ++k) {
+      stmt_ = static_cast<int>(k);
+      const BufferPlan::Stmt& s = p_.buffers.stmts[k];
+      const Node& v = g_[s.node];
+      if (!s.bucket.empty()) {
+        data_task(s, TaskKind::kCollective, Stream::kComm);
+        for (int m : s.bucket) producer_[m] = last();
+        continue;
+      }
+      if (v.op == Op::kRingDot)
+        ring(s);
+      else
+        data_task(s, kind_of(v), stream_of(v));
+      producer_[s.node] = last();
+    }
+  }
+
+ private:
+  static TaskKind kind_of(const Node& v) {
+    if (v.op == Op::kInput) return TaskKind::kHost;
+    if (v.op == Op::kDot) return TaskKind::kGemm;
+    if (ir::is_collective(v.op) || v.op == Op::kPPermute) return TaskKind::kCollective;
+    return TaskKind::kKernel;
+  }
+  static Stream stream_of(const Node& v) {
+    return kind_of(v) == TaskKind::kCollective ? Stream::kComm : Stream::kCompute;
+  }
+
+  int last() const { return static_cast<int>(p_.tasks.size()) - 1; }
+
+  // Adds a task that waits for `after` (any streams; same-stream ones are
+  // implied by order and dropped, as are those an earlier wait of this stream
+  // already covers).
+  int add(TaskKind kind, Stream stream, std::vector<int> after, int step = -1, int half = -1) {
+    Task t{stmt_, kind, stream, step, half, {}};
+    const int me = static_cast<int>(p_.tasks.size());
+    int need = -1;
+    for (int a : after)
+      if (a >= 0 && p_.tasks[a].stream != stream) need = std::max(need, a);
+    int& synced = synced_[static_cast<int>(stream)];
+    if (need > synced) {
+      t.waits.push_back(need);
+      synced = need;
+    }
+    p_.tasks.push_back(std::move(t));
+    p_.stmt_tasks[stmt_].push_back(me);
+    return me;
+  }
+
+  std::vector<int> producers_of(const BufferPlan::Stmt& s) const {
+    std::vector<int> r;
+    for (int x : s.reads) r.push_back(producer_[x]);
+    return r;
+  }
+
+  void data_task(const BufferPlan::Stmt& s, TaskKind kind, Stream stream) {
+    add(kind, stream, producers_of(s));
+  }
+
+  // A RingDot's steps (see emission_plan.h for the schedule).
+  void ring(const BufferPlan::Stmt& s) {
+    const Node& v = g_[s.node];
+    const RingPlan rp =
+        ring_plan(v, g_[v.args[0]].shape, g_[v.args[1]].shape, g_.mesh.size(v.axes));
+    const int n = rp.n, H = rp.halves;
+    std::vector<int> gemm_prev, gemm_cur;
+    if (rp.gather) {
+      // The block this device holds, copied into the travelling buffer.
+      const int setup = add(TaskKind::kKernel, Stream::kCompute, producers_of(s));
+      int transfer_prev = -1;
+      for (int k = 0; k < n; ++k) {
+        int transfer = -1;
+        if (k + 1 < n) {
+          // Receives into the buffer step k-1's GEMMs read; sends what step
+          // k's GEMMs read (ready once the previous transfer landed).
+          std::vector<int> after = gemm_prev;
+          after.push_back(k == 0 ? setup : transfer_prev);
+          transfer = add(TaskKind::kTransfer, Stream::kComm, after, k);
+        }
+        gemm_cur.clear();
+        for (int h = 0; h < H; ++h)
+          gemm_cur.push_back(add(TaskKind::kGemm, Stream::kCompute,
+                                 {k == 0 ? setup : transfer_prev}, k, H == 2 ? h : -1));
+        gemm_prev = gemm_cur;
+        transfer_prev = transfer;
+      }
+      return;
+    }
+    int add_prev = -1;
+    const std::vector<int> inputs = producers_of(s);
+    for (int k = 0; k < n; ++k) {
+      int transfer = -1;
+      if (k > 0) {
+        // The running sum of step k-1 moves on while this step's GEMMs run.
+        transfer =
+            add(TaskKind::kTransfer, Stream::kComm, {k == 1 ? gemm_prev.back() : add_prev}, k);
+      }
+      gemm_cur.clear();
+      for (int h = 0; h < H; ++h)
+        gemm_cur.push_back(add(TaskKind::kGemm, Stream::kCompute,
+                               k == 0 ? inputs : std::vector<int>{}, k, H == 2 ? h : -1));
+      if (k > 0) add_prev = add(TaskKind::kRingAdd, Stream::kCompute, {transfer}, k);
+      gemm_prev = gemm_cur;
+    }
+    if (!rp.out_contiguous) add(TaskKind::kKernel, Stream::kCompute, {});  // place the sums
+  }
+
+  const ir::Graph& g_;
+  EmissionPlan& p_;
+  int stmt_ = -1;
+  std::vector<int> producer_;  // per node: the task that writes its buffer
+  int synced_[2] = {-1, -1};   // per stream: the latest task of the other it waited for
+};
+
+}  // namespace
+
+const char* stream_name(Stream s) {
+  return s == Stream::kCompute ? "compute" : "comm";
+}
+
+const char* task_kind_name(EmissionPlan::TaskKind k) {
+  switch (k) {
+    case TaskKind::kHost:
+      return "host";
+    case TaskKind::kKernel:
+      return "kernel";
+    case TaskKind::kGemm:
+      return "gemm";
+    case TaskKind::kCollective:
+      return "collective";
+    case TaskKind::kTransfer:
+      return "transfer";
+    case TaskKind::kRingAdd:
+      return "ring_add";
+  }
+  internal_error("unknown TaskKind");
+}
+
+bool EmissionPlan::ordered_before(int a, int b) const {
+  if (a == b || a < 0 || b < 0) return false;
+  // Walk back from b over its predecessors: the previous task on its stream
+  // and the tasks it waits for. Every edge points to a lower index.
+  std::vector<bool> seen(tasks.size(), false);
+  std::vector<int> todo = {b};
+  while (!todo.empty()) {
+    const int t = todo.back();
+    todo.pop_back();
+    if (t == a) return true;
+    if (t < a || seen[t]) continue;
+    seen[t] = true;
+    for (int w : tasks[t].waits) todo.push_back(w);
+    for (int q = t - 1; q >= 0; --q)
+      if (tasks[q].stream == tasks[t].stream) {
+        todo.push_back(q);
+        break;
+      }
+  }
+  return false;
+}
+
+std::vector<int> EmissionPlan::find(int stmt, TaskKind kind, int ring_step) const {
+  std::vector<int> r;
+  for (int t : stmt_tasks.at(stmt))
+    if (tasks[t].kind == kind && (ring_step < 0 || tasks[t].ring_step == ring_step)) r.push_back(t);
+  return r;
+}
+
+std::string EmissionPlan::schedule_str() const {
+  std::string s;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = tasks[i];
+    s += "t" + std::to_string(i) + " stmt " + std::to_string(t.stmt) + " " +
+         task_kind_name(t.kind) + " " + stream_name(t.stream);
+    if (t.ring_step >= 0) s += " step=" + std::to_string(t.ring_step);
+    if (t.half >= 0) s += " half=" + std::to_string(t.half);
+    if (!t.waits.empty()) {
+      s += " waits";
+      for (size_t w = 0; w < t.waits.size(); ++w)
+        s += (w ? ", t" : " t") + std::to_string(t.waits[w]);
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+EmissionPlan plan_emission(const ir::Graph& g) {
+  if (!g.partitioned) internal_error("plan_emission needs a partitioned (per-device) graph");
+  ir::verify(g);
+  EmissionPlan p;
+  p.buffers = plan_buffers(g);
+  name_values(g, p);
+  Scheduler(g, p).run();
+  return p;
+}
+
+}  // namespace sharc
