@@ -83,10 +83,4 @@ void validate_permutation(const Permutation& perm, int group_size) {
   }
 }
 
-void Communicator::ppermute(const float* in, float* out, size_t count, const Group& group,
-                            const Permutation& perm) {
-  PendingRecv pending = ppermute_start(in, out, count, group, perm);
-  ppermute_wait(pending);
-}
-
 }  // namespace sharc::rt

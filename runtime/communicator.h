@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/dtype.h"
 #include "runtime/mesh.h"
 
 namespace sharc::rt {
@@ -59,14 +60,21 @@ void validate_permutation(const Permutation& perm, int group_size);
 // The receiving half of an asynchronous ppermute, filled in by ppermute_start()
 // and completed by ppermute_wait(). Treat as opaque outside backends.
 struct PendingRecv {
-  float* out = nullptr;
-  size_t count = 0;
+  void* out = nullptr;
+  size_t count = 0;  // elements of `dtype`
+  DType dtype = DType::kF32;
   int src_rank = -1;     // global rank we receive from; -1: nothing arrives, out is zeroed
   uint64_t tag[2] = {};  // backend matching key
   bool active = false;   // true between start and wait
   std::shared_ptr<void> backend_state;  // e.g. an MPI_Request
 };
 
+// Every operation takes elements of f32, bf16 or i32 (the element type is
+// the pointer's; counts are in elements). Data movement is the same for all
+// three; reductions run in the element type's arithmetic: bf16 values are
+// added (or compared) in f32 and rounded back to bf16 at every step of the
+// ring, as NCCL does. Bytes sent count the elements' real size, so a bf16
+// collective sends half the bytes of the same one in f32.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -76,28 +84,43 @@ class Communicator {
 
   // In place: every member ends with the elementwise reduction over members.
   // The result is bitwise identical on all members.
-  virtual void all_reduce(float* data, size_t count, const Group& group, ReduceOp op) = 0;
+  template <class T>
+  void all_reduce(T* data, size_t count, const Group& group, ReduceOp op) {
+    do_all_reduce(data, count, dtype_of<T>(), group, op);
+  }
   // out[p*count_per_rank ...] = `in` of the member at position p. `in` may alias
   // its own slot out + position*count_per_rank (the NCCL in-place convention).
-  virtual void all_gather(const float* in, float* out, size_t count_per_rank,
-                          const Group& group) = 0;
-  // `in` holds group.size()*count_per_rank floats; the member at position p gets
-  // chunk p reduced over all members. `out` must not overlap `in`.
-  virtual void reduce_scatter(const float* in, float* out, size_t count_per_rank,
-                              const Group& group, ReduceOp op) = 0;
+  template <class T>
+  void all_gather(const T* in, T* out, size_t count_per_rank, const Group& group) {
+    do_all_gather(in, out, count_per_rank, dtype_of<T>(), group);
+  }
+  // `in` holds group.size()*count_per_rank elements; the member at position p
+  // gets chunk p reduced over all members. `out` must not overlap `in`.
+  template <class T>
+  void reduce_scatter(const T* in, T* out, size_t count_per_rank, const Group& group, ReduceOp op) {
+    do_reduce_scatter(in, out, count_per_rank, dtype_of<T>(), group, op);
+  }
   // Chunk j of `in` goes to position j; chunk i of `out` came from position i.
   // `out` must not overlap `in`.
-  virtual void all_to_all(const float* in, float* out, size_t count_per_rank,
-                          const Group& group) = 0;
+  template <class T>
+  void all_to_all(const T* in, T* out, size_t count_per_rank, const Group& group) {
+    do_all_to_all(in, out, count_per_rank, dtype_of<T>(), group);
+  }
   // Each (src, dst) pair sends src's `in` to dst's `out`. A member that receives
   // nothing gets zeros (JAX semantics). `in` may equal `out`.
-  void ppermute(const float* in, float* out, size_t count, const Group& group,
-                const Permutation& perm);
+  template <class T>
+  void ppermute(const T* in, T* out, size_t count, const Group& group, const Permutation& perm) {
+    PendingRecv pending = ppermute_start(in, out, count, group, perm);
+    ppermute_wait(pending);
+  }
   // Sends immediately and returns; ppermute_wait() blocks until this member's
   // incoming block has landed in `out`. `in` may be reused as soon as start
   // returns; `out` must stay valid until the wait.
-  virtual PendingRecv ppermute_start(const float* in, float* out, size_t count, const Group& group,
-                                     const Permutation& perm) = 0;
+  template <class T>
+  PendingRecv ppermute_start(const T* in, T* out, size_t count, const Group& group,
+                             const Permutation& perm) {
+    return do_ppermute_start(in, out, count, dtype_of<T>(), group, perm);
+  }
   virtual void ppermute_wait(PendingRecv& pending) = 0;
   virtual void barrier(const Group& group) = 0;
 
@@ -105,6 +128,19 @@ class Communicator {
   void reset_stats() { stats_ = CommStats{}; }
 
  protected:
+  // What a backend implements: the operations above on `count` elements of
+  // `dtype` at untyped addresses.
+  virtual void do_all_reduce(void* data, size_t count, DType dtype, const Group& group,
+                             ReduceOp op) = 0;
+  virtual void do_all_gather(const void* in, void* out, size_t count_per_rank, DType dtype,
+                             const Group& group) = 0;
+  virtual void do_reduce_scatter(const void* in, void* out, size_t count_per_rank, DType dtype,
+                                 const Group& group, ReduceOp op) = 0;
+  virtual void do_all_to_all(const void* in, void* out, size_t count_per_rank, DType dtype,
+                             const Group& group) = 0;
+  virtual PendingRecv do_ppermute_start(const void* in, void* out, size_t count, DType dtype,
+                                        const Group& group, const Permutation& perm) = 0;
+
   // Adds the wall time from its construction to its destruction to one kind's
   // seconds. A backend opens one first thing in every collective entry point,
   // so time spent validating, sending and waiting all counts (and a call that

@@ -31,40 +31,19 @@ void DeviceMemory::release(size_t bytes) {
   } while (!current_.compare_exchange_weak(seen, seen - bytes, std::memory_order_relaxed));
 }
 
-Buffer::Buffer(size_t size, DeviceMemory* memory) : size_(size), memory_(memory) {
-  if (size_ == 0) return;
-  data_ = static_cast<float*>(::operator new(size_ * sizeof(float), kAlignment));
-  std::memset(data_, 0, size_ * sizeof(float));
-  if (memory_) memory_->charge(bytes());
+namespace detail {
+
+void* allocate_zeroed(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = ::operator new(bytes, kAlignment);
+  std::memset(p, 0, bytes);
+  return p;
 }
 
-Buffer::~Buffer() {
-  free();
+void deallocate(void* p) {
+  if (p) ::operator delete(p, kAlignment);
 }
 
-Buffer::Buffer(Buffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      memory_(std::exchange(other.memory_, nullptr)) {}
-
-Buffer& Buffer::operator=(Buffer&& other) noexcept {
-  if (this != &other) {
-    free();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    memory_ = std::exchange(other.memory_, nullptr);
-  }
-  return *this;
-}
-
-void Buffer::free() {
-  if (data_) {
-    ::operator delete(data_, kAlignment);
-    if (memory_) memory_->release(bytes());
-  }
-  data_ = nullptr;
-  size_ = 0;
-  memory_ = nullptr;
-}
+}  // namespace detail
 
 }  // namespace sharc::rt

@@ -1,4 +1,4 @@
-// Per-device memory accounting and the float buffers charged to it. This is
+// Per-device memory accounting and the typed buffers charged to it. This is
 // bookkeeping, not an allocator: DeviceMemory only counts bytes (current and
 // peak) so tests and benchmarks can check a partitioned program's footprint per
 // device against the planner's estimate. Counters are atomic because a device's
@@ -7,6 +7,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <utility>
+
+#include "runtime/dtype.h"
 
 namespace sharc::rt {
 
@@ -30,32 +33,71 @@ class DeviceMemory {
   std::atomic<size_t> peak_{0};
 };
 
-// RAII owner of `size` zero-initialised floats, 64-byte aligned (a cache line and
-// an AVX-512 vector), charged to `memory` for its lifetime. Move-only. A null
-// tracker means a host-side buffer that nothing accounts for.
-class Buffer {
- public:
-  Buffer() = default;
-  explicit Buffer(size_t size, DeviceMemory* memory = nullptr);
-  ~Buffer();
-  Buffer(Buffer&& other) noexcept;
-  Buffer& operator=(Buffer&& other) noexcept;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
+namespace detail {
+// 64-byte aligned (a cache line and an AVX-512 vector), zeroed; null for 0 bytes.
+void* allocate_zeroed(size_t bytes);
+void deallocate(void* p);
+}  // namespace detail
 
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+// RAII owner of `size` zero-initialised elements of T (float, bf16 or
+// int32_t), 64-byte aligned, charged to `memory` for its lifetime.
+// Move-only. A null tracker means a host-side buffer that nothing accounts
+// for. Buffer is the f32 one.
+template <class T>
+class BasicBuffer {
+ public:
+  using value_type = T;
+  static constexpr DType kDType = dtype_of<T>();
+
+  BasicBuffer() = default;
+  explicit BasicBuffer(size_t size, DeviceMemory* memory = nullptr)
+      : data_(static_cast<T*>(detail::allocate_zeroed(size * sizeof(T)))),
+        size_(size),
+        memory_(memory) {
+    if (memory_ && size_) memory_->charge(bytes());
+  }
+  ~BasicBuffer() { free(); }
+  BasicBuffer(BasicBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        memory_(std::exchange(other.memory_, nullptr)) {}
+  BasicBuffer& operator=(BasicBuffer&& other) noexcept {
+    if (this != &other) {
+      free();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+      memory_ = std::exchange(other.memory_, nullptr);
+    }
+    return *this;
+  }
+  BasicBuffer(const BasicBuffer&) = delete;
+  BasicBuffer& operator=(const BasicBuffer&) = delete;
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
   size_t size() const { return size_; }
-  size_t bytes() const { return size_ * sizeof(float); }
-  float& operator[](size_t i) { return data_[i]; }
-  const float& operator[](size_t i) const { return data_[i]; }
+  size_t bytes() const { return size_ * sizeof(T); }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
 
  private:
-  void free();
+  void free() {
+    if (data_) {
+      detail::deallocate(data_);
+      if (memory_) memory_->release(bytes());
+    }
+    data_ = nullptr;
+    size_ = 0;
+    memory_ = nullptr;
+  }
 
-  float* data_ = nullptr;
+  T* data_ = nullptr;
   size_t size_ = 0;
   DeviceMemory* memory_ = nullptr;
 };
+
+using Buffer = BasicBuffer<float>;
+using BufferBF16 = BasicBuffer<bf16>;
+using BufferI32 = BasicBuffer<int32_t>;
 
 }  // namespace sharc::rt

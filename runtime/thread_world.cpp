@@ -36,9 +36,11 @@ struct Tag {
   bool operator==(const Tag&) const = default;
 };
 
+using Bytes = std::vector<std::byte>;
+
 struct Message {
   Tag tag;
-  std::vector<float> data;
+  Bytes data;
   Clock::time_point arrival;
 };
 
@@ -103,12 +105,39 @@ uint64_t hash_ranks(const std::vector<int>& ranks) {
   return h;
 }
 
-void combine(float* acc, const float* in, size_t count, ReduceOp op) {
+template <class T>
+void combine_as(T* acc, const T* in, size_t count, ReduceOp op) {
   if (op == ReduceOp::kSum) {
     for (size_t i = 0; i < count; ++i) acc[i] += in[i];
   } else {
     for (size_t i = 0; i < count; ++i) acc[i] = std::max(acc[i], in[i]);
   }
+}
+
+// acc op= in over `count` elements of `dtype`; bf16 in f32, rounded per element.
+void combine(void* acc, const void* in, size_t count, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::kF32:
+      return combine_as(static_cast<float*>(acc), static_cast<const float*>(in), count, op);
+    case DType::kI32:
+      return combine_as(static_cast<int32_t*>(acc), static_cast<const int32_t*>(in), count, op);
+    case DType::kBF16: {
+      bf16* a = static_cast<bf16*>(acc);
+      const bf16* b = static_cast<const bf16*>(in);
+      for (size_t i = 0; i < count; ++i) {
+        const float x = a[i], y = b[i];
+        a[i] = bf16(op == ReduceOp::kSum ? x + y : std::max(x, y));
+      }
+      return;
+    }
+  }
+}
+
+std::byte* at(void* p, size_t bytes) {
+  return static_cast<std::byte*>(p) + bytes;
+}
+const std::byte* at(const void* p, size_t bytes) {
+  return static_cast<const std::byte*>(p) + bytes;
 }
 
 int mod(int a, int n) {
@@ -117,8 +146,8 @@ int mod(int a, int n) {
 
 // memmove that tolerates empty ranges (whose pointers may be null) and
 // in-place calls.
-void move_floats(float* dst, const float* src, size_t count) {
-  if (count && dst != src) std::memmove(dst, src, count * sizeof(float));
+void move_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
 }
 
 }  // namespace
@@ -131,7 +160,8 @@ class ThreadComm final : public Communicator {
   int size() const override { return fabric_.n; }
   void restart_sequences() { seq_.clear(); }
 
-  void all_reduce(float* data, size_t count, const Group& group, ReduceOp op) override {
+  void do_all_reduce(void* data, size_t count, DType dtype, const Group& group,
+                     ReduceOp op) override {
     const CallTimer timer = time_call(CollectiveKind::kAllReduce);
     check(group, "all_reduce");
     count_call(CollectiveKind::kAllReduce);
@@ -139,61 +169,65 @@ class ThreadComm final : public Communicator {
     if (n == 1) return;
     const Tag tag = next_tag(group);
     // Balanced split: chunk i has count/n elements plus one for the first
-    // count%n chunks, so uneven counts cost at most one extra float per chunk.
+    // count%n chunks, so uneven counts cost at most one extra element per chunk.
     std::vector<size_t> off(n + 1, 0);
     for (int i = 0; i < n; ++i) off[i + 1] = off[i] + count / n + (size_t(i) < count % n ? 1 : 0);
-    ring_reduce_scatter(data, off, data + off[group.position], group, tag, op,
+    const size_t es = dtype_size(dtype);
+    ring_reduce_scatter(data, off, at(data, off[group.position] * es), dtype, group, tag, op,
                         CollectiveKind::kAllReduce);
-    ring_all_gather(data, off, group, tag, CollectiveKind::kAllReduce);
+    ring_all_gather(data, off, dtype, group, tag, CollectiveKind::kAllReduce);
   }
 
-  void all_gather(const float* in, float* out, size_t count_per_rank, const Group& group) override {
+  void do_all_gather(const void* in, void* out, size_t count_per_rank, DType dtype,
+                     const Group& group) override {
     const CallTimer timer = time_call(CollectiveKind::kAllGather);
     check(group, "all_gather");
     count_call(CollectiveKind::kAllGather);
     const int n = group.size();
-    float* mine = out + group.position * count_per_rank;
-    move_floats(mine, in, count_per_rank);
+    const size_t block = count_per_rank * dtype_size(dtype);
+    move_bytes(at(out, group.position * block), in, block);
     if (n == 1) return;
-    ring_all_gather(out, equal_offsets(n, count_per_rank), group, next_tag(group),
+    ring_all_gather(out, equal_offsets(n, count_per_rank), dtype, group, next_tag(group),
                     CollectiveKind::kAllGather);
   }
 
-  void reduce_scatter(const float* in, float* out, size_t count_per_rank, const Group& group,
-                      ReduceOp op) override {
+  void do_reduce_scatter(const void* in, void* out, size_t count_per_rank, DType dtype,
+                         const Group& group, ReduceOp op) override {
     const CallTimer timer = time_call(CollectiveKind::kReduceScatter);
     check(group, "reduce_scatter");
     count_call(CollectiveKind::kReduceScatter);
     const int n = group.size();
     if (n == 1) {
-      move_floats(out, in, count_per_rank);
+      move_bytes(out, in, count_per_rank * dtype_size(dtype));
       return;
     }
-    ring_reduce_scatter(in, equal_offsets(n, count_per_rank), out, group, next_tag(group), op,
-                        CollectiveKind::kReduceScatter);
+    ring_reduce_scatter(in, equal_offsets(n, count_per_rank), out, dtype, group, next_tag(group),
+                        op, CollectiveKind::kReduceScatter);
   }
 
-  void all_to_all(const float* in, float* out, size_t count_per_rank, const Group& group) override {
+  void do_all_to_all(const void* in, void* out, size_t count_per_rank, DType dtype,
+                     const Group& group) override {
     const CallTimer timer = time_call(CollectiveKind::kAllToAll);
     check(group, "all_to_all");
     count_call(CollectiveKind::kAllToAll);
     const int n = group.size(), p = group.position;
-    move_floats(out + p * count_per_rank, in + p * count_per_rank, count_per_rank);
+    const size_t block = count_per_rank * dtype_size(dtype);
+    move_bytes(at(out, p * block), at(in, p * block), block);
     if (n == 1) return;
     const Tag tag = next_tag(group);
     // Sends never block, so post all n-1 of them before receiving any.
     for (int k = 1; k < n; ++k) {
       const int j = mod(p + k, n);
-      send(CollectiveKind::kAllToAll, group.ranks[j], tag, in + j * count_per_rank, count_per_rank);
+      send(CollectiveKind::kAllToAll, group.ranks[j], tag, at(in, j * block), block);
     }
     for (int k = 1; k < n; ++k) {
       const int i = mod(p - k, n);
-      receive_into(group.ranks[i], tag, out + i * count_per_rank, count_per_rank);
+      receive_into(group.ranks[i], tag, at(out, i * block), count_per_rank, dtype);
     }
   }
 
-  PendingRecv ppermute_start(const float* in, float* out, size_t count, const Group& group,
-                             const Permutation& perm) override {
+  PendingRecv do_ppermute_start(const void* in, void* out, size_t count, DType dtype,
+                                const Group& group, const Permutation& perm) override {
     const CallTimer timer = time_call(CollectiveKind::kPPermute);
     check(group, "ppermute");
     validate_permutation(perm, group.size());
@@ -202,11 +236,14 @@ class ThreadComm final : public Communicator {
     PendingRecv pending;
     pending.out = out;
     pending.count = count;
+    pending.dtype = dtype;
     pending.tag[0] = tag.group_key;
     pending.tag[1] = tag.seq;
     pending.active = true;
     for (const auto& [src, dst] : perm) {
-      if (src == group.position) send(CollectiveKind::kPPermute, group.ranks[dst], tag, in, count);
+      if (src == group.position)
+        send(CollectiveKind::kPPermute, group.ranks[dst], tag, static_cast<const std::byte*>(in),
+             count * dtype_size(dtype));
       if (dst == group.position) pending.src_rank = group.ranks[src];
     }
     return pending;
@@ -220,10 +257,11 @@ class ThreadComm final : public Communicator {
     }
     pending.active = false;
     if (pending.src_rank < 0) {
-      std::fill(pending.out, pending.out + pending.count, 0.0f);
+      if (pending.count) std::memset(pending.out, 0, pending.count * dtype_size(pending.dtype));
       return;
     }
-    receive_into(pending.src_rank, Tag{pending.tag[0], pending.tag[1]}, pending.out, pending.count);
+    receive_into(pending.src_rank, Tag{pending.tag[0], pending.tag[1]}, pending.out, pending.count,
+                 pending.dtype);
   }
 
   void barrier(const Group& group) override {
@@ -257,66 +295,71 @@ class ThreadComm final : public Communicator {
 
   Tag next_tag(const Group& group) { return Tag{hash_ranks(group.ranks), seq_[group.ranks]++}; }
 
-  // Member p ends with chunk p (bounds `off[p]..off[p+1]`) reduced over the
+  // Member p ends with chunk p (elements `off[p]..off[p+1]`) reduced over the
   // group, written to `out_chunk`. Step s sends chunk p-s-1 to the right
   // neighbour and folds the partial sum of chunk p-s-2 from the left into it,
   // so every chunk is reduced in one fixed order around the ring. `in` may
   // contain `out_chunk`: chunk p of `in` is read before `out_chunk` is written.
-  void ring_reduce_scatter(const float* in, const std::vector<size_t>& off, float* out_chunk,
-                           const Group& group, Tag tag, ReduceOp op, CollectiveKind kind) {
+  void ring_reduce_scatter(const void* in, const std::vector<size_t>& off, void* out_chunk,
+                           DType dtype, const Group& group, Tag tag, ReduceOp op,
+                           CollectiveKind kind) {
     const int n = group.size(), p = group.position;
     const int right = group.ranks[mod(p + 1, n)], left = group.ranks[mod(p - 1, n)];
+    const size_t es = dtype_size(dtype);
     auto len = [&](int c) { return off[c + 1] - off[c]; };
     const int first = mod(p - 1, n);
-    send(kind, right, tag, in + off[first], len(first));
-    std::vector<float> acc;
+    send(kind, right, tag, at(in, off[first] * es), len(first) * es);
+    Bytes acc;
     for (int s = 0; s < n - 1; ++s) {
       const int c = mod(p - s - 2, n);
       acc = receive(left, tag);
-      expect_size(acc, len(c), left);
-      combine(acc.data(), in + off[c], len(c), op);
+      expect_size(acc, len(c), dtype, left);
+      combine(acc.data(), at(in, off[c] * es), len(c), dtype, op);
       if (s < n - 2) send(kind, right, tag, std::move(acc));
     }
-    move_floats(out_chunk, acc.data(), acc.size());
+    move_bytes(out_chunk, acc.data(), acc.size());
   }
 
-  // `buf` holds this member's chunk at off[p]; fills in all the others. Step s
-  // sends chunk p-s to the right and receives chunk p-s-1 from the left, which
-  // is then forwarded as-is at the next step.
-  void ring_all_gather(float* buf, const std::vector<size_t>& off, const Group& group, Tag tag,
-                       CollectiveKind kind) {
+  // `buf` holds this member's chunk at element off[p]; fills in all the
+  // others. Step s sends chunk p-s to the right and receives chunk p-s-1 from
+  // the left, which is then forwarded as-is at the next step.
+  void ring_all_gather(void* buf, const std::vector<size_t>& off, DType dtype, const Group& group,
+                       Tag tag, CollectiveKind kind) {
     const int n = group.size(), p = group.position;
     const int right = group.ranks[mod(p + 1, n)], left = group.ranks[mod(p - 1, n)];
-    send(kind, right, tag, buf + off[p], off[p + 1] - off[p]);
+    const size_t es = dtype_size(dtype);
+    send(kind, right, tag, at(buf, off[p] * es), (off[p + 1] - off[p]) * es);
     for (int s = 0; s < n - 1; ++s) {
       const int c = mod(p - s - 1, n);
-      std::vector<float> block = receive(left, tag);
-      expect_size(block, off[c + 1] - off[c], left);
-      move_floats(buf + off[c], block.data(), block.size());
+      Bytes block = receive(left, tag);
+      expect_size(block, off[c + 1] - off[c], dtype, left);
+      move_bytes(at(buf, off[c] * es), block.data(), block.size());
       if (s < n - 2) send(kind, right, tag, std::move(block));
     }
   }
 
-  void expect_size(const std::vector<float>& block, size_t expected, int src) const {
-    if (block.size() != expected) {
+  void expect_size(const Bytes& block, size_t expected, DType dtype, int src) const {
+    const size_t es = dtype_size(dtype);
+    if (block.size() != expected * es) {
       throw std::runtime_error("rank " + std::to_string(rank_) + " received " +
-                               std::to_string(block.size()) + " floats from rank " +
+                               std::to_string(block.size() / es) + " " +
+                               std::string(dtype_name(dtype)) + " elements from rank " +
                                std::to_string(src) + " but expected " + std::to_string(expected) +
-                               ": members called a collective with different counts");
+                               ": members called a collective with different counts or types");
     }
   }
 
-  void send(CollectiveKind kind, int dst, Tag tag, const float* data, size_t count) {
-    send(kind, dst, tag, std::vector<float>(data, data + count));
+  void send(CollectiveKind kind, int dst, Tag tag, const std::byte* data, size_t bytes) {
+    send(kind, dst, tag, Bytes(data, data + bytes));
   }
 
   // Bytes to oneself never touch a link, so they are not counted.
-  void send(CollectiveKind kind, int dst, Tag tag, std::vector<float>&& block) {
-    if (dst != rank_) count_bytes(kind, block.size() * sizeof(float));
+  void send(CollectiveKind kind, int dst, Tag tag, Bytes&& block) {
+    if (dst != rank_) count_bytes(kind, block.size());
     post(dst, tag, std::move(block));
   }
 
-  void post(int dst, Tag tag, std::vector<float>&& block) {
+  void post(int dst, Tag tag, Bytes&& block) {
     Channel& ch = fabric_.at(rank_, dst);
     {
       std::lock_guard<std::mutex> lk(ch.mu);
@@ -325,9 +368,7 @@ class ThreadComm final : public Communicator {
       if (link.latency_s > 0 || link.bytes_per_s > 0) {
         const Clock::time_point start = std::max(Clock::now(), ch.link_free);
         const double transfer =
-            link.bytes_per_s > 0
-                ? static_cast<double>(block.size() * sizeof(float)) / link.bytes_per_s
-                : 0.0;
+            link.bytes_per_s > 0 ? static_cast<double>(block.size()) / link.bytes_per_s : 0.0;
         ch.link_free = start + seconds(transfer);
         arrival = ch.link_free + seconds(link.latency_s);
       }
@@ -336,7 +377,7 @@ class ThreadComm final : public Communicator {
     ch.cv.notify_all();
   }
 
-  std::vector<float> receive(int src, Tag tag) {
+  Bytes receive(int src, Tag tag) {
     Channel& ch = fabric_.at(src, rank_);
     std::unique_lock<std::mutex> lk(ch.mu);
     const double timeout = fabric_.recv_timeout_s;
@@ -372,10 +413,10 @@ class ThreadComm final : public Communicator {
     }
   }
 
-  void receive_into(int src, Tag tag, float* out, size_t count) {
-    std::vector<float> block = receive(src, tag);
-    expect_size(block, count, src);
-    move_floats(out, block.data(), count);
+  void receive_into(int src, Tag tag, void* out, size_t count, DType dtype) {
+    Bytes block = receive(src, tag);
+    expect_size(block, count, dtype, src);
+    move_bytes(out, block.data(), block.size());
   }
 
   Fabric& fabric_;
