@@ -524,6 +524,8 @@ class CpuEmitter {
         return "std::sin(" + x + ")";
       case Op::kCos:
         return "std::cos(" + x + ")";
+      case Op::kConvert:
+        return x;  // f32 to f32 (require_dtypes admits nothing else)
       default:
         internal_error(std::string("not a unary op: ") + ir::op_name(op));
     }
@@ -1334,6 +1336,7 @@ EmitTemplates load_templates(const std::string& dir) {
 }
 
 EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options) {
+  ir::require_f32(partitioned, "the CPU backend");
   return CpuEmitter(partitioned, options).run();
 }
 

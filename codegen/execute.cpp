@@ -83,6 +83,7 @@ float apply_unary(Op op, float x) {
     case Op::kSqrt: return std::sqrt(x);
     case Op::kSin: return std::sin(x);
     case Op::kCos: return std::cos(x);
+    case Op::kConvert: return x;  // f32 to f32 (require_dtypes admits nothing else)
     default: internal_error("not unary");
   }
 }
@@ -256,6 +257,7 @@ int all_reduce_bucket_end(const ir::Graph& g, int first) {
 ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
                                const HostValues* state) {
   if (!g.partitioned) internal_error("execute_partitioned needs a per-device graph");
+  ir::require_f32(g, "the per-device interpreter");
   const Mesh& mesh = g.mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
   rt::ThreadWorld world(ms);
@@ -428,7 +430,7 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
           for (int64_t i = 0; i < count; ++i) out[i] = apply_binary(n.op, arg(0)[i], arg(1)[i]);
           break;
         case Op::kNeg: case Op::kRelu: case Op::kGelu: case Op::kTanh: case Op::kExp: case Op::kLog:
-        case Op::kSqrt: case Op::kSin: case Op::kCos:
+        case Op::kSqrt: case Op::kSin: case Op::kCos: case Op::kConvert:
           for (int64_t i = 0; i < count; ++i) out[i] = apply_unary(n.op, arg(0)[i]);
           break;
         case Op::kReshape:

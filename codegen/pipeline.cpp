@@ -5,6 +5,7 @@
 //  - partition_per_device needs a sharding on every node;
 //  - cancel_reshards cleans up after partition_per_device;
 //  - combine_reductions merges summed collectives (gradient accumulation);
+//  - widen_reductions sums bf16 gradients of f32 weights in f32;
 //  - ring_collective_matmul fuses dots with their all_gather / reduce_scatter
 //    (after combine_reductions: it must see the final reduce_scatters);
 //  - bucket_all_reduces groups the gradient all-reduces that remain.
@@ -21,6 +22,7 @@
 #include "codegen/passes/propagate_shardings.h"
 #include "codegen/passes/resolve_logical_axes.h"
 #include "codegen/passes/ring_collective_matmul.h"
+#include "codegen/passes/widen_reductions.h"
 
 namespace sharc {
 
@@ -80,6 +82,10 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   stage("after_cancel_reshards", local);
   local = combine_reductions(local);  // before bucketing: fewer, larger collectives
   stage("after_combine_reductions", local);
+  // After combining: widens the final sums. Staged either way, so the dump
+  // files keep their numbers.
+  if (!options.gradient_reduce_bf16) local = widen_reductions(local);
+  stage("after_widen_reductions", local);
   local = ring_collective_matmul(local, ring_options_for(g, options));  // sees final collectives
   stage("after_ring_collective_matmul", local);
   local = bucket_all_reduces(local);  // last: it only reorders and groups

@@ -28,6 +28,10 @@ struct PipelineOptions {
   std::optional<RingDirection> ring_direction;
   // kAuto rings a collective that sends more than this many bytes per device.
   size_t ring_threshold_bytes = kDefaultRingThresholdBytes;
+  // Mixed precision: gradients of f32 master weights used in bf16 are summed
+  // across devices in f32 (passes/widen_reductions.h) unless this is set,
+  // which keeps the bf16 sum (half the bytes, rounded at every ring hop).
+  bool gradient_reduce_bf16 = false;
 };
 
 struct Lowered {

@@ -119,6 +119,7 @@ std::string per_device(const std::vector<uint64_t>& v) {
 
 Report predict(const ir::Graph& g) {
   if (!g.partitioned) internal_error("predict() needs a partitioned (per-device) graph");
+  ir::require_f32(g, "the report");
   const Mesh& mesh = g.mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
   const int devices = mesh.num_devices();

@@ -37,11 +37,13 @@ Tensor make(Tracer& t, Op op, std::vector<int> args, Shape shape, const SrcLoc& 
   return t.add(std::move(n));
 }
 
-Tensor constant_like(Tracer& t, double v, const Shape& shape, const SrcLoc& loc) {
+Tensor constant_like(Tracer& t, double v, const Shape& shape, const SrcLoc& loc,
+                     ir::DType dtype = ir::DType::kF32) {
   Node n;
   n.op = Op::kConstant;
   n.scalar = v;
   n.shape = shape;
+  n.dtype = dtype;
   n.loc = loc;
   return t.add(std::move(n));
 }
@@ -76,9 +78,25 @@ Shape broadcast_shapes(const Tensor& a, const Tensor& b, const SrcLoc& loc) {
   return out;
 }
 
+// Element types must agree (no silent promotion: a bf16 activation meeting
+// an f32 one is usually a missed astype), and i32 is for ids and labels:
+// comparisons, adds and selections, no division or transcendental math.
+void check_types(Op op, const Tensor& a, const Tensor* b, const SrcLoc& loc) {
+  if (b && a.dtype() != b->dtype())
+    user_error(loc, std::string(ir::op_name(op)) + " of " + a.describe() + " and " + b->describe() +
+                        ": the element types differ; convert one with astype()");
+  const bool integer_ok = op == Op::kAdd || op == Op::kSub || op == Op::kMul || op == Op::kMax ||
+                          op == Op::kMin || op == Op::kGreater || op == Op::kEqual ||
+                          op == Op::kNeg || op == Op::kConvert;
+  if (a.dtype() == ir::DType::kI32 && !integer_ok)
+    user_error(loc, std::string(ir::op_name(op)) + " of " + a.describe() +
+                        ": i32 holds ids and labels; convert it with astype(x, DType::kF32) first");
+}
+
 Tensor binary(Op op, Tensor a, Tensor b, const SrcLoc& loc) {
   Tracer& t = tracer_of(a, loc);
   tracer_of(b, loc);
+  check_types(op, a, &b, loc);
   const Shape out = broadcast_shapes(a, b, loc);
   a = broadcast_impl(a, out, loc);
   b = broadcast_impl(b, out, loc);
@@ -86,7 +104,9 @@ Tensor binary(Op op, Tensor a, Tensor b, const SrcLoc& loc) {
 }
 
 Tensor unary(Op op, Tensor x, const SrcLoc& loc) {
-  return make(tracer_of(x, loc), op, {x.id()}, x.shape(), loc);
+  Tracer& t = tracer_of(x, loc);
+  check_types(op, x, nullptr, loc);
+  return make(t, op, {x.id()}, x.shape(), loc);
 }
 
 int normalize_axis(const Tensor& x, int axis, const SrcLoc& loc, const char* what) {
@@ -126,10 +146,10 @@ Tensor sub(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kSub, a, b, loc);
 Tensor mul(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kMul, a, b, loc); }
 Tensor div(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kDiv, a, b, loc); }
 Tensor add(Tensor a, double b, SrcLoc loc) {
-  return binary(Op::kAdd, a, constant_like(tracer_of(a, loc), b, a.shape(), loc), loc);
+  return binary(Op::kAdd, a, constant_like(tracer_of(a, loc), b, a.shape(), loc, a.dtype()), loc);
 }
 Tensor mul(Tensor a, double b, SrcLoc loc) {
-  return binary(Op::kMul, a, constant_like(tracer_of(a, loc), b, a.shape(), loc), loc);
+  return binary(Op::kMul, a, constant_like(tracer_of(a, loc), b, a.shape(), loc, a.dtype()), loc);
 }
 Tensor neg(Tensor x, SrcLoc loc) { return unary(Op::kNeg, x, loc); }
 Tensor relu(Tensor x, SrcLoc loc) { return unary(Op::kRelu, x, loc); }
@@ -140,6 +160,18 @@ Tensor log(Tensor x, SrcLoc loc) { return unary(Op::kLog, x, loc); }
 Tensor sqrt(Tensor x, SrcLoc loc) { return unary(Op::kSqrt, x, loc); }
 Tensor sin(Tensor x, SrcLoc loc) { return unary(Op::kSin, x, loc); }
 Tensor cos(Tensor x, SrcLoc loc) { return unary(Op::kCos, x, loc); }
+Tensor astype(Tensor x, ir::DType dtype, SrcLoc loc) {
+  Tracer& t = tracer_of(x, loc);
+  if (x.dtype() == dtype) return x;
+  Node n;
+  n.op = Op::kConvert;
+  n.args = {x.id()};
+  n.shape = x.shape();
+  n.dtype = dtype;
+  n.loc = loc;
+  return t.add(std::move(n));
+}
+
 Tensor maximum(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kMax, a, b, loc); }
 Tensor minimum(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kMin, a, b, loc); }
 Tensor greater(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kGreater, a, b, loc); }
@@ -294,6 +326,10 @@ Tensor dot_general(Tensor a, Tensor b, ir::DotDims d, SrcLoc loc) {
       user_error(loc, "matmul batch mismatch: " + a.describe() + " and " + b.describe() +
                           " have batch sizes " + std::to_string(l[d.lhs_batch[i]]) + " and " +
                           std::to_string(r[d.rhs_batch[i]]));
+  if (a.dtype() != b.dtype() || a.dtype() == ir::DType::kI32)
+    user_error(loc, "matmul of " + a.describe() + " and " + b.describe() +
+                        ": operands must share one floating element type (f32 or bf16; a bf16 "
+                        "product accumulates in f32); convert with astype()");
   Node n;
   n.op = Op::kDot;
   n.args = {a.id(), b.id()};
@@ -413,7 +449,7 @@ Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps, SrcLoc loc) {
   Tensor mu = mean(x, {-1}, /*keepdims=*/true, loc);
   Tensor xc = sub(x, mu, loc);
   Tensor var = mean(mul(xc, xc, loc), {-1}, /*keepdims=*/true, loc);
-  Tensor inv = div(constant_like(tracer_of(x, loc), 1.0, var.shape(), loc),
+  Tensor inv = div(constant_like(tracer_of(x, loc), 1.0, var.shape(), loc, var.dtype()),
                    sqrt(add(var, eps, loc), loc), loc);
   return add(mul(mul(xc, inv, loc), scale, loc), bias, loc);
 }

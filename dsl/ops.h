@@ -55,6 +55,11 @@ inline Tensor operator/(Tensor a, Tensor b) { return div(a, b, SrcLoc()); }
 inline Tensor operator*(Tensor a, double b) { return mul(a, b, SrcLoc()); }
 inline Tensor operator+(Tensor a, double b) { return add(a, b, SrcLoc()); }
 
+// The element type (ir::DType: kF32, kBF16, kI32) of x changed to `dtype`,
+// like jnp.astype: to bf16 rounds to nearest, ties to even; to i32 truncates.
+// Identity when x already has it. Its gradient converts back.
+Tensor astype(Tensor x, ir::DType dtype, SrcLoc loc = Here::current());
+
 // numpy.matmul: (..., M, K) x (K, N) or batched (B..., M, K) x (B..., K, N).
 Tensor matmul(Tensor a, Tensor b, SrcLoc loc = Here::current());
 // jnp.dot for 1-D/2-D operands (same as matmul there).

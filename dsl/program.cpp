@@ -21,6 +21,13 @@ Tensor ProgramBuilder::input(const std::string& name, std::vector<int64_t> shape
   return tracer_.add(std::move(n));
 }
 
+Tensor ProgramBuilder::input(const std::string& name, std::vector<int64_t> shape, P spec,
+                             ir::DType dtype, SrcLoc loc) {
+  Tensor t = input(name, std::move(shape), std::move(spec), loc);
+  tracer_.graph().nodes[t.id()].dtype = dtype;
+  return t;
+}
+
 void ProgramBuilder::output(const std::string& name, Tensor value, std::optional<P> spec, SrcLoc loc) {
   if (!value.valid()) user_error(loc, "program output \"" + name + "\" is an empty tensor");
   for (auto& o : tracer_.graph().outputs)

@@ -27,6 +27,9 @@ class ProgramBuilder {
   Scope scope() { return Scope(&tracer_); }
   // A program input with its global shape and layout (like jax.device_put with
   // a NamedSharding). The default spec replicates it.
+  // A typed input: token ids and labels as i32, activations as bf16.
+  Tensor input(const std::string& name, std::vector<int64_t> shape, P spec, ir::DType dtype,
+               SrcLoc loc = Here::current());
   Tensor input(const std::string& name, std::vector<int64_t> shape, P spec = P(),
                SrcLoc loc = Here::current());
   // A program output; `spec` pins its layout, otherwise propagation picks it.

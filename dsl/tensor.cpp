@@ -36,6 +36,8 @@ int64_t Tensor::dim(int i) const {
   return s.at(i);
 }
 
+ir::DType Tensor::dtype() const { return tracer_->graph().nodes[id_].dtype; }
+
 std::string Tensor::describe() const {
   if (!tracer_) return "<empty tensor>";
   return ir::describe_value(tracer_->graph().nodes[id_]);

@@ -14,6 +14,9 @@ namespace sharc {
 
 class Tracer;
 
+// Element types as the DSL spells them: DType::kF32, kBF16, kI32.
+using DType = ir::DType;
+
 class Tensor {
  public:
   Tensor() = default;
@@ -26,6 +29,7 @@ class Tensor {
   ir::Shape shape() const;
   int64_t dim(int i) const;  // negative i counts from the end
   size_t rank() const { return shape().size(); }
+  ir::DType dtype() const;  // f32 unless made otherwise (astype, a typed input)
   // How diagnostics name this value: 'dot1/kernel' f32[1024,1024].
   std::string describe() const;
 

@@ -46,11 +46,26 @@ class Builder {
     return add(std::move(n));
   }
 
-  int constant(double v, const Shape& s) {
+  ir::DType dtype(int id) const { return g_.nodes[id].dtype; }
+
+  int constant(double v, const Shape& s, ir::DType t) {
     Node n;
     n.op = Op::kConstant;
     n.scalar = v;
     n.shape = s;
+    n.dtype = t;
+    return add(std::move(n));
+  }
+  // A constant of x's shape and element type.
+  int constant_like(double v, int x) { return constant(v, shape(x), dtype(x)); }
+
+  int convert(int x, ir::DType t) {
+    if (dtype(x) == t) return x;
+    Node n;
+    n.op = Op::kConvert;
+    n.args = {x};
+    n.shape = shape(x);
+    n.dtype = t;
     return add(std::move(n));
   }
 
@@ -64,7 +79,7 @@ class Builder {
   int div(int a, int b) { return binary(Op::kDiv, a, b); }
   int neg(int a) { return unary(Op::kNeg, a); }
   // a * v for a scalar v (as a constant of a's shape).
-  int scale(int a, double v) { return mul(a, constant(v, shape(a))); }
+  int scale(int a, double v) { return mul(a, constant_like(v, a)); }
 
   int reshape(int x, const Shape& s) {
     if (shape(x) == s) return x;
@@ -198,7 +213,7 @@ class Sweep {
   void run(int loss) {
     if (!on_path_[loss]) return;
     b_.attribute_to(g_.nodes[loss]);
-    adjoint_[loss] = b_.constant(1.0, {});
+    adjoint_[loss] = b_.constant(1.0, {}, g_.nodes[loss].dtype);
     for (int id = loss; id >= 0; --id) {
       if (adjoint_[id] < 0 || !on_path_[id]) continue;
       const Node n = g_.nodes[id];  // a copy: appending reallocates g.nodes
@@ -273,25 +288,25 @@ class Sweep {
         break;
       case Op::kRelu:
         // Gradient 0 at x == 0 (as jax.nn.relu).
-        accumulate(x, b_.mul(gy, b_.binary(Op::kGreater, x, b_.constant(0.0, s))));
+        accumulate(x, b_.mul(gy, b_.binary(Op::kGreater, x, b_.constant_like(0.0, x))));
         break;
       case Op::kGelu: {
         // gelu(x) = 0.5 x (1 + t), t = tanh(u), u = c (x + a x^3), c = sqrt(2/pi):
         // gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
         const double c = std::sqrt(2.0 / std::numbers::pi), a = 0.044715;
         const int x2 = b_.mul(x, x);
-        const int u = b_.mul(x, b_.add2(b_.constant(c, s), b_.scale(x2, c * a)));
+        const int u = b_.mul(x, b_.add2(b_.constant_like(c, x), b_.scale(x2, c * a)));
         const int t = b_.unary(Op::kTanh, u);
-        const int du = b_.add2(b_.constant(c, s), b_.scale(x2, 3.0 * c * a));
-        const int sech2 = b_.binary(Op::kSub, b_.constant(1.0, s), b_.mul(t, t));
-        const int left = b_.scale(b_.add2(t, b_.constant(1.0, s)), 0.5);
+        const int du = b_.add2(b_.constant_like(c, x), b_.scale(x2, 3.0 * c * a));
+        const int sech2 = b_.binary(Op::kSub, b_.constant_like(1.0, x), b_.mul(t, t));
+        const int left = b_.scale(b_.add2(t, b_.constant_like(1.0, x)), 0.5);
         const int right = b_.mul(b_.mul(b_.scale(x, 0.5), sech2), du);
         accumulate(x, b_.mul(gy, b_.add2(left, right)));
         break;
       }
       case Op::kTanh:
         // 1 - tanh(x)^2, from the forward value.
-        accumulate(x, b_.mul(gy, b_.binary(Op::kSub, b_.constant(1.0, s), b_.mul(id, id))));
+        accumulate(x, b_.mul(gy, b_.binary(Op::kSub, b_.constant_like(1.0, x), b_.mul(id, id))));
         break;
       case Op::kExp:
         accumulate(x, b_.mul(gy, id));
@@ -308,6 +323,11 @@ class Sweep {
         break;
       case Op::kCos:
         accumulate(x, b_.mul(gy, b_.neg(b_.unary(Op::kSin, x))));
+        break;
+      case Op::kConvert:
+        // The cotangent goes back in the operand's type (an f32 master
+        // weight's gradient is f32 even when its use ran in bf16).
+        accumulate(x, b_.convert(gy, b_.dtype(x)));
         break;
       case Op::kBroadcast: {
         // Sum over the dims the broadcast created: output dims no operand dim
@@ -467,7 +487,7 @@ std::vector<int> append_gradients(ir::Graph& g, int loss, const std::vector<int>
     if (a < 0) {
       // Does not reach the loss (or only through zero-gradient ops).
       zero_builder.attribute_to(g.nodes[w]);
-      a = zero_builder.constant(0.0, g.nodes[w].shape);
+      a = zero_builder.constant(0.0, g.nodes[w].shape, g.nodes[w].dtype);
     }
     SHARC_CHECK(g.nodes[a].shape == g.nodes[w].shape,
                 "gradient of %" + std::to_string(w) + " has the wrong shape");

@@ -27,7 +27,12 @@ int op_arity(Op op) {
   return -1;
 }
 
-bool is_unary(Op op) { return op >= Op::kNeg && op <= Op::kCos; }
+bool is_unary(Op op) { return op >= Op::kNeg && op <= Op::kConvert; }
+
+bool dtype_follows_operand(Op op) {
+  return !is_source(op) && op != Op::kConvert && op != Op::kRandomUniform &&
+         op != Op::kAxisIndex && op != Op::kShardMap;
+}
 bool is_binary(Op op) { return op >= Op::kAdd && op <= Op::kEqual; }
 bool is_elementwise(Op op) { return is_unary(op) || is_binary(op); }
 bool is_collective(Op op) { return op >= Op::kAllGather && op <= Op::kAllToAll; }
@@ -57,19 +62,28 @@ int64_t num_elements(const Shape& s) {
   return n;
 }
 
-std::string shape_str(const Shape& s) {
-  std::string r = "f32[";
+std::string shape_str(const Shape& s, DType t) {
+  std::string r = std::string(dtype_name(t)) + "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
   return r + "]";
 }
 
 std::string describe_value(const Node& n) {
-  if (n.op == Op::kParameter) return "parameter '" + n.name + "' " + shape_str(n.shape);
-  if (n.op == Op::kInput) return "input '" + n.name + "' " + shape_str(n.shape);
-  std::string s = std::string(op_name(n.op)) + " result " + shape_str(n.shape);
+  const std::string shape = shape_str(n.shape, n.dtype);
+  if (n.op == Op::kParameter) return "parameter '" + n.name + "' " + shape;
+  if (n.op == Op::kInput) return "input '" + n.name + "' " + shape;
+  std::string s = std::string(op_name(n.op)) + " result " + shape;
   if (!n.name.empty()) s += " from '" + n.name + "'";
   if (n.loc.known()) s += " at " + n.loc.str();
   return s;
+}
+
+void require_f32(const Graph& g, const std::string& who) {
+  for (const Node& n : g.nodes)
+    if (n.dtype != DType::kF32)
+      user_error(n.loc, who + " runs f32 values only, not yet " + std::string(dtype_name(n.dtype)) +
+                            ": " + describe_value(n) +
+                            " (the IR, the partitioner and the oracle take bf16 and i32)");
 }
 
 bool Sharding::is_replicated() const {

@@ -22,6 +22,7 @@
 #include "ir/initializers.h"
 #include "ir/mesh.h"
 #include "ir/partition_spec.h"
+#include "runtime/dtype.h"
 
 namespace sharc {
 class ShardingRule;  // dsl/sharding_rules.h; the IR only carries them
@@ -69,6 +70,7 @@ namespace sharc::ir {
   X(Sqrt, "sqrt", 1)                                                           \
   X(Sin, "sin", 1)                                                             \
   X(Cos, "cos", 1)                                                             \
+  X(Convert, "convert", 1) /* to the node's dtype (bf16: nearest, ties even) */ \
   /* Layout and contraction. */                                                \
   X(Broadcast, "broadcast", 1) /* ints = output dim of each operand dim */     \
   X(Reshape, "reshape", 1)                                                     \
@@ -119,9 +121,21 @@ const char* reduce_name(ReduceKind k);
 const char* collective_matmul_name(CollectiveMatmul m);  // "auto", "always", "never"
 const char* ring_direction_name(RingDirection d);        // "unidirectional", "bidirectional"
 
+// Element types: f32, bf16 (arithmetic in f32, rounded to nearest even on
+// every store) and i32 (token ids, labels). The runtime's enum, so the
+// generated code and the IR name a type alike.
+using DType = rt::DType;
+using rt::dtype_name;
+using rt::dtype_size;
+
+// Ops whose result has the element type of their first operand: every op
+// but the sources, Convert, RandomUniform (f32), AxisIndex (f32) and
+// ShardMap (its body's). Graph::add sets their dtype; the others carry it.
+bool dtype_follows_operand(Op op);
+
 using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& s);
-std::string shape_str(const Shape& s);  // f32[8,1024]
+std::string shape_str(const Shape& s, DType t = DType::kF32);  // f32[8,1024], bf16[8]
 
 // A resolved layout: per dimension the mesh axes it is split over (major
 // first), plus axes over which the value is a pending partial sum/max.
@@ -204,6 +218,7 @@ struct Node {
   Op op = Op::kConstant;
   std::vector<int> args;
   Shape shape;  // global shape, or local shape in partitioned IR
+  DType dtype = DType::kF32;  // see dtype_follows_operand
   std::string name;  // Parameter/Input: '/'-joined path; else the layer label ("dot1")
   SrcLoc loc;        // the DSL call that created it
 
@@ -299,6 +314,9 @@ struct Graph {
   std::vector<std::shared_ptr<const ShardMapBody>> shard_maps;
 
   int add(Node n) {
+    if (dtype_follows_operand(n.op) && !n.args.empty() && n.args[0] >= 0 &&
+        n.args[0] < static_cast<int>(nodes.size()))
+      n.dtype = nodes[n.args[0]].dtype;
     nodes.push_back(std::move(n));
     return static_cast<int>(nodes.size()) - 1;
   }
@@ -319,6 +337,12 @@ std::string dot_dims_str(const DotDims& d);
 // throws internal_error naming the node on the first violation: an invalid
 // graph after a pass is a sharc bug, never the user's fault (user mistakes are
 // caught with user_error where the DSL builds the node).
+// Throws sharc::Error at the first value whose element type is not f32,
+// naming it and `who` ("the CPU backend"). bf16 and i32 values go through
+// the IR, autodiff, the partitioner and the oracle; the executors and
+// renderers call this until they run them.
+void require_f32(const Graph& g, const std::string& who);
+
 void verify(const Graph& g);
 
 // Shape inference shared by the DSL and the partitioner.

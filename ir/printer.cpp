@@ -125,7 +125,7 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
     default:
       break;
   }
-  os << " : " << shape_str(n.shape);
+  os << " : " << shape_str(n.shape, n.dtype);
   if (n.sharding) os << " " << n.sharding->str();
   if (n.fixed) os << " fixed";
   if (n.backward) os << " backward";

@@ -3,7 +3,10 @@
 # Fails naming every #include that reaches upward.
 #   cmake -DROOT=<sharc source dir> -P layering_test.cmake
 set(above_runtime ir dsl codegen)
-set(above_ir dsl codegen runtime)  # ir/ is self-contained: it includes no other layer
+# ir/ includes no other layer but the element types it shares with generated
+# code (runtime/dtype.h, header-only).
+set(above_ir dsl codegen runtime)
+set(allowed_ir "runtime/dtype.h")
 set(above_dsl codegen)
 set(bad "")
 foreach(layer runtime ir dsl)
@@ -12,7 +15,7 @@ foreach(layer runtime ir dsl)
     file(STRINGS "${file}" includes REGEX "^#include \"")
     foreach(line IN LISTS includes)
       foreach(upper IN LISTS above_${layer})
-        if(line MATCHES "^#include \"${upper}/")
+        if(line MATCHES "^#include \"${upper}/" AND NOT line MATCHES "^#include \"(${allowed_${layer}})\"")
           file(RELATIVE_PATH rel "${ROOT}" "${file}")
           string(APPEND bad "\n  ${rel}: ${line}")
         endif()

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "codegen/passes/drop_nodes.h"
+
 namespace sharc {
 
 namespace {
@@ -78,31 +80,7 @@ ir::Graph combine_reductions(const ir::Graph& g) {
     gr.value = remap[gr.value];
   }
   // Drop the collectives the combinations replaced.
-  if (std::find(dead.begin(), dead.end(), true) == dead.end()) return out;
-  ir::Graph packed = out;
-  packed.nodes.clear();
-  std::vector<int> pack(out.nodes.size(), -1);
-  for (size_t i = 0; i < out.nodes.size(); ++i) {
-    if (dead[i]) continue;
-    ir::Node n = out.nodes[i];
-    for (int& a : n.args) {
-      if (pack[a] < 0) internal_error("combine_reductions dropped a live collective");
-      a = pack[a];
-    }
-    if (n.layout_of >= 0) n.layout_of = pack[n.layout_of];
-    pack[i] = packed.add(std::move(n));
-  }
-  for (auto& o : packed.outputs) o.value = pack[o.value];
-  for (auto& u : packed.updates) {
-    u.value = pack[u.value];
-    u.target = pack[u.target];
-  }
-  for (auto& gr : packed.gradients) {
-    gr.parameter = pack[gr.parameter];
-    gr.value = pack[gr.value];
-    if (gr.value < 0) internal_error("combine_reductions dropped a gradient");
-  }
-  return packed;
+  return drop_nodes(out, dead, "combine_reductions");
 }
 
 }  // namespace sharc

@@ -1,0 +1,248 @@
+// Element types through the front half of sharc: the DSL (astype, typed
+// inputs, its type errors at the user's line), the IR's printer and
+// verifier, autodiff (a convert's gradient converts back, so an f32 master
+// weight gets an f32 gradient), the partitioner (types kept through every
+// pass; a bf16 weight gradient is widened before its sum, so data-parallel
+// gradients are reduced in f32, while tensor-parallel activations move in
+// bf16), the fp64 oracle (which ignores declared types: it is the reference
+// the dtype tolerances are measured from) and the backends, which refuse
+// bf16 by name until they run it.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "codegen/emit_cpu.h"
+#include "codegen/interpret.h"
+#include "codegen/pipeline.h"
+#include "dsl/sharc.h"
+#include "dsl/train.h"
+#include "tests/common/expect_error.h"
+
+namespace sharc {
+namespace {
+
+constexpr const char* kThisFile = "tests/dsl/dtype_test.cpp";
+
+std::string error_at(int line, const std::function<void()>& f) {
+  return sharc::testing::error_at(kThisFile, line, f);
+}
+
+using sharc::testing::Traced;
+
+TEST(DType, AstypeMakesAConvertAndPrintsItsType) {
+  Traced t("typed");
+  Tensor x = t.b.input("x", {4, 8});
+  Tensor h = astype(x, DType::kBF16);
+  EXPECT_EQ(h.dtype(), DType::kBF16);
+  EXPECT_EQ(astype(h, DType::kBF16).id(), h.id()) << "no-op convert";
+  Tensor y = relu(h);
+  EXPECT_EQ(y.dtype(), DType::kBF16) << "elementwise ops keep their operand's type";
+  EXPECT_EQ(mul(y, 2.0).dtype(), DType::kBF16) << "a scalar takes the tensor's type";
+  Tensor ids = t.b.input("ids", {4}, P(), DType::kI32);
+  EXPECT_EQ(ids.describe(), "input 'ids' i32[4]");
+  t.b.output("y", astype(y, DType::kF32));
+  const ir::Graph g = t.graph();
+  ir::verify(g);
+  const std::string text = ir::to_string(g);
+  EXPECT_NE(text.find("convert(%0) : bf16[4,8]"), std::string::npos) << text;
+  EXPECT_NE(text.find("relu(%1) : bf16[4,8]"), std::string::npos) << text;
+  EXPECT_NE(text.find(": i32[4]"), std::string::npos) << text;
+}
+
+TEST(DType, MixingTypesIsAnErrorAtTheCall) {
+  Traced t;
+  Tensor x = t.b.input("x", {4, 8});
+  Tensor h = astype(x, DType::kBF16);
+  const int line = __LINE__ + 1;
+  const std::string m = error_at(line, [&] { add(h, x); });
+  EXPECT_NE(m.find("add of convert result bf16[4,8]"), std::string::npos) << m;
+  EXPECT_NE(m.find("and input 'x' f32[4,8]: the element types differ; convert one with astype()"),
+            std::string::npos)
+      << m;
+}
+
+TEST(DType, MatmulWantsOneFloatingType) {
+  Traced t;
+  Tensor x = t.b.input("x", {4, 8}, P(), DType::kBF16);
+  Param w = t.b.scope().param("w", {8, 2}, lecun_normal());
+  const int line = __LINE__ + 1;
+  const std::string m = error_at(line, [&] { matmul(x, w); });
+  EXPECT_NE(m.find("matmul of input 'x' bf16[4,8] and parameter 'w' f32[8,2]: operands must "
+                   "share one floating element type"),
+            std::string::npos)
+      << m;
+  Tensor ids = t.b.input("ids", {8, 8}, P(), DType::kI32);
+  const int line2 = __LINE__ + 1;
+  EXPECT_NE(error_at(line2, [&] { matmul(ids, ids); }).find("matmul of input 'ids' i32[8,8]"),
+            std::string::npos);
+}
+
+TEST(DType, IntegersAreForIdsAndLabels) {
+  Traced t;
+  Tensor ids = t.b.input("ids", {4}, P(), DType::kI32);
+  EXPECT_EQ(equal(ids, ids).dtype(), DType::kI32) << "comparisons are fine";
+  const int line = __LINE__ + 1;
+  const std::string m = error_at(line, [&] { exp(ids); });
+  EXPECT_NE(m.find("exp of input 'ids' i32[4]: i32 holds ids and labels; convert it with "
+                   "astype(x, DType::kF32) first"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(astype(ids, DType::kF32).dtype(), DType::kF32);
+}
+
+// Hand-made graphs the DSL would refuse: the verifier's own checks.
+TEST(DType, VerifierChecksTypes) {
+  auto expect_invalid = [](ir::Graph g, const std::string& want) {
+    try {
+      ir::verify(g);
+      ADD_FAILURE() << "verified: " << ir::to_string(g);
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  ir::Graph g;
+  ir::Node x;
+  x.op = ir::Op::kInput;
+  x.name = "x";
+  x.shape = {4};
+  const int a = g.add(x);
+  x.name = "y";
+  x.dtype = DType::kBF16;
+  const int b = g.add(x);
+  ir::Node sum;
+  sum.op = ir::Op::kAdd;
+  sum.args = {a, b};
+  sum.shape = {4};
+  ir::Graph mixed = g;
+  mixed.outputs.push_back({"z", mixed.add(sum), {}, {}, {}});
+  expect_invalid(mixed, "operands of different element types");
+
+  ir::Graph relabelled = g;
+  ir::Node r;
+  r.op = ir::Op::kRelu;
+  r.args = {b};
+  r.shape = {4};
+  const int rid = relabelled.add(r);
+  relabelled.nodes[rid].dtype = DType::kF32;  // as a buggy pass might
+  relabelled.outputs.push_back({"z", rid, {}, {}, {}});
+  expect_invalid(relabelled, "element type f32 differs from its operand's bf16");
+
+  ir::Graph ints = g;
+  ints.nodes[a].dtype = DType::kI32;
+  ir::Node e;
+  e.op = ir::Op::kExp;
+  e.args = {a};
+  e.shape = {4};
+  ints.outputs.push_back({"z", ints.add(e), {}, {}, {}});
+  expect_invalid(ints, "exp on i32 values");
+}
+
+// A two-layer MLP in Flax's mixed precision: f32 parameters (master
+// weights), bf16 matmul inputs and activations, loss in f32.
+void mixed_mlp(ProgramBuilder& b) {
+  Tensor x = b.input("x", {8, 16}, P("data", None));
+  Tensor y = b.input("y", {8, 4}, P("data", None));
+  Param w1 = b.scope().param("w1", {16, 32}, with_partitioning(lecun_normal(), P(None, "model")));
+  Param w2 = b.scope().param("w2", {32, 4}, with_partitioning(lecun_normal(), P("model", None)));
+  train_step(
+      b, {x, y},
+      [&](const std::vector<Tensor>& mb) {
+        Tensor h = relu(matmul(astype(mb[0], DType::kBF16), astype(w1, DType::kBF16)));
+        Tensor out = astype(matmul(h, astype(w2, DType::kBF16)), DType::kF32);
+        Tensor d = sub(out, mb[1]);
+        return mean(mul(d, d), {0, 1});
+      },
+      sgd(Schedule::constant(0.1)));
+}
+
+// The same program in f32.
+void f32_mlp(ProgramBuilder& b) {
+  Tensor x = b.input("x", {8, 16}, P("data", None));
+  Tensor y = b.input("y", {8, 4}, P("data", None));
+  Param w1 = b.scope().param("w1", {16, 32}, with_partitioning(lecun_normal(), P(None, "model")));
+  Param w2 = b.scope().param("w2", {32, 4}, with_partitioning(lecun_normal(), P("model", None)));
+  train_step(
+      b, {x, y},
+      [&](const std::vector<Tensor>& mb) {
+        Tensor d = sub(matmul(relu(matmul(mb[0], w1)), w2), mb[1]);
+        return mean(mul(d, d), {0, 1});
+      },
+      sgd(Schedule::constant(0.1)));
+}
+
+TEST(DType, GradientsOfMasterWeightsAreF32) {
+  const ir::Graph g = trace("mixed_mlp", mixed_mlp);
+  ASSERT_EQ(g.gradients.size(), 2u);
+  int bf16_backward = 0;
+  for (const ir::Node& n : g.nodes)
+    if (n.backward && n.dtype == DType::kBF16) ++bf16_backward;
+  EXPECT_GT(bf16_backward, 0) << "the backward pass runs in bf16 too";
+  for (const ir::Gradient& gr : g.gradients) {
+    EXPECT_EQ(g[gr.value].dtype, DType::kF32) << g[gr.parameter].name;
+    EXPECT_EQ(g[gr.parameter].dtype, DType::kF32);
+  }
+  for (const ir::Update& u : g.updates) EXPECT_EQ(g[u.value].dtype, DType::kF32);
+}
+
+TEST(DType, TheOracleIgnoresDeclaredTypes) {
+  // fp64 throughout: the mixed program computes exactly what the f32 one does.
+  const HostValues in = {{"x", std::vector<double>(8 * 16, 0.25)},
+                         {"y", std::vector<double>(8 * 4, -0.5)}};
+  const HostValues a = interpret(trace("mixed_mlp", mixed_mlp), in, 7);
+  const HostValues b = interpret(trace("f32_mlp", f32_mlp), in, 7);
+  EXPECT_EQ(a.at("loss"), b.at("loss"));
+}
+
+TEST(DType, DataParallelGradientsAreReducedInF32) {
+  const ir::Graph p =
+      lower(trace("mixed_mlp", mixed_mlp), Mesh::parse("data=4,model=1", 4)).partitioned;
+  int reductions = 0;
+  for (const ir::Node& n : p.nodes) {
+    if (n.op != ir::Op::kAllReduce || !n.backward) continue;
+    ++reductions;
+    EXPECT_EQ(n.dtype, DType::kF32) << ir::to_string(p);
+  }
+  EXPECT_GE(reductions, 2) << "one per weight gradient";
+}
+
+TEST(DType, GradientReduceBF16KeepsTheBF16Sum) {
+  PipelineOptions o;
+  o.gradient_reduce_bf16 = true;
+  const ir::Graph p =
+      lower(trace("mixed_mlp", mixed_mlp), Mesh::parse("data=4,model=1", 4), o).partitioned;
+  int bf16_sums = 0;
+  for (const ir::Node& n : p.nodes)
+    if (n.op == ir::Op::kAllReduce && n.backward && n.dtype == DType::kBF16) ++bf16_sums;
+  EXPECT_GE(bf16_sums, 1) << ir::to_string(p);
+}
+
+TEST(DType, TensorParallelActivationsMoveInBF16) {
+  const ir::Graph p =
+      lower(trace("mixed_mlp", mixed_mlp), Mesh::parse("data=2,model=2", 4)).partitioned;
+  int bf16_forward = 0;
+  for (const ir::Node& n : p.nodes)
+    if (ir::is_collective(n.op) && !n.backward && n.dtype == DType::kBF16) ++bf16_forward;
+  EXPECT_GT(bf16_forward, 0) << ir::to_string(p);
+  for (const ir::Node& n : p.nodes)
+    if (n.op == ir::Op::kAllReduce && n.backward && !n.axes.empty() && n.axes[0] == "data") {
+      EXPECT_EQ(n.dtype, DType::kF32) << ir::to_string(p);
+    }
+}
+
+TEST(DType, BackendsRefuseBF16ByName) {
+  const ir::Graph p =
+      lower(trace("mixed_mlp", mixed_mlp), Mesh::parse("data=2,model=1", 2)).partitioned;
+  try {
+    emit_cpu(p, EmitOptions{});
+    FAIL() << "emit_cpu accepted a bf16 program";
+  } catch (const Error& e) {
+    const std::string m = sharc::testing::user_message(e);
+    EXPECT_NE(m.find("the CPU backend runs f32 values only, not yet bf16: convert result bf16["),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find(kThisFile), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace sharc
