@@ -13,6 +13,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace sharc::rt {
 namespace {
@@ -78,10 +79,11 @@ void for_each_offset(const std::vector<int64_t>& shape, const std::vector<int64_
   }
 }
 
-float sum_row(const float* x, int64_t n) {
+template <class T>
+T sum_row(const T* x, int64_t n) {
   // Eight independent partial sums let the compiler vectorise without
   // -ffast-math while keeping one fixed, deterministic summation order.
-  float s[8] = {};
+  T s[8] = {};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
     for (int k = 0; k < 8; ++k) s[k] += x[j + k];
@@ -90,9 +92,10 @@ float sum_row(const float* x, int64_t n) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-float max_row(const float* x, int64_t n, float init) {
+template <class T>
+T max_row(const T* x, int64_t n, T init) {
   // Max is order-independent, so partial maxima change nothing but speed.
-  float m[8] = {init, init, init, init, init, init, init, init};
+  T m[8] = {init, init, init, init, init, init, init, init};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
     for (int k = 0; k < 8; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
@@ -100,6 +103,16 @@ float max_row(const float* x, int64_t n, float init) {
   for (; j < n; ++j) m[0] = std::max(m[0], x[j]);
   for (int k = 1; k < 8; ++k) m[0] = std::max(m[0], m[k]);
   return m[0];
+}
+
+std::vector<float> widen(const bf16* x, size_t n) {
+  std::vector<float> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = x[i];
+  return r;
+}
+
+void narrow(const float* x, size_t n, bf16* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = bf16(x[i]);
 }
 
 }  // namespace
@@ -127,8 +140,17 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, bool t
   }
 }
 
-void strided_copy(const float* in, const std::vector<int64_t>& shape_in,
-                  const std::vector<int64_t>& in_strides, float* out) {
+void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const bf16* A, bool trans_a,
+          const bf16* B, bool trans_b, bf16* C) {
+  const std::vector<float> a = widen(A, batch * M * K), b = widen(B, batch * K * N);
+  std::vector<float> c(batch * M * N);
+  gemm(batch, M, N, K, a.data(), trans_a, b.data(), trans_b, c.data());
+  narrow(c.data(), c.size(), C);
+}
+
+template <class T>
+void strided_copy(const T* in, const std::vector<int64_t>& shape_in,
+                  const std::vector<int64_t>& in_strides, T* out) {
   if (num_elements(shape_in) == 0) return;
   std::vector<int64_t> shape = shape_in, is = in_strides, os = contiguous_strides(shape_in);
   simplify(shape, {&is, &os});
@@ -146,7 +168,7 @@ void strided_copy(const float* in, const std::vector<int64_t>& shape_in,
     if (is[d] == 1) k = d;
   }
   if (k >= 0) {
-    constexpr int64_t T = 16;  // measured: 16 beats 8, 32 and 64 on 2048^2
+    constexpr int64_t kTile = 16;  // measured: 16 beats 8, 32 and 64 on 2048^2
     const int64_t m = shape[k], out_k = os[k];
     std::vector<int64_t> rs, ris, ros;  // the remaining dimensions
     for (int d = 0; d < r - 1; ++d) {
@@ -156,13 +178,13 @@ void strided_copy(const float* in, const std::vector<int64_t>& shape_in,
       ros.push_back(os[d]);
     }
     for_each_offset(rs, ris, ros, [&](int64_t a, int64_t b) {
-      for (int64_t i0 = 0; i0 < m; i0 += T) {
-        const int64_t i1 = std::min(m, i0 + T);
-        for (int64_t j0 = 0; j0 < n; j0 += T) {
-          const int64_t j1 = std::min(n, j0 + T);
+      for (int64_t i0 = 0; i0 < m; i0 += kTile) {
+        const int64_t i1 = std::min(m, i0 + kTile);
+        for (int64_t j0 = 0; j0 < n; j0 += kTile) {
+          const int64_t j1 = std::min(n, j0 + kTile);
           for (int64_t i = i0; i < i1; ++i) {
-            const float* src = in + a + i;
-            float* dst = out + b + i * out_k;
+            const T* src = in + a + i;
+            T* dst = out + b + i * out_k;
             for (int64_t j = j0; j < j1; ++j) dst[j] = src[j * step];
           }
         }
@@ -175,10 +197,10 @@ void strided_copy(const float* in, const std::vector<int64_t>& shape_in,
   is.pop_back();
   os.pop_back();
   for_each_offset(shape, is, os, [&](int64_t a, int64_t b) {
-    const float* src = in + a;
-    float* dst = out + b;
+    const T* src = in + a;
+    T* dst = out + b;
     if (step == 1) {
-      std::memcpy(dst, src, n * sizeof(float));
+      std::memcpy(dst, src, n * sizeof(T));
     } else if (step == 0) {
       std::fill(dst, dst + n, *src);
     } else {
@@ -187,8 +209,9 @@ void strided_copy(const float* in, const std::vector<int64_t>& shape_in,
   });
 }
 
-void transpose(const float* in, const std::vector<int64_t>& in_shape, const std::vector<int>& perm,
-               float* out) {
+template <class T>
+void transpose(const T* in, const std::vector<int64_t>& in_shape, const std::vector<int>& perm,
+               T* out) {
   const size_t r = in_shape.size();
   std::vector<bool> seen(r, false);
   bool ok = perm.size() == r;
@@ -211,8 +234,9 @@ void transpose(const float* in, const std::vector<int64_t>& in_shape, const std:
   strided_copy(in, shape, strides, out);
 }
 
-void broadcast(const float* in, const std::vector<int64_t>& in_shape,
-               const std::vector<int64_t>& out_shape, float* out) {
+template <class T>
+void broadcast(const T* in, const std::vector<int64_t>& in_shape,
+               const std::vector<int64_t>& out_shape, T* out) {
   const size_t ri = in_shape.size(), ro = out_shape.size();
   auto fail = [&] {
     throw std::invalid_argument("broadcast: cannot broadcast " + shape_str(in_shape) + " to " +
@@ -232,69 +256,106 @@ void broadcast(const float* in, const std::vector<int64_t>& in_shape,
   strided_copy(in, out_shape, strides, out);
 }
 
-void reduce(const float* in, const std::vector<int64_t>& in_shape, const std::vector<int>& axes,
-            ReduceOp op, float* out) {
-  const int r = static_cast<int>(in_shape.size());
-  std::vector<bool> reduced(r, false);
-  for (int a : axes) {
-    if (a < 0 || a >= r || reduced[a]) {
-      throw std::invalid_argument("reduce: axis " + std::to_string(a) +
-                                  (a >= 0 && a < r ? " repeated" : " out of range") + " for " +
-                                  shape_str(in_shape));
-    }
-    reduced[a] = true;
-  }
-  // Output strides over the input's dimensions: 0 on reduced axes, so every
-  // input element lands on its output element.
-  std::vector<int64_t> os(r, 0);
-  int64_t out_count = 1;
-  for (int d = r - 1; d >= 0; --d) {
-    if (reduced[d]) continue;
-    os[d] = out_count;
-    out_count *= in_shape[d];
-  }
-  const float identity = op == ReduceOp::kSum ? 0.0f : -std::numeric_limits<float>::infinity();
-  std::fill(out, out + out_count, identity);
-  if (num_elements(in_shape) == 0) return;
-
-  std::vector<int64_t> shape = in_shape, is = contiguous_strides(in_shape);
-  simplify(shape, {&is, &os});
-  if (shape.empty()) {  // every dimension had size 1
-    out[0] = in[0];
+template <class T>
+void reduce(const T* in, const std::vector<int64_t>& in_shape, const std::vector<int>& axes,
+            ReduceOp op, T* out) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    // In f32, one rounding per result.
+    std::vector<int64_t> out_shape;
+    for (int d = 0; d < static_cast<int>(in_shape.size()); ++d)
+      if (std::find(axes.begin(), axes.end(), d) == axes.end()) out_shape.push_back(in_shape[d]);
+    const std::vector<float> x = widen(in, num_elements(in_shape));
+    std::vector<float> y(num_elements(out_shape));
+    reduce(x.data(), in_shape, axes, op, y.data());
+    narrow(y.data(), y.size(), out);
     return;
-  }
-  const int64_t n = shape.back();
-  const bool inner_reduced = os.back() == 0;
-  shape.pop_back();
-  is.pop_back();
-  os.pop_back();
-  for_each_offset(shape, is, os, [&](int64_t a, int64_t b) {
-    const float* x = in + a;
-    float* y = out + b;
-    if (inner_reduced) {
-      if (op == ReduceOp::kSum) {
-        *y += sum_row(x, n);
-      } else {
-        *y = max_row(x, n, *y);
+  } else {
+    const int r = static_cast<int>(in_shape.size());
+    std::vector<bool> reduced(r, false);
+    for (int a : axes) {
+      if (a < 0 || a >= r || reduced[a]) {
+        throw std::invalid_argument("reduce: axis " + std::to_string(a) +
+                                    (a >= 0 && a < r ? " repeated" : " out of range") + " for " +
+                                    shape_str(in_shape));
       }
-    } else if (op == ReduceOp::kSum) {
-      for (int64_t j = 0; j < n; ++j) y[j] += x[j];
-    } else {
-      for (int64_t j = 0; j < n; ++j) y[j] = std::max(y[j], x[j]);
+      reduced[a] = true;
     }
-  });
+    // Output strides over the input's dimensions: 0 on reduced axes, so every
+    // input element lands on its output element.
+    std::vector<int64_t> os(r, 0);
+    int64_t out_count = 1;
+    for (int d = r - 1; d >= 0; --d) {
+      if (reduced[d]) continue;
+      os[d] = out_count;
+      out_count *= in_shape[d];
+    }
+    const T identity = op == ReduceOp::kSum                   ? T(0)
+                       : std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                              : std::numeric_limits<T>::lowest();
+    std::fill(out, out + out_count, identity);
+    if (num_elements(in_shape) == 0) return;
+
+    std::vector<int64_t> shape = in_shape, is = contiguous_strides(in_shape);
+    simplify(shape, {&is, &os});
+    if (shape.empty()) {  // every dimension had size 1
+      out[0] = in[0];
+      return;
+    }
+    const int64_t n = shape.back();
+    const bool inner_reduced = os.back() == 0;
+    shape.pop_back();
+    is.pop_back();
+    os.pop_back();
+    for_each_offset(shape, is, os, [&](int64_t a, int64_t b) {
+      const T* x = in + a;
+      T* y = out + b;
+      if (inner_reduced) {
+        if (op == ReduceOp::kSum) {
+          *y += sum_row(x, n);
+        } else {
+          *y = max_row(x, n, *y);
+        }
+      } else if (op == ReduceOp::kSum) {
+        for (int64_t j = 0; j < n; ++j) y[j] += x[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) y[j] = std::max(y[j], x[j]);
+      }
+    });
+  }
 }
 
-void copy(const float* in, float* out, size_t count) {
-  if (count) std::memcpy(out, in, count * sizeof(float));
+template <class T>
+void copy(const T* in, T* out, size_t count) {
+  if (count) std::memcpy(out, in, count * sizeof(T));
 }
 
-void fill(float* out, size_t count, float value) {
-  std::fill(out, out + count, value);
+template <class T>
+void fill(T* out, size_t count, float value) {
+  T v;
+  if constexpr (std::is_same_v<T, bf16>)
+    v = bf16(value);
+  else
+    v = static_cast<T>(value);
+  std::fill(out, out + count, v);
 }
 
 void scale(float* data, size_t count, float factor) {
   for (size_t i = 0; i < count; ++i) data[i] *= factor;
 }
+
+#define SHARC_KERNELS_FOR(T)                                                                      \
+  template void strided_copy<T>(const T*, const std::vector<int64_t>&,                            \
+                                const std::vector<int64_t>&, T*);                                 \
+  template void transpose<T>(const T*, const std::vector<int64_t>&, const std::vector<int>&, T*); \
+  template void broadcast<T>(const T*, const std::vector<int64_t>&, const std::vector<int64_t>&,  \
+                             T*);                                                                 \
+  template void reduce<T>(const T*, const std::vector<int64_t>&, const std::vector<int>&,         \
+                          ReduceOp, T*);                                                          \
+  template void copy<T>(const T*, T*, size_t);                                                    \
+  template void fill<T>(T*, size_t, float);
+SHARC_KERNELS_FOR(float)
+SHARC_KERNELS_FOR(bf16)
+SHARC_KERNELS_FOR(int32_t)
+#undef SHARC_KERNELS_FOR
 
 }  // namespace sharc::rt

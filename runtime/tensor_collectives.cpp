@@ -43,8 +43,9 @@ int64_t product(const std::vector<int64_t>& shape, int from, int to) {
 
 // `blocks` holds n contiguous blocks of `block_shape` back to back (block j at
 // j * block_count); writes their concatenation along dim into out.
-void concat_blocks(const float* blocks, const std::vector<int64_t>& block_shape, int dim, int n,
-                   float* out) {
+template <class T>
+void concat_blocks(const T* blocks, const std::vector<int64_t>& block_shape, int dim, int n,
+                   T* out) {
   // Output viewed as (outer, n, dim * inner): the n axis steps from one source
   // block to the next in `blocks`, the other two walk inside a block.
   const int64_t outer = product(block_shape, 0, dim);
@@ -54,8 +55,9 @@ void concat_blocks(const float* blocks, const std::vector<int64_t>& block_shape,
 
 }  // namespace
 
-void slice_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
-                 float* out) {
+template <class T>
+void slice_block(const T* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
+                 T* out) {
   check_divisible("slice_block", shape, dim, parts);
   if (index < 0 || index >= parts) {
     throw std::invalid_argument("slice_block: block " + std::to_string(index) + " of " +
@@ -68,8 +70,9 @@ void slice_block(const float* in, const std::vector<int64_t>& shape, int dim, in
   strided_copy(in + index * block_row, {outer, block_row}, {row, 1}, out);
 }
 
-void place_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
-                 float* out) {
+template <class T>
+void place_block(const T* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
+                 T* out) {
   check_divisible("place_block", shape, dim, parts);
   if (index < 0 || index >= parts) {
     throw std::invalid_argument("place_block: block " + std::to_string(index) + " of " +
@@ -90,8 +93,9 @@ Permutation ring_shift(int n, int shift) {
   return perm;
 }
 
-void all_gather_dim(Communicator& comm, const Group& group, const float* in,
-                    const std::vector<int64_t>& local_shape, int dim, float* out) {
+template <class T>
+void all_gather_dim(Communicator& comm, const Group& group, const T* in,
+                    const std::vector<int64_t>& local_shape, int dim, T* out) {
   check_dim("all_gather_dim", local_shape, dim);
   const int n = group.size();
   const size_t count = num_elements(local_shape);
@@ -99,13 +103,14 @@ void all_gather_dim(Communicator& comm, const Group& group, const float* in,
     comm.all_gather(in, out, count, group);
     return;
   }
-  std::vector<float> blocks(count * n);
+  std::vector<T> blocks(count * n);
   comm.all_gather(in, blocks.data(), count, group);
   concat_blocks(blocks.data(), local_shape, dim, n, out);
 }
 
-void reduce_scatter_dim(Communicator& comm, const Group& group, const float* in,
-                        const std::vector<int64_t>& full_shape, int dim, float* out, ReduceOp op) {
+template <class T>
+void reduce_scatter_dim(Communicator& comm, const Group& group, const T* in,
+                        const std::vector<int64_t>& full_shape, int dim, T* out, ReduceOp op) {
   const int n = group.size();
   check_divisible("reduce_scatter_dim", full_shape, dim, n);
   const size_t block = num_elements(full_shape) / n;
@@ -118,14 +123,15 @@ void reduce_scatter_dim(Communicator& comm, const Group& group, const float* in,
   const int64_t outer = product(full_shape, 0, dim);
   const int64_t row = product(full_shape, dim, static_cast<int>(full_shape.size()));
   const int64_t block_row = row / n;
-  std::vector<float> packed(num_elements(full_shape));
+  std::vector<T> packed(num_elements(full_shape));
   strided_copy(in, {n, outer, block_row}, {block_row, row, 1}, packed.data());
   comm.reduce_scatter(packed.data(), out, block, group, op);
 }
 
-void all_to_all_dim(Communicator& comm, const Group& group, const float* in,
+template <class T>
+void all_to_all_dim(Communicator& comm, const Group& group, const T* in,
                     const std::vector<int64_t>& local_shape, int split_dim, int concat_dim,
-                    float* out) {
+                    T* out) {
   const int n = group.size();
   check_divisible("all_to_all_dim", local_shape, split_dim, n);
   check_dim("all_to_all_dim", local_shape, concat_dim);
@@ -135,8 +141,8 @@ void all_to_all_dim(Communicator& comm, const Group& group, const float* in,
 
   const bool split_outer = product(local_shape, 0, split_dim) == 1;
   const bool concat_outer = product(block_shape, 0, concat_dim) == 1;
-  std::vector<float> packed, received;
-  const float* send = in;
+  std::vector<T> packed, received;
+  const T* send = in;
   if (!split_outer) {
     const int64_t outer = product(local_shape, 0, split_dim);
     const int64_t row = product(local_shape, split_dim, static_cast<int>(local_shape.size()));
@@ -144,7 +150,7 @@ void all_to_all_dim(Communicator& comm, const Group& group, const float* in,
     strided_copy(in, {n, outer, row / n}, {row / n, row, 1}, packed.data());
     send = packed.data();
   }
-  float* recv = out;
+  T* recv = out;
   if (!concat_outer) {
     received.resize(block * n);
     recv = received.data();
@@ -152,5 +158,19 @@ void all_to_all_dim(Communicator& comm, const Group& group, const float* in,
   comm.all_to_all(send, recv, block, group);
   if (!concat_outer) concat_blocks(received.data(), block_shape, concat_dim, n, out);
 }
+
+#define SHARC_TENSOR_COLLECTIVES_FOR(T)                                                   \
+  template void all_gather_dim<T>(Communicator&, const Group&, const T*,                  \
+                                  const std::vector<int64_t>&, int, T*);                  \
+  template void reduce_scatter_dim<T>(Communicator&, const Group&, const T*,              \
+                                      const std::vector<int64_t>&, int, T*, ReduceOp);    \
+  template void all_to_all_dim<T>(Communicator&, const Group&, const T*,                  \
+                                  const std::vector<int64_t>&, int, int, T*);             \
+  template void slice_block<T>(const T*, const std::vector<int64_t>&, int, int, int, T*); \
+  template void place_block<T>(const T*, const std::vector<int64_t>&, int, int, int, T*);
+SHARC_TENSOR_COLLECTIVES_FOR(float)
+SHARC_TENSOR_COLLECTIVES_FOR(bf16)
+SHARC_TENSOR_COLLECTIVES_FOR(int32_t)
+#undef SHARC_TENSOR_COLLECTIVES_FOR
 
 }  // namespace sharc::rt

@@ -1,4 +1,5 @@
-// Dimension-aware collectives for row-major tensors: the reshards the
+// Dimension-aware collectives for row-major tensors of f32, bf16 or i32 (T =
+// float, bf16, int32_t): the reshards the
 // partitioner emits (gather a sharded dim, scatter a reduced one, move a mesh
 // axis from one dim to another) expressed over flat Communicator calls. When
 // the dim is the outermost non-trivial one the pieces are already contiguous
@@ -17,30 +18,34 @@ namespace sharc::rt {
 
 // out has local_shape with dim multiplied by group.size(); member p's piece is
 // block p along dim.
-void all_gather_dim(Communicator& comm, const Group& group, const float* in,
-                    const std::vector<int64_t>& local_shape, int dim, float* out);
+template <class T>
+void all_gather_dim(Communicator& comm, const Group& group, const T* in,
+                    const std::vector<int64_t>& local_shape, int dim, T* out);
 
 // `in` has full_shape; dim is split into group.size() blocks and member p gets
 // block p reduced over the group. full_shape[dim] must divide evenly.
-void reduce_scatter_dim(Communicator& comm, const Group& group, const float* in,
-                        const std::vector<int64_t>& full_shape, int dim, float* out, ReduceOp op);
+template <class T>
+void reduce_scatter_dim(Communicator& comm, const Group& group, const T* in,
+                        const std::vector<int64_t>& full_shape, int dim, T* out, ReduceOp op);
 
 // split_dim is cut into group.size() blocks, block j goes to member j, and the
 // received blocks are concatenated along concat_dim in source order. Output
 // shape: local_shape with split_dim divided and concat_dim multiplied by n.
-void all_to_all_dim(Communicator& comm, const Group& group, const float* in,
-                    const std::vector<int64_t>& local_shape, int split_dim, int concat_dim,
-                    float* out);
+template <class T>
+void all_to_all_dim(Communicator& comm, const Group& group, const T* in,
+                    const std::vector<int64_t>& local_shape, int split_dim, int concat_dim, T* out);
 
 // No communication: out = block `index` of `parts` equal blocks of `in` along dim.
-void slice_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
-                 float* out);
+template <class T>
+void slice_block(const T* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
+                 T* out);
 
 // No communication, the inverse of slice_block: writes `in` as block `index` of
 // `parts` equal blocks of `out` (of `shape`) along dim; the rest of `out` is
 // left alone. Ring schedules use it to put one step's result in its place.
-void place_block(const float* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
-                 float* out);
+template <class T>
+void place_block(const T* in, const std::vector<int64_t>& shape, int dim, int parts, int index,
+                 T* out);
 
 // The ring permutation of a group of n: position q sends to (q + shift) mod n.
 // shift +1 passes blocks to the right neighbour, -1 to the left.

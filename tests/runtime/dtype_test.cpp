@@ -5,7 +5,9 @@
 // ThreadWorld collectives on bf16 and i32 elements: values, per-hop bf16
 // rounding, and bytes sent (a bf16 collective sends exactly half the bytes
 // of the same one in f32). A type mismatch between members is an error
-// naming the types, not garbage.
+// naming the types, not garbage. The typed kernels: data movement is the
+// f32 kernels' bit for bit on bf16 and i32; bf16 reductions and GEMMs run in
+// f32 and round once, equal to the f32 kernel followed by one rounding.
 #include "runtime/dtype.h"
 
 #include <gtest/gtest.h>
@@ -13,11 +15,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
 #include "runtime/communicator.h"
+#include "runtime/kernels.h"
 #include "runtime/memory.h"
+#include "runtime/tensor_collectives.h"
 #include "runtime/thread_world.h"
 
 namespace sharc::rt {
@@ -244,6 +249,134 @@ TEST(TypedCollectives, MembersDisagreeingOnTheTypeIsAnError) {
                 m.find("received 2 f32 elements from rank 1 but expected 4") != std::string::npos)
         << m;
   }
+}
+
+// Values exactly representable in bf16 (8 significant bits), varied.
+std::vector<float> bf16_values(size_t n, int salt) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = round_to_bf16(std::sin(0.37f * static_cast<float>(i) + static_cast<float>(salt)) * 3.0f);
+  return v;
+}
+
+std::vector<bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<bf16> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16(v[i]);
+  return r;
+}
+
+std::vector<float> to_float(const std::vector<bf16>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
+
+std::vector<float> rounded(std::vector<float> v) {
+  for (float& x : v) x = round_to_bf16(x);
+  return v;
+}
+
+TEST(TypedKernels, DataMovementIsTheSameOnEveryType) {
+  const std::vector<int64_t> shape = {3, 4, 5};
+  const std::vector<float> f = bf16_values(60, 1);
+  const std::vector<bf16> h = to_bf16(f);
+  std::vector<int32_t> i(60);
+  for (size_t k = 0; k < i.size(); ++k) i[k] = static_cast<int32_t>(k * 7919) - 200000;
+  for (const std::vector<int>& perm : {std::vector<int>{2, 0, 1}, {1, 2, 0}, {0, 2, 1}}) {
+    std::vector<float> tf(60);
+    std::vector<bf16> th(60);
+    std::vector<int32_t> ti(60);
+    transpose(f.data(), shape, perm, tf.data());
+    transpose(h.data(), shape, perm, th.data());
+    transpose(i.data(), shape, perm, ti.data());
+    EXPECT_EQ(to_float(th), tf);
+    // i32 moves like f32 does: element k came from where an f32 index array
+    // says it did.
+    std::vector<float> index(60), moved(60);
+    std::iota(index.begin(), index.end(), 0.0f);
+    transpose(index.data(), shape, perm, moved.data());
+    for (size_t k = 0; k < 60; ++k) EXPECT_EQ(ti[k], i[static_cast<size_t>(moved[k])]) << k;
+  }
+  std::vector<float> bf(2 * 60);
+  std::vector<bf16> bh(2 * 60);
+  broadcast(f.data(), shape, {2, 3, 4, 5}, bf.data());
+  broadcast(h.data(), shape, {2, 3, 4, 5}, bh.data());
+  EXPECT_EQ(to_float(bh), bf);
+  std::vector<bf16> piece(30), back(60);  // block 1 of 2 along dim 1: 3x2x5
+  slice_block(h.data(), shape, 1, 2, 1, piece.data());
+  place_block(piece.data(), shape, 1, 2, 1, back.data());
+  for (int a = 0; a < 3; ++a)
+    for (int b = 2; b < 4; ++b)
+      for (int c = 0; c < 5; ++c) {
+        const size_t k = (a * 4 + b) * 5 + c;
+        EXPECT_EQ(static_cast<float>(back[k]), f[k]);
+      }
+  std::vector<bf16> filled(5);
+  fill(filled.data(), 5, 1.0f + 0x1p-8f);
+  EXPECT_EQ(static_cast<float>(filled[4]), 1.0f) << "the fill value rounds to nearest even";
+  std::vector<int32_t> ints(3);
+  fill(ints.data(), 3, 7.9f);
+  EXPECT_EQ(ints[0], 7);
+}
+
+TEST(TypedKernels, BF16ReduceRunsInF32AndRoundsOnce) {
+  const std::vector<int64_t> shape = {4, 300};
+  const std::vector<float> f = bf16_values(1200, 2);
+  const std::vector<bf16> h = to_bf16(f);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+    for (const std::vector<int>& axes : {std::vector<int>{1}, {0}, {0, 1}}) {
+      const size_t n = axes.size() == 2 ? 1 : axes[0] == 1 ? 4 : 300;
+      std::vector<float> want(n);
+      std::vector<bf16> got(n);
+      reduce(f.data(), shape, axes, op, want.data());
+      reduce(h.data(), shape, axes, op, got.data());
+      EXPECT_EQ(to_float(got), rounded(want));
+    }
+  }
+  std::vector<int32_t> i = {1 << 24, 1, -5, 7};
+  int32_t s = 0, m = 0;
+  reduce(i.data(), {4}, {0}, ReduceOp::kSum, &s);
+  reduce(i.data(), {4}, {0}, ReduceOp::kMax, &m);
+  EXPECT_EQ(s, (1 << 24) + 3) << "integer arithmetic, not f32";
+  EXPECT_EQ(m, 1 << 24);
+}
+
+TEST(TypedKernels, BF16GemmAccumulatesInF32) {
+  const int64_t B = 2, M = 5, N = 7, K = 64;
+  const std::vector<float> a = bf16_values(B * M * K, 3), b = bf16_values(B * K * N, 4);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      std::vector<float> want(B * M * N);
+      std::vector<bf16> got(B * M * N);
+      gemm(B, M, N, K, a.data(), ta, b.data(), tb, want.data());
+      const std::vector<bf16> ha = to_bf16(a), hb = to_bf16(b);
+      gemm(B, M, N, K, ha.data(), ta, hb.data(), tb, got.data());
+      EXPECT_EQ(to_float(got), rounded(want)) << ta << tb;
+    }
+}
+
+TEST(TypedKernels, BF16TensorCollectivesMoveBlocks) {
+  // all_gather along a non-leading dim (packed path) and reduce_scatter.
+  const int n = 2;
+  ThreadWorld world(line(n));
+  world.run([&](int r) {
+    const Group g = make_group(world.mesh(), r, {0});
+    std::vector<bf16> mine(3 * 2), all(3 * 4);
+    for (int k = 0; k < 6; ++k) mine[k] = bf16(static_cast<float>(10 * r + k));
+    all_gather_dim(world.comm(r), g, mine.data(), {3, 2}, 1, all.data());
+    for (int row = 0; row < 3; ++row)
+      for (int p = 0; p < n; ++p)
+        for (int c = 0; c < 2; ++c)
+          EXPECT_EQ(static_cast<float>(all[row * 4 + p * 2 + c]),
+                    static_cast<float>(10 * p + row * 2 + c));
+    std::vector<bf16> part(3 * 2);
+    reduce_scatter_dim(world.comm(r), g, all.data(), {3, 4}, 1, part.data(), ReduceOp::kSum);
+    for (int row = 0; row < 3; ++row)
+      for (int c = 0; c < 2; ++c)
+        EXPECT_EQ(static_cast<float>(part[row * 2 + c]),
+                  2.0f * static_cast<float>(10 * r + row * 2 + c));
+  });
+  const CommStats s = world.total_stats();
+  EXPECT_EQ(s.bytes(CollectiveKind::kAllGather), 2u * 6 * 2);
+  EXPECT_EQ(s.bytes(CollectiveKind::kReduceScatter), 2u * 6 * 2);
 }
 
 }  // namespace

@@ -223,7 +223,7 @@ TEST(Kernels, ReduceEdgeCases) {
   reduce(&x, {}, {}, ReduceOp::kSum, &y);  // scalar
   EXPECT_EQ(y, 5.0f);
   std::vector<float> z(3, 0.0f);
-  reduce(nullptr, {0, 3}, {0}, ReduceOp::kMax, z.data());  // max over nothing
+  reduce<float>(nullptr, {0, 3}, {0}, ReduceOp::kMax, z.data());  // max over nothing
   EXPECT_EQ(z, std::vector<float>(3, -std::numeric_limits<float>::infinity()));
   EXPECT_THROW(reduce(&x, {1}, {1}, ReduceOp::kSum, &y), std::invalid_argument);
   EXPECT_THROW(reduce(&x, {1, 1}, {0, 0}, ReduceOp::kSum, &y), std::invalid_argument);
