@@ -31,9 +31,10 @@ void collect_tree(const ir::Graph& g, const BufferPlan& p, int v, std::vector<in
   add_unique(tree, v);
 }
 
-uint64_t bytes_of(const Shape& s) {
-  return static_cast<uint64_t>(ir::num_elements(s)) * sizeof(float);
+uint64_t bytes_of(const Shape& s, ir::DType t) {
+  return static_cast<uint64_t>(ir::num_elements(s)) * ir::dtype_size(t);
 }
+uint64_t bytes_of(const Node& v) { return bytes_of(v.shape, v.dtype); }
 
 // Running current/peak of one device's DeviceMemory.
 struct Tracker {
@@ -52,11 +53,12 @@ struct Tracker {
 
 // The transposes of one local dot on operands of shapes ls, rs: allocated
 // before the GEMM, released after it (emit_local_dot).
-void local_dot_temps(Tracker& t, const ir::DotDims& d, const Shape& ls, const Shape& rs) {
+void local_dot_temps(Tracker& t, const ir::DotDims& d, const Shape& ls, const Shape& rs,
+                     ir::DType dtype) {
   const LocalDotLayout l = local_dot_layout(d, ls, rs);
   uint64_t held = 0;
-  if (l.transpose_lhs) t.alloc(bytes_of(ls)), held += bytes_of(ls);
-  if (l.transpose_rhs) t.alloc(bytes_of(rs)), held += bytes_of(rs);
+  if (l.transpose_lhs) t.alloc(bytes_of(ls, dtype)), held += bytes_of(ls, dtype);
+  if (l.transpose_rhs) t.alloc(bytes_of(rs, dtype)), held += bytes_of(rs, dtype);
   t.free(held);
 }
 
@@ -67,7 +69,7 @@ void ring_dot_temps(Tracker& t, const ir::Graph& g, const Node& v) {
   const RingPlan plan =
       ring_plan(v, g[v.args[0]].shape, g[v.args[1]].shape, g.mesh.size(v.axes));
   const int H = plan.halves;
-  const uint64_t f = sizeof(float);
+  const uint64_t f = ir::dtype_size(v.dtype);
   uint64_t held = 0;
   auto alloc = [&](uint64_t b) {
     t.alloc(b);
@@ -86,7 +88,8 @@ void ring_dot_temps(Tracker& t, const ir::Graph& g, const Node& v) {
       if (!plan.out_contiguous) alloc(piece);  // sum
     }
   }
-  for (int h = 0; h < H; ++h) local_dot_temps(t, v.dot, plan.step_operand[0], plan.step_operand[1]);
+  for (int h = 0; h < H; ++h)
+    local_dot_temps(t, v.dot, plan.step_operand[0], plan.step_operand[1], v.dtype);
   t.free(held);
 }
 
@@ -190,7 +193,7 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
   Tracker t;
   uint64_t persistent = 0;
   for (const Node& v : g.nodes)
-    if (v.op == Op::kParameter) persistent += bytes_of(v.shape);
+    if (v.op == Op::kParameter) persistent += bytes_of(v);
   t.alloc(persistent);  // Program's constructor; init allocates nothing more
 
   for (size_t k = 0; k < p.stmts.size(); ++k) {
@@ -201,19 +204,19 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
       // The members' results, then the packed operands for the one all_reduce.
       uint64_t total = 0;
       for (int m : s.bucket) {
-        t.alloc(bytes_of(g[m].shape));
-        total += bytes_of(g[m].shape);
+        t.alloc(bytes_of(g[m]));
+        total += bytes_of(g[m]);
       }
       t.alloc(total);
       t.free(total);
     } else {
-      t.alloc(bytes_of(v.shape));  // the statement's result
+      t.alloc(bytes_of(v));  // the statement's result
       if (v.op == Op::kDot)
-        local_dot_temps(t, v.dot, g[v.args[0]].shape, g[v.args[1]].shape);
+        local_dot_temps(t, v.dot, g[v.args[0]].shape, g[v.args[1]].shape, v.dtype);
       else if (v.op == Op::kRingDot)
         ring_dot_temps(t, g, v);
     }
-    for (int r : p.frees_after[k]) t.free(bytes_of(g[r].shape));
+    for (int r : p.frees_after[k]) t.free(bytes_of(g[r]));
   }
 
   // Updates (emit_updates): snapshots of updated parameters that another
@@ -230,14 +233,14 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
     if (u.value == u.target || g[u.value].op != Op::kParameter || !targets.count(u.value) ||
         snapshot.count(u.value))
       continue;
-    t.alloc(bytes_of(g[u.value].shape));
+    t.alloc(bytes_of(g[u.value]));
     snapshot.insert(u.value);
   }
   for (auto& u : g.updates) {
     const bool last = --remaining[u.value] == 0;
     if (u.value == u.target) continue;
     const bool moved = snapshot.count(u.value) ? last : g[u.value].op != Op::kParameter && last;
-    if (moved) t.free(bytes_of(g[u.target].shape));  // the old shard goes
+    if (moved) t.free(bytes_of(g[u.target]));  // the old shard goes
   }
 
   MemoryProfile m;

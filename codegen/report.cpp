@@ -18,7 +18,6 @@ using ir::Node;
 using ir::Op;
 using rt::CollectiveKind;
 
-constexpr uint64_t kFloat = sizeof(float);
 
 rt::MeshShape mesh_shape(const Mesh& m) {
   rt::MeshShape s;
@@ -48,12 +47,13 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
   return s;
 }
 
-// Bytes member `p` of a ring all_reduce of `count` floats over n sends
-// (ThreadComm::all_reduce): all chunks but its own, then all but p + 1's.
-uint64_t all_reduce_bytes(uint64_t count, int n, int p) {
+// Bytes member `p` of a ring all_reduce of `count` elements of `es` bytes
+// over n sends (ThreadComm::all_reduce): all chunks but its own, then all but
+// p + 1's.
+uint64_t all_reduce_bytes(uint64_t count, uint64_t es, int n, int p) {
   if (n == 1) return 0;
   auto len = [&](int c) { return count / n + (static_cast<uint64_t>(c) < count % n ? 1 : 0); };
-  return kFloat * (2 * count - len(p) - len((p + 1) % n));
+  return es * (2 * count - len(p) - len((p + 1) % n));
 }
 
 // Display width of a UTF-8 string (code points; the report's symbols are
@@ -119,7 +119,6 @@ std::string per_device(const std::vector<uint64_t>& v) {
 
 Report predict(const ir::Graph& g) {
   if (!g.partitioned) internal_error("predict() needs a partitioned (per-device) graph");
-  ir::require_f32(g, "the report");
   const Mesh& mesh = g.mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
   const int devices = mesh.num_devices();
@@ -137,7 +136,7 @@ Report predict(const ir::Graph& g) {
     p.global_shape = v.shape;
     if (v.sharding)
       for (size_t d = 0; d < v.shape.size(); ++d) p.global_shape[d] *= v.sharding->parts(mesh, d);
-    p.local_bytes = static_cast<uint64_t>(ir::num_elements(v.shape)) * kFloat;
+    p.local_bytes = static_cast<uint64_t>(ir::num_elements(v.shape)) * ir::dtype_size(v.dtype);
     p.loc = v.loc;
     r.parameters.push_back(std::move(p));
   }
@@ -152,6 +151,8 @@ Report predict(const ir::Graph& g) {
     c.axes = v.axes;
     c.where = where(v);
     const std::string axes = "(" + join(v.axes, ", ") + ")";
+    // Element size: a collective moves its operand's type, which is its own.
+    const uint64_t es = ir::dtype_size(v.dtype);
     // Bytes one member sends, given its group.
     std::function<uint64_t(const rt::Group&)> sent;
     if (!s.bucket.empty()) {
@@ -162,8 +163,8 @@ Report predict(const ir::Graph& g) {
                std::to_string(s.bucket.size()) + " values)";
       c.elements = total;
       c.calls = 1;
-      sent = [total](const rt::Group& gr) {
-        return all_reduce_bytes(static_cast<uint64_t>(total), gr.size(), gr.position);
+      sent = [total, es](const rt::Group& gr) {
+        return all_reduce_bytes(static_cast<uint64_t>(total), es, gr.size(), gr.position);
       };
     } else {
       switch (v.op) {
@@ -173,8 +174,8 @@ Report predict(const ir::Graph& g) {
           c.what = "all_gather" + axes + " dim=" + std::to_string(v.dim);
           c.elements = count;
           c.calls = 1;
-          sent = [count](const rt::Group& gr) {
-            return kFloat * static_cast<uint64_t>(gr.size() - 1) * static_cast<uint64_t>(count);
+          sent = [count, es](const rt::Group& gr) {
+            return es * static_cast<uint64_t>(gr.size() - 1) * static_cast<uint64_t>(count);
           };
           break;
         }
@@ -184,8 +185,8 @@ Report predict(const ir::Graph& g) {
           c.what = "reduce_scatter" + axes + " dim=" + std::to_string(v.dim);
           c.elements = ir::num_elements(g[v.args[0]].shape);
           c.calls = 1;
-          sent = [block](const rt::Group& gr) {
-            return kFloat * static_cast<uint64_t>(gr.size() - 1) * static_cast<uint64_t>(block);
+          sent = [block, es](const rt::Group& gr) {
+            return es * static_cast<uint64_t>(gr.size() - 1) * static_cast<uint64_t>(block);
           };
           break;
         }
@@ -195,8 +196,8 @@ Report predict(const ir::Graph& g) {
           c.what = "all_reduce" + axes;
           c.elements = count;
           c.calls = 1;
-          sent = [count](const rt::Group& gr) {
-            return all_reduce_bytes(static_cast<uint64_t>(count), gr.size(), gr.position);
+          sent = [count, es](const rt::Group& gr) {
+            return all_reduce_bytes(static_cast<uint64_t>(count), es, gr.size(), gr.position);
           };
           break;
         }
@@ -207,9 +208,9 @@ Report predict(const ir::Graph& g) {
                    " concat=" + std::to_string(v.dim2);
           c.elements = count;
           c.calls = 1;
-          sent = [count](const rt::Group& gr) {
+          sent = [count, es](const rt::Group& gr) {
             const uint64_t n = static_cast<uint64_t>(gr.size());
-            return kFloat * (n - 1) * (static_cast<uint64_t>(count) / n);
+            return es * (n - 1) * (static_cast<uint64_t>(count) / n);
           };
           break;
         }
@@ -223,7 +224,7 @@ Report predict(const ir::Graph& g) {
                    (p.halves == 2 ? ", bidirectional" : "") + " (ppermutes)";
           c.elements = piece * p.halves;
           c.calls = static_cast<uint64_t>(n - 1) * p.halves;
-          const uint64_t per_device = kFloat * c.calls * static_cast<uint64_t>(piece);
+          const uint64_t per_device = es * c.calls * static_cast<uint64_t>(piece);
           sent = [per_device](const rt::Group&) { return per_device; };
           break;
         }
@@ -238,11 +239,11 @@ Report predict(const ir::Graph& g) {
             c.what = "ppermute" + axes;
             c.elements = count;
             c.calls = 1;
-            sent = [count, pairs](const rt::Group& gr) {
+            sent = [count, pairs, es](const rt::Group& gr) {
               uint64_t b = 0;
               for (size_t i = 0; i + 1 < pairs.size(); i += 2)
                 if (pairs[i] == gr.position && pairs[i + 1] != gr.position)
-                  b += kFloat * static_cast<uint64_t>(count);
+                  b += es * static_cast<uint64_t>(count);
               return b;
             };
             break;

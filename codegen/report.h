@@ -47,7 +47,7 @@ struct CollectiveReport {
   std::string what;                // "all_gather dim=0", "all_reduce bucket 0 (3 values)", ...
   std::vector<std::string> axes;
   std::string where;               // DSL line and layer label, "" when unknown
-  int64_t elements = 0;            // floats per device handed to the collective
+  int64_t elements = 0;            // elements per device handed to the collective
   int group_size = 1;
   uint64_t calls = 0;              // runtime calls per device (a ring_dot: its ppermutes)
   std::vector<uint64_t> bytes;     // bytes sent, per device (rank)

@@ -1,6 +1,8 @@
 // bucket_all_reduces: group backward all-reduces; see the header.
 #include "codegen/passes/bucket_all_reduces.h"
 
+#include <tuple>
+
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -23,13 +25,14 @@ ir::Graph bucket_all_reduces(const ir::Graph& g, size_t bucket_bytes) {
     int earliest_user = std::numeric_limits<int>::max();
   };
   std::vector<Bucket> buckets;
-  std::map<std::pair<std::vector<std::string>, int>, int> open;  // (axes, kind) -> bucket
+  // (axes, kind, element type) -> bucket: one packed buffer has one type.
+  std::map<std::tuple<std::vector<std::string>, int, int>, int> open;
   std::vector<int> bucket_of(count, -1);
   for (int i = 0; i < count; ++i) {
     const ir::Node& n = g.nodes[i];
     if (n.op != ir::Op::kAllReduce || !n.backward) continue;
-    const size_t bytes = static_cast<size_t>(ir::num_elements(n.shape)) * sizeof(float);
-    const auto key = std::make_pair(n.axes, static_cast<int>(n.reduce));
+    const size_t bytes = static_cast<size_t>(ir::num_elements(n.shape)) * ir::dtype_size(n.dtype);
+    const auto key = std::make_tuple(n.axes, static_cast<int>(n.reduce), static_cast<int>(n.dtype));
     auto it = open.find(key);
     if (it != open.end()) {
       Bucket& b = buckets[it->second];

@@ -14,6 +14,7 @@
 #include "codegen/emit_cpu.h"
 #include "codegen/interpret.h"
 #include "codegen/pipeline.h"
+#include "codegen/report.h"
 #include "dsl/sharc.h"
 #include "dsl/train.h"
 #include "tests/common/expect_error.h"
@@ -227,6 +228,36 @@ TEST(DType, TensorParallelActivationsMoveInBF16) {
     if (n.op == ir::Op::kAllReduce && n.backward && !n.axes.empty() && n.axes[0] == "data") {
       EXPECT_EQ(n.dtype, DType::kF32) << ir::to_string(p);
     }
+}
+
+// The report counts each collective in its own element type: the bf16
+// tensor-parallel collectives of the mixed program send half the f32
+// program's bytes, its f32 gradient reductions the same, and the f32
+// parameter shards are the same size.
+TEST(DType, TheReportCountsBytesInEachValuesType) {
+  const Mesh mesh = Mesh::parse("data=2,model=2", 4);
+  const Report mixed = predict(lower(trace("mixed_mlp", mixed_mlp), mesh).partitioned);
+  const Report f32 = predict(lower(trace("f32_mlp", f32_mlp), mesh).partitioned);
+  EXPECT_EQ(mixed.persistent_bytes, f32.persistent_bytes);
+  const ir::Graph p = lower(trace("mixed_mlp", mixed_mlp), mesh).partitioned;
+  auto bytes_of_kind = [](const Report& r, const std::string& what, bool backward,
+                          const ir::Graph& g) {
+    uint64_t b = 0;
+    for (const CollectiveReport& c : r.collectives)
+      if (c.what.rfind(what, 0) == 0 && g[c.node].backward == backward) b += c.bytes[0];
+    return b;
+  };
+  const ir::Graph q = lower(trace("f32_mlp", f32_mlp), mesh).partitioned;
+  // Forward: the row-parallel layer's reduce_scatter (bf16 in the mixed one).
+  const uint64_t rs_mixed = bytes_of_kind(mixed, "reduce_scatter", false, p);
+  const uint64_t rs_f32 = bytes_of_kind(f32, "reduce_scatter", false, q);
+  ASSERT_GT(rs_f32, 0u);
+  EXPECT_EQ(2 * rs_mixed, rs_f32);
+  // Backward: gradient all-reduces over "data", widened to f32 first.
+  const uint64_t ar_mixed = bytes_of_kind(mixed, "all_reduce(data) bucket", true, p);
+  const uint64_t ar_f32 = bytes_of_kind(f32, "all_reduce(data) bucket", true, q);
+  ASSERT_GT(ar_f32, 0u);
+  EXPECT_EQ(ar_mixed, ar_f32);
 }
 
 TEST(DType, BackendsRefuseBF16ByName) {
