@@ -1336,7 +1336,7 @@ EmitTemplates load_templates(const std::string& dir) {
 }
 
 EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options) {
-  ir::require_f32(partitioned, "the CPU backend");
+  ir::require_dtypes(partitioned, {ir::DType::kF32}, "the CPU backend");
   return CpuEmitter(partitioned, options).run();
 }
 

@@ -104,7 +104,8 @@ float apply_binary(Op op, float a, float b) {
 
 // Local dot_general: transpose operands to (batch, free, contract) and
 // (batch, contract, free), then one batched GEMM.
-void local_dot(const Node& n, const Shape& ls, const float* l, const Shape& rs, const float* r, float* out) {
+template <class T>
+void local_dot(const Node& n, const Shape& ls, const T* l, const Shape& rs, const T* r, T* out) {
   const ir::DotDims& d = n.dot;
   auto in = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
   std::vector<int> lperm = d.lhs_batch, rperm = d.rhs_batch;
@@ -120,12 +121,33 @@ void local_dot(const Node& n, const Shape& ls, const float* l, const Shape& rs, 
     for (size_t i = 0; i < p.size(); ++i) if (p[i] != static_cast<int>(i)) return false;
     return true;
   };
-  std::vector<float> lt, rt_;
-  const float* lp = l;
-  const float* rp = r;
+  std::vector<T> lt, rt_;
+  const T* lp = l;
+  const T* rp = r;
   if (!identity(lperm)) { lt.resize(ir::num_elements(ls)); rt::transpose(l, ls, lperm, lt.data()); lp = lt.data(); }
   if (!identity(rperm)) { rt_.resize(ir::num_elements(rs)); rt::transpose(r, rs, rperm, rt_.data()); rp = rt_.data(); }
   rt::gemm(B, M, N, K, lp, false, rp, false, out);
+}
+
+// bf16 values live in this interpreter's f32 buffers, rounded to bf16 after
+// every op (so they hold exactly what a bf16 buffer would); collectives and
+// ring dots run on bf16 copies, so bytes sent and the rounding at every ring
+// hop are those of generated code's bf16 buffers.
+std::vector<rt::bf16> to_bf16(const float* x, size_t n) {
+  std::vector<rt::bf16> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = rt::bf16(x[i]);
+  return r;
+}
+
+// Runs f(in, out) in the node's element type: directly on the f32 buffers,
+// or on bf16 copies of `in` (nin elements) and `out` (nout) copied back.
+template <class F>
+void in_dtype(const Node& n, const float* in, size_t nin, float* out, size_t nout, F&& f) {
+  if (n.dtype == ir::DType::kF32) return f(in, out);
+  const std::vector<rt::bf16> x = to_bf16(in, nin);
+  std::vector<rt::bf16> y(nout);
+  f(x.data(), y.data());
+  for (size_t i = 0; i < nout; ++i) out[i] = y[i];
 }
 
 // RingDot (ir.h, RingAttrs) on one device, laid out by ring_plan(); the
@@ -133,35 +155,36 @@ void local_dot(const Node& n, const Shape& ls, const float* l, const Shape& rs, 
 // starts its ppermutes BEFORE its GEMMs and waits for them after, so the
 // transfers overlap the multiplications. Half 0 travels right (to p + 1),
 // half 1 left.
+template <class T>
 void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const Shape& ls,
-              const float* lhs, const Shape& rs, const float* rhs, float* out,
-              rt::DeviceMemory& mem) {
+              const T* lhs, const Shape& rs, const T* rhs, T* out, rt::DeviceMemory& mem) {
+  using Buffer = rt::BasicBuffer<T>;
   const RingPlan plan = ring_plan(n, ls, rs, grp.size());
   const int p = grp.position, H = plan.halves;
-  const float* operand[2] = {lhs, rhs};
+  const T* operand[2] = {lhs, rhs};
   const int64_t piece = plan.step_result_count();
   // Operand `sliced`'s piece i: a pointer into it, or a copy in `slice_buf`.
-  rt::Buffer slice_buf;
+  Buffer slice_buf;
   if (plan.sliced >= 0 && !plan.slice_contiguous)
-    slice_buf = rt::Buffer(static_cast<size_t>(plan.step_operand_count(plan.sliced)), &mem);
-  auto sliced_piece = [&](int i) -> const float* {
-    const float* x = operand[plan.sliced];
+    slice_buf = Buffer(static_cast<size_t>(plan.step_operand_count(plan.sliced)), &mem);
+  auto sliced_piece = [&](int i) -> const T* {
+    const T* x = operand[plan.sliced];
     if (plan.slice_contiguous) return x + i * plan.step_operand_count(plan.sliced);
     rt::slice_block(x, plan.operand[plan.sliced], plan.slice_dim, plan.pieces(), i,
                     slice_buf.data());
     return slice_buf.data();
   };
   // kGather's result piece: written in place, or into `piece_buf` and placed after.
-  rt::Buffer piece_buf;
+  Buffer piece_buf;
   if (plan.gather && !plan.out_contiguous)
-    piece_buf = rt::Buffer(static_cast<size_t>(piece), &mem);
+    piece_buf = Buffer(static_cast<size_t>(piece), &mem);
   auto permutation = [&](int h) { return rt::ring_shift(grp.size(), h == 0 ? 1 : -1); };
   std::vector<rt::PendingRecv> pending(H);
 
   if (plan.gather) {
     const int w = plan.moving;
     const int64_t count = plan.step_operand_count(w);
-    std::vector<rt::Buffer> cur, next;
+    std::vector<Buffer> cur, next;
     for (int h = 0; h < H; ++h) {
       cur.emplace_back(static_cast<size_t>(count), &mem);
       next.emplace_back(static_cast<size_t>(count), &mem);
@@ -178,10 +201,10 @@ void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const
               comm.ppermute_start(cur[h].data(), next[h].data(), count, grp, permutation(h));
       for (int h = 0; h < H; ++h) {
         const int i = ring_block(true, h, k, p, plan.n) * H + h;
-        const float* step[2];
+        const T* step[2];
         step[w] = cur[h].data();
         step[1 - w] = plan.sliced >= 0 ? sliced_piece(i) : operand[1 - w];
-        float* dst = plan.out_contiguous ? out + i * piece : piece_buf.data();
+        T* dst = plan.out_contiguous ? out + i * piece : piece_buf.data();
         local_dot(n, plan.step_operand[0], step[0], plan.step_operand[1], step[1], dst);
         if (!plan.out_contiguous)
           rt::place_block(dst, plan.result, plan.out_dim, plan.out_parts, i, out);
@@ -198,8 +221,8 @@ void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const
   // kScatter: acc[h] is the running sum of half h (in place in `out` when
   // its block is a contiguous run of it).
   const int s = plan.sliced;
-  std::vector<rt::Buffer> own, part, incoming;
-  std::vector<float*> acc;
+  std::vector<Buffer> own, part, incoming;
+  std::vector<T*> acc;
   for (int h = 0; h < H; ++h) {
     part.emplace_back(static_cast<size_t>(piece), &mem);
     incoming.emplace_back(static_cast<size_t>(piece), &mem);
@@ -215,7 +238,7 @@ void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const
       for (int h = 0; h < H; ++h)
         pending[h] = comm.ppermute_start(acc[h], incoming[h].data(), piece, grp, permutation(h));
     for (int h = 0; h < H; ++h) {
-      const float* step[2];
+      const T* step[2];
       step[s] = sliced_piece(ring_block(false, h, k, p, plan.n) * H + h);
       step[1 - s] = operand[1 - s];
       local_dot(n, plan.step_operand[0], step[0], plan.step_operand[1], step[1],
@@ -224,7 +247,8 @@ void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const
     if (k > 0)
       for (int h = 0; h < H; ++h) {
         comm.ppermute_wait(pending[h]);
-        for (int64_t e = 0; e < piece; ++e) acc[h][e] = part[h][e] + incoming[h][e];
+        for (int64_t e = 0; e < piece; ++e)
+          acc[h][e] = T(static_cast<float>(part[h][e]) + static_cast<float>(incoming[h][e]));
       }
   }
   if (!plan.out_contiguous)
@@ -247,7 +271,7 @@ int all_reduce_bucket_end(const ir::Graph& g, int first) {
   for (; end < static_cast<int>(g.nodes.size()); ++end) {
     const Node& n = g.nodes[end];
     if (n.op != Op::kAllReduce || n.dim2 != head.dim2 || n.axes != head.axes ||
-        n.reduce != head.reduce)
+        n.reduce != head.reduce || n.dtype != head.dtype)
       break;
     if (n.args[0] >= first) break;  // reads a member: it must wait for the collective
   }
@@ -257,7 +281,7 @@ int all_reduce_bucket_end(const ir::Graph& g, int first) {
 ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
                                const HostValues* state) {
   if (!g.partitioned) internal_error("execute_partitioned needs a per-device graph");
-  ir::require_f32(g, "the per-device interpreter");
+  ir::require_dtypes(g, {ir::DType::kF32, ir::DType::kBF16}, "the per-device interpreter");
   const Mesh& mesh = g.mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
   rt::ThreadWorld world(ms);
@@ -322,20 +346,31 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         val[m] = rt::Buffer(static_cast<size_t>(ir::num_elements(g.nodes[m].shape)), &mem);
         total += val[m].size();
       }
-      rt::Buffer packed(total, &mem);
-      size_t at = 0;
-      for (int m = first; m < end; ++m) {
-        rt::copy(val[g.nodes[m].args[0]].data(), packed.data() + at, val[m].size());
-        at += val[m].size();
+      // One packed buffer of the bucket's element type (bucket_all_reduces
+      // groups one type per bucket).
+      auto reduce_packed = [&](auto& packed) {
+        size_t at = 0;
+        for (int m = first; m < end; ++m) {
+          const float* x = val[g.nodes[m].args[0]].data();
+          for (size_t i = 0; i < val[m].size(); ++i)
+            packed[at + i] = static_cast<std::remove_reference_t<decltype(packed[0])>>(x[i]);
+          at += val[m].size();
+        }
+        comm.all_reduce(packed.data(), total, group_of(mesh, ms, rank, head.axes),
+                        reduce_op(head.reduce));
+        at = 0;
+        for (int m = first; m < end; ++m) {
+          for (size_t i = 0; i < val[m].size(); ++i) val[m][i] = static_cast<float>(packed[at + i]);
+          at += val[m].size();
+        }
+      };
+      if (head.dtype == ir::DType::kBF16) {
+        rt::BasicBuffer<rt::bf16> packed(total, &mem);
+        reduce_packed(packed);
+      } else {
+        rt::Buffer packed(total, &mem);
+        reduce_packed(packed);
       }
-      comm.all_reduce(packed.data(), total, group_of(mesh, ms, rank, head.axes),
-                      reduce_op(head.reduce));
-      at = 0;
-      for (int m = first; m < end; ++m) {
-        rt::copy(packed.data() + at, val[m].data(), val[m].size());
-        at += val[m].size();
-      }
-      packed = rt::Buffer();
       for (int m = first; m < end; ++m) free_operands(m);
     };
     // Gradient buffers are counted as they are made (they may be freed soon after).
@@ -355,6 +390,7 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
       rt::Buffer out(static_cast<size_t>(count), &mem);
       auto arg = [&](int i) -> const float* { return val[n.args[i]].data(); };
       auto arg_shape = [&](int i) -> const Shape& { return g.nodes[n.args[i]].shape; };
+      auto arg_count = [&](int i) { return static_cast<size_t>(ir::num_elements(arg_shape(i))); };
       switch (n.op) {
         case Op::kParameter: {
           const Shape gs = global_shape(n);
@@ -453,23 +489,38 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
           local_dot(n, arg_shape(0), arg(0), arg_shape(1), arg(1), out.data());
           break;
         case Op::kAllGather:
-          rt::all_gather_dim(comm, group_of(mesh, ms, rank, n.axes), arg(0), arg_shape(0), n.dim, out.data());
+          in_dtype(n, arg(0), arg_count(0), out.data(), count, [&](const auto* x, auto* y) {
+            rt::all_gather_dim(comm, group_of(mesh, ms, rank, n.axes), x, arg_shape(0), n.dim, y);
+          });
           break;
         case Op::kReduceScatter:
-          rt::reduce_scatter_dim(comm, group_of(mesh, ms, rank, n.axes), arg(0), arg_shape(0), n.dim, out.data(),
-                                 reduce_op(n.reduce));
+          in_dtype(n, arg(0), arg_count(0), out.data(), count, [&](const auto* x, auto* y) {
+            rt::reduce_scatter_dim(comm, group_of(mesh, ms, rank, n.axes), x, arg_shape(0), n.dim, y,
+                                   reduce_op(n.reduce));
+          });
           break;
         case Op::kAllReduce:
-          rt::copy(arg(0), out.data(), count);
-          comm.all_reduce(out.data(), count, group_of(mesh, ms, rank, n.axes), reduce_op(n.reduce));
+          in_dtype(n, arg(0), count, out.data(), count, [&](const auto* x, auto* y) {
+            rt::copy(x, y, count);
+            comm.all_reduce(y, count, group_of(mesh, ms, rank, n.axes), reduce_op(n.reduce));
+          });
           break;
         case Op::kAllToAll:
-          rt::all_to_all_dim(comm, group_of(mesh, ms, rank, n.axes), arg(0), arg_shape(0), n.dim, n.dim2,
-                             out.data());
+          in_dtype(n, arg(0), arg_count(0), out.data(), count, [&](const auto* x, auto* y) {
+            rt::all_to_all_dim(comm, group_of(mesh, ms, rank, n.axes), x, arg_shape(0), n.dim, n.dim2, y);
+          });
           break;
         case Op::kRingDot:
-          ring_dot(comm, group_of(mesh, ms, rank, n.axes), n, arg_shape(0), arg(0), arg_shape(1),
-                   arg(1), out.data(), mem);
+          if (n.dtype == ir::DType::kBF16) {
+            const std::vector<rt::bf16> l = to_bf16(arg(0), arg_count(0)), r = to_bf16(arg(1), arg_count(1));
+            std::vector<rt::bf16> o(count);
+            ring_dot(comm, group_of(mesh, ms, rank, n.axes), n, arg_shape(0), l.data(), arg_shape(1), r.data(),
+                     o.data(), mem);
+            for (int64_t i = 0; i < count; ++i) out[i] = o[i];
+          } else {
+            ring_dot(comm, group_of(mesh, ms, rank, n.axes), n, arg_shape(0), arg(0), arg_shape(1), arg(1),
+                     out.data(), mem);
+          }
           break;
         case Op::kLocalSlice: {
           const rt::Group grp = group_of(mesh, ms, rank, n.axes);
@@ -479,7 +530,9 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         case Op::kPPermute: {
           rt::Permutation perm;
           for (size_t i = 0; i + 1 < n.ints.size(); i += 2) perm.emplace_back(n.ints[i], n.ints[i + 1]);
-          comm.ppermute(arg(0), out.data(), static_cast<size_t>(count), group_of(mesh, ms, rank, n.axes), perm);
+          in_dtype(n, arg(0), count, out.data(), count, [&](const auto* x, auto* y) {
+            comm.ppermute(x, y, static_cast<size_t>(count), group_of(mesh, ms, rank, n.axes), perm);
+          });
           break;
         }
         case Op::kAxisIndex:
@@ -488,6 +541,8 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         case Op::kShardMap:
           internal_error("shard_map in a per-device program");
       }
+      if (n.dtype == ir::DType::kBF16)
+        for (int64_t i = 0; i < count; ++i) out[i] = rt::round_to_bf16(out[i]);
       val[id] = std::move(out);
       count_gradient(static_cast<int>(id));
       free_operands(static_cast<int>(id));

@@ -1,6 +1,9 @@
 // Runs a partitioned (per-device) graph on the thread runtime: one thread per
 // device, each interpreting the same per-device IR with the runtime's float32
-// kernels and real collectives. It is the quick way to check a partitioning
+// kernels and real collectives. bf16 values are held in f32 buffers rounded
+// to bf16 after every op, and every collective and ring dot on them runs in
+// bf16, so values, rounding and bytes sent are those of bf16 storage (memory
+// counts them at four bytes). i32 values are not run yet. It is the quick way to check a partitioning
 // against the oracle without generating and compiling C++; the emitted code
 // (emit_cpu.h) calls the same kernels and collectives in the same order.
 #pragma once
@@ -44,8 +47,8 @@ ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs,
 
 // The all-reduce bucket that starts at node `first`, as one past its last
 // member. A bucket is a maximal run of adjacent AllReduce nodes with the same
-// bucket id (dim2 >= 0, set by bucket_all_reduces), the same axes and the same
-// reduce kind, none reading another member. Executors (this interpreter and
+// bucket id (dim2 >= 0, set by bucket_all_reduces), the same axes, the same
+// reduce kind and the same element type, none reading another member. Executors (this interpreter and
 // the emitted code) pack its operands into one buffer, run ONE all_reduce and
 // unpack the results. Any other node is a run of one: returns first + 1.
 int all_reduce_bucket_end(const ir::Graph& g, int first);

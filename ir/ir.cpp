@@ -78,11 +78,15 @@ std::string describe_value(const Node& n) {
   return s;
 }
 
-void require_f32(const Graph& g, const std::string& who) {
+void require_dtypes(const Graph& g, const std::vector<DType>& allowed, const std::string& who) {
+  std::string runs;
+  for (size_t i = 0; i < allowed.size(); ++i)
+    runs += (i == 0 ? "" : i + 1 == allowed.size() ? " and " : ", ") +
+            std::string(dtype_name(allowed[i]));
   for (const Node& n : g.nodes)
-    if (n.dtype != DType::kF32)
-      user_error(n.loc, who + " runs f32 values only, not yet " + std::string(dtype_name(n.dtype)) +
-                            ": " + describe_value(n) +
+    if (std::find(allowed.begin(), allowed.end(), n.dtype) == allowed.end())
+      user_error(n.loc, who + " runs " + runs + " values only, not yet " +
+                            std::string(dtype_name(n.dtype)) + ": " + describe_value(n) +
                             " (the IR, the partitioner and the oracle take bf16 and i32)");
 }
 
