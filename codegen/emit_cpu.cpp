@@ -48,7 +48,7 @@ std::string loc_prefix(const Node& n) {
 }
 
 std::string shape_comment(const Node& n) {
-  return ir::shape_str(n.shape) + (n.sharding ? " " + n.sharding->str() : "");
+  return ir::shape_str(n.shape, n.dtype) + (n.sharding ? " " + n.sharding->str() : "");
 }
 
 class CpuEmitter {
@@ -244,7 +244,8 @@ class CpuEmitter {
   // checked lookups: what a driver iterates instead of hard-coding shapes.
   void tables(CodeWriter& w) const {
     auto row = [&](const std::string& name, const Node& v, const SrcLoc& loc) {
-      return "{" + quoted(name) + ", \"f32\", " + braced(global_shape(v)) + ", " +
+      return "{" + quoted(name) + ", \"" + std::string(ir::dtype_name(v.dtype)) + "\", " +
+             braced(global_shape(v)) + ", " +
              spec_literal(*v.sharding) + ", " + braced(v.shape) + ", " + quoted(loc.str()) + "}";
     };
     auto table = [&](const std::string& name, const std::vector<std::string>& rows) {
@@ -499,8 +500,21 @@ class CpuEmitter {
     return "// " + loc_prefix(v) + change + " => " + what;
   }
 
+  // The runtime's buffer and element types of a value's dtype.
+  static std::string buf_type(ir::DType t) {
+    return t == ir::DType::kF32 ? "rt::Buffer" : t == ir::DType::kBF16 ? "rt::BufferBF16" : "rt::BufferI32";
+  }
+  static std::string elem_type(ir::DType t) {
+    return t == ir::DType::kF32 ? "float" : t == ir::DType::kBF16 ? "rt::bf16" : "int32_t";
+  }
+  // An f32 expression stored into an element of type t (bf16: rounded to
+  // nearest even, as every op's result is).
+  static std::string stored(ir::DType t, const std::string& e) {
+    return t == ir::DType::kBF16 ? "rt::bf16(" + e + ")" : e;
+  }
+
   std::string declare(int v) const {
-    return "rt::Buffer " + var_[v] + "(" + std::to_string(ir::num_elements(g_[v].shape)) +
+    return buf_type(g_[v].dtype) + " " + var_[v] + "(" + std::to_string(ir::num_elements(g_[v].shape)) +
            ", &mem);  // " + shape_comment(g_[v]);
   }
 
@@ -566,8 +580,13 @@ class CpuEmitter {
     std::map<int, std::string> scalar;
     auto operand = [&](int a) {
       if (scalar.count(a)) return scalar[a];
-      if (g_[a].op == Op::kConstant) return float_literal(g_[a].scalar);
-      return elem(a);
+      const Node& x = g_[a];
+      // A bf16 constant holds its value rounded to bf16.
+      if (x.op == Op::kConstant)
+        return float_literal(x.dtype == ir::DType::kBF16
+                                 ? rt::round_to_bf16(static_cast<float>(x.scalar))
+                                 : x.scalar);
+      return x.dtype == ir::DType::kBF16 ? "static_cast<float>(" + elem(a) + ")" : elem(a);
     };
     auto expr = [&](int t) {
       const Node& v = g_[t];
@@ -577,7 +596,7 @@ class CpuEmitter {
     const std::string n = std::to_string(ir::num_elements(root.shape));
     const std::string head = "for (int64_t i = 0; i < " + n + "; ++i)";
     if (s.tree.size() == 1) {
-      w.line(head + " " + var_[s.node] + "[i] = " + expr(s.node) + ";");
+      w.line(head + " " + var_[s.node] + "[i] = " + stored(root.dtype, expr(s.node)) + ";");
       return;
     }
     w.open(head);
@@ -587,10 +606,13 @@ class CpuEmitter {
       const std::string where = v.loc.known() ? "  // " + v.loc.str() + " " + ir::op_name(v.op)
                                               : "  // " + std::string(ir::op_name(v.op));
       if (t == s.node) {
-        w.line(var_[s.node] + "[i] = " + expr(t) + ";" + where);
+        w.line(var_[s.node] + "[i] = " + stored(root.dtype, expr(t)) + ";" + where);
       } else {
+        // A bf16 op's result is rounded where it is made, as if stored.
         const std::string name = "v" + std::to_string(k++);
-        w.line("const float " + name + " = " + expr(t) + ";" + where);
+        const std::string e =
+            v.dtype == ir::DType::kBF16 ? "rt::round_to_bf16(" + expr(t) + ")" : expr(t);
+        w.line("const float " + name + " = " + e + ";" + where);
         scalar[t] = name;
       }
     }
@@ -605,7 +627,8 @@ class CpuEmitter {
     const int l = v.args[0], r = v.args[1];
     w.line(describe(v, s.reads, "dot " + ir::dot_dims_str(v.dot)));
     w.line(declare(s.node));
-    emit_local_dot(w, v.dot, g_[l].shape, ptr(l), g_[r].shape, ptr(r), ptr(s.node), var_[s.node]);
+    emit_local_dot(w, v.dot, g_[l].shape, ptr(l), g_[r].shape, ptr(r), ptr(s.node), var_[s.node],
+                   v.dtype);
   }
 
   // The statements of local_dot() in execute.cpp on operands of shapes ls, rs
@@ -613,7 +636,7 @@ class CpuEmitter {
   // are named after `stem` and freed after the GEMM.
   void emit_local_dot(CodeWriter& w, const ir::DotDims& d, const Shape& ls, std::string lp,
                       const Shape& rs, std::string rp, const std::string& out_expr,
-                      const std::string& stem) {
+                      const std::string& stem, ir::DType dtype) {
     const LocalDotLayout layout = local_dot_layout(d, ls, rs);
     const int64_t B = layout.B, M = layout.M, N = layout.N, K = layout.K;
     std::vector<std::string> temps;
@@ -622,8 +645,8 @@ class CpuEmitter {
       const std::string t = locals_.user(stem + "_" + role);
       Shape moved;
       for (int p : perm) moved.push_back(shape[p]);
-      w.line("rt::Buffer " + t + "(" + std::to_string(ir::num_elements(shape)) + ", &mem);  // " +
-             ir::shape_str(moved) + ": " + role + " as " +
+      w.line(buf_type(dtype) + " " + t + "(" + std::to_string(ir::num_elements(shape)) + ", &mem);  // " +
+             ir::shape_str(moved, dtype) + ": " + role + " as " +
              (role == "lhs" ? "(batch, free, contract)" : "(batch, contract, free)"));
       w.line("rt::transpose(" + x + ", " + braced(shape) + ", " + braced(perm) + ", " + t +
              ".data());");
@@ -635,7 +658,7 @@ class CpuEmitter {
     w.line("rt::gemm(/*batch=*/" + std::to_string(B) + ", /*M=*/" + std::to_string(M) + ", /*N=*/" +
            std::to_string(N) + ", /*K=*/" + std::to_string(K) + ",");
     w.line("         " + lp + ", false, " + rp + ", false, " + out_expr + ");");
-    for (auto& t : temps) w.line(t + " = rt::Buffer();");
+    for (auto& t : temps) w.line(t + " = " + buf_type(dtype) + "();");
   }
 
   // A RingDot exactly as execute.cpp's ring_dot() runs it (ring_plan()
@@ -686,9 +709,9 @@ class CpuEmitter {
     std::string slice_buf;
     if (plan.sliced >= 0 && !plan.slice_contiguous) {
       slice_buf = locals_.user(std::string(role[plan.sliced]) + "_piece");
-      w.line("rt::Buffer " + slice_buf + "(" +
+      w.line(buf_type(v.dtype) + " " + slice_buf + "(" +
              std::to_string(plan.step_operand_count(plan.sliced)) + ", &mem);  // " +
-             ir::shape_str(plan.step_operand[plan.sliced]) + ": a piece of " + role[plan.sliced]);
+             ir::shape_str(plan.step_operand[plan.sliced], v.dtype) + ": a piece of " + role[plan.sliced]);
     }
     auto sliced_piece = [&](const std::string& i) {
       const std::string x = operand[plan.sliced];
@@ -703,8 +726,8 @@ class CpuEmitter {
     std::string piece_buf;
     if (plan.gather && !plan.out_contiguous) {
       piece_buf = locals_.user("result_piece");
-      w.line("rt::Buffer " + piece_buf + "(" + piece + ", &mem);  // " +
-             ir::shape_str(plan.step_result) + ": one step's piece of the result");
+      w.line(buf_type(v.dtype) + " " + piece_buf + "(" + piece + ", &mem);  // " +
+             ir::shape_str(plan.step_result, v.dtype) + ": one step's piece of the result");
     }
     // "b0" at half 0, "b1 * 2 + 1" at half 1: the piece index of block b.
     auto piece_index = [&](const std::string& b, int h) {
@@ -723,8 +746,8 @@ class CpuEmitter {
       for (int h = 0; h < H; ++h) {
         cur[h] = locals_.user("cur" + suffix(h));
         next[h] = locals_.user("next" + suffix(h));
-        w.line("rt::Buffer " + cur[h] + "(" + count + ", &mem), " + next[h] + "(" + count +
-               ", &mem);  // " + ir::shape_str(plan.step_operand[m]) + ": the " + role[m] +
+        w.line(buf_type(v.dtype) + " " + cur[h] + "(" + count + ", &mem), " + next[h] + "(" + count +
+               ", &mem);  // " + ir::shape_str(plan.step_operand[m], v.dtype) + ": the " + role[m] +
                " piece held / arriving" +
                (H == 2 ? std::string(", half ") + std::to_string(h) + " (travels " + way[h] + ")"
                        : ""));
@@ -762,7 +785,7 @@ class CpuEmitter {
                                     ? ptr(id) + " + " + (H == 1 ? i : "(" + i + ")") + " * " + piece
                                     : piece_buf + ".data()";
         emit_local_dot(w, v.dot, plan.step_operand[0], step[0], plan.step_operand[1], step[1], dst,
-                       var_[id]);
+                       var_[id], v.dtype);
         if (!plan.out_contiguous)
           w.line("rt::place_block(" + piece_buf + ".data(), " + braced(plan.result) + ", /*dim=*/" +
                  std::to_string(plan.out_dim) + ", " + std::to_string(plan.out_parts) + ", " + i +
@@ -787,18 +810,18 @@ class CpuEmitter {
       const std::string hs = std::to_string(h);
       part[h] = locals_.user("part" + suffix(h));
       incoming[h] = locals_.user("incoming" + suffix(h));
-      w.line("rt::Buffer " + part[h] + "(" + piece + ", &mem), " + incoming[h] + "(" + piece +
-             ", &mem);  // " + ir::shape_str(plan.step_result) +
+      w.line(buf_type(v.dtype) + " " + part[h] + "(" + piece + ", &mem), " + incoming[h] + "(" + piece +
+             ", &mem);  // " + ir::shape_str(plan.step_result, v.dtype) +
              ": this device's partial / the sum so far from the " + way[1 - h] +
              (H == 2 ? ", half " + hs : ""));
       acc[h] = locals_.user("acc" + suffix(h));
       if (plan.out_contiguous) {
-        w.line("float* " + acc[h] + " = " + ptr(id) + (h ? " + " + piece : "") +
+        w.line(elem_type(v.dtype) + "* " + acc[h] + " = " + ptr(id) + (h ? " + " + piece : "") +
                ";  // the running sum" + (H == 2 ? " of half " + hs : "") + ", in place");
       } else {
         const std::string buf = locals_.user("sum" + suffix(h));
-        w.line("rt::Buffer " + buf + "(" + piece + ", &mem);");
-        w.line("float* " + acc[h] + " = " + buf + ".data();  // the running sum of half " + hs);
+        w.line(buf_type(v.dtype) + " " + buf + "(" + piece + ", &mem);");
+        w.line(elem_type(v.dtype) + "* " + acc[h] + " = " + buf + ".data();  // the running sum of half " + hs);
       }
     }
     w.open("for (int " + k + " = 0; " + k + " < " + n + "; ++" + k + ")");
@@ -822,13 +845,18 @@ class CpuEmitter {
       step[sl] = sliced_piece(piece_index(blk[h], h));
       step[1 - sl] = operand[1 - sl];
       emit_local_dot(w, v.dot, plan.step_operand[0], step[0], plan.step_operand[1], step[1],
-                     "(" + k + " == 0 ? " + acc[h] + " : " + part[h] + ".data())", var_[id]);
+                     "(" + k + " == 0 ? " + acc[h] + " : " + part[h] + ".data())", var_[id],
+                     v.dtype);
     }
     w.open("if (" + k + " > 0)");
     for (int h = 0; h < H; ++h) {
       w.line("comm.ppermute_wait(" + recv[h] + ");");
-      w.line("for (int64_t i = 0; i < " + piece + "; ++i) " + acc[h] + "[i] = " + part[h] +
-             "[i] + " + incoming[h] + "[i];");
+      const std::string sum =
+          v.dtype == ir::DType::kBF16
+              ? "rt::bf16(static_cast<float>(" + part[h] + "[i]) + static_cast<float>(" +
+                    incoming[h] + "[i]))"
+              : part[h] + "[i] + " + incoming[h] + "[i]";
+      w.line("for (int64_t i = 0; i < " + piece + "; ++i) " + acc[h] + "[i] = " + sum + ";");
     }
     w.close();
     w.close("ring step");
@@ -909,7 +937,8 @@ class CpuEmitter {
       return packed + ".data()" + (at[k] == 0 ? "" : " + " + std::to_string(at[k]));
     };
     w.open("");
-    w.line("rt::Buffer " + packed + "(" + total_s + ", &mem);  // the operands back to back");
+    w.line(buf_type(head.dtype) + " " + packed + "(" + total_s +
+           ", &mem);  // the operands back to back");
     for (size_t k = 0; k < s.bucket.size(); ++k)
       w.line("rt::copy(" + ptr(g_[s.bucket[k]].args[0]) + ", " + in_packed(k) + ", " +
              std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + ");");
@@ -962,7 +991,7 @@ class CpuEmitter {
         w.line(describe(v, {}, "iota dim=" + std::to_string(d) + " (global index)"));
         w.line(declare(id));
         w.line("for (int64_t i = 0; i < " + count + "; ++i) " + var_[id] +
-               "[i] = static_cast<float>(" + index + ");");
+               "[i] = " + stored(v.dtype, "static_cast<float>(" + index + ")") + ";");
         return;
       }
       case Op::kSlice: {
@@ -1211,7 +1240,7 @@ class CpuEmitter {
       }
       emit_stmt(w, stmts[k]);
       for (int r : plan_.frees_after[k])
-        w.line(var_[r] + " = rt::Buffer();  // last use of " + var_[r]);
+        w.line(var_[r] + " = " + buf_type(g_[r].dtype) + "();  // last use of " + var_[r]);
     }
     w.line();
     w.line(rule("outputs"));
@@ -1336,7 +1365,20 @@ EmitTemplates load_templates(const std::string& dir) {
 }
 
 EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options) {
-  ir::require_dtypes(partitioned, {ir::DType::kF32}, "the CPU backend");
+  ir::require_dtypes(partitioned, {ir::DType::kF32, ir::DType::kBF16}, "the CPU backend");
+  // The generated API passes f32 arrays; a bf16 input or output is
+  // converted inside the program (astype), where the DSL line says so.
+  for (const ir::Node& n : partitioned.nodes)
+    if (n.op == ir::Op::kInput && n.dtype != ir::DType::kF32)
+      user_error(n.loc, "the CPU backend takes f32 inputs, not " +
+                            std::string(ir::dtype_name(n.dtype)) + ": declare " +
+                            ir::describe_value(n) + " f32 and convert it with astype()");
+  for (const ir::Output& o : partitioned.outputs)
+    if (partitioned[o.value].dtype != ir::DType::kF32)
+      user_error(o.loc, "the CPU backend returns f32 outputs, not " +
+                            std::string(ir::dtype_name(partitioned[o.value].dtype)) + ": output \"" +
+                            o.name + "\" is " + ir::describe_value(partitioned[o.value]) +
+                            "; convert it with astype(x, DType::kF32)");
   return CpuEmitter(partitioned, options).run();
 }
 

@@ -140,41 +140,16 @@ TEST(DType, VerifierChecksTypes) {
   expect_invalid(ints, "exp on i32 values");
 }
 
-// A two-layer MLP in Flax's mixed precision: f32 parameters (master
-// weights), bf16 matmul inputs and activations, loss in f32.
-void mixed_mlp(ProgramBuilder& b) {
-  Tensor x = b.input("x", {8, 16}, P("data", None));
-  Tensor y = b.input("y", {8, 4}, P("data", None));
-  Param w1 = b.scope().param("w1", {16, 32}, with_partitioning(lecun_normal(), P(None, "model")));
-  Param w2 = b.scope().param("w2", {32, 4}, with_partitioning(lecun_normal(), P("model", None)));
-  train_step(
-      b, {x, y},
-      [&](const std::vector<Tensor>& mb) {
-        Tensor h = relu(matmul(astype(mb[0], DType::kBF16), astype(w1, DType::kBF16)));
-        Tensor out = astype(matmul(h, astype(w2, DType::kBF16)), DType::kF32);
-        Tensor d = sub(out, mb[1]);
-        return mean(mul(d, d), {0, 1});
-      },
-      sgd(Schedule::constant(0.1)));
-}
-
-// The same program in f32.
-void f32_mlp(ProgramBuilder& b) {
-  Tensor x = b.input("x", {8, 16}, P("data", None));
-  Tensor y = b.input("y", {8, 4}, P("data", None));
-  Param w1 = b.scope().param("w1", {16, 32}, with_partitioning(lecun_normal(), P(None, "model")));
-  Param w2 = b.scope().param("w2", {32, 4}, with_partitioning(lecun_normal(), P("model", None)));
-  train_step(
-      b, {x, y},
-      [&](const std::vector<Tensor>& mb) {
-        Tensor d = sub(matmul(relu(matmul(mb[0], w1)), w2), mb[1]);
-        return mean(mul(d, d), {0, 1});
-      },
-      sgd(Schedule::constant(0.1)));
+// The programs of tests/emit/mixed_precision_model.cpp (linked in): a
+// two-layer MLP in Flax's mixed precision, its ring variant, and the same
+// MLP in f32.
+// Looked up when a test runs (registration happens during static init).
+ir::Graph traced(const std::string& program) {
+  return trace(program, ProgramRegistry::all().at(program));
 }
 
 TEST(DType, GradientsOfMasterWeightsAreF32) {
-  const ir::Graph g = trace("mixed_mlp", mixed_mlp);
+  const ir::Graph g = traced("mixed_mlp");
   ASSERT_EQ(g.gradients.size(), 2u);
   int bf16_backward = 0;
   for (const ir::Node& n : g.nodes)
@@ -191,14 +166,14 @@ TEST(DType, TheOracleIgnoresDeclaredTypes) {
   // fp64 throughout: the mixed program computes exactly what the f32 one does.
   const HostValues in = {{"x", std::vector<double>(8 * 16, 0.25)},
                          {"y", std::vector<double>(8 * 4, -0.5)}};
-  const HostValues a = interpret(trace("mixed_mlp", mixed_mlp), in, 7);
-  const HostValues b = interpret(trace("f32_mlp", f32_mlp), in, 7);
+  const HostValues a = interpret(traced("mixed_mlp"), in, 7);
+  const HostValues b = interpret(traced("f32_mlp"), in, 7);
   EXPECT_EQ(a.at("loss"), b.at("loss"));
 }
 
 TEST(DType, DataParallelGradientsAreReducedInF32) {
   const ir::Graph p =
-      lower(trace("mixed_mlp", mixed_mlp), Mesh::parse("data=4,model=1", 4)).partitioned;
+      lower(traced("mixed_mlp"), Mesh::parse("data=4,model=1", 4)).partitioned;
   int reductions = 0;
   for (const ir::Node& n : p.nodes) {
     if (n.op != ir::Op::kAllReduce || !n.backward) continue;
@@ -212,7 +187,7 @@ TEST(DType, GradientReduceBF16KeepsTheBF16Sum) {
   PipelineOptions o;
   o.gradient_reduce_bf16 = true;
   const ir::Graph p =
-      lower(trace("mixed_mlp", mixed_mlp), Mesh::parse("data=4,model=1", 4), o).partitioned;
+      lower(traced("mixed_mlp"), Mesh::parse("data=4,model=1", 4), o).partitioned;
   int bf16_sums = 0;
   for (const ir::Node& n : p.nodes)
     if (n.op == ir::Op::kAllReduce && n.backward && n.dtype == DType::kBF16) ++bf16_sums;
@@ -221,7 +196,7 @@ TEST(DType, GradientReduceBF16KeepsTheBF16Sum) {
 
 TEST(DType, TensorParallelActivationsMoveInBF16) {
   const ir::Graph p =
-      lower(trace("mixed_mlp", mixed_mlp), Mesh::parse("data=2,model=2", 4)).partitioned;
+      lower(traced("mixed_mlp"), Mesh::parse("data=2,model=2", 4)).partitioned;
   int bf16_forward = 0;
   for (const ir::Node& n : p.nodes)
     if (ir::is_collective(n.op) && !n.backward && n.dtype == DType::kBF16) ++bf16_forward;
@@ -238,10 +213,10 @@ TEST(DType, TensorParallelActivationsMoveInBF16) {
 // parameter shards are the same size.
 TEST(DType, TheReportCountsBytesInEachValuesType) {
   const Mesh mesh = Mesh::parse("data=2,model=2", 4);
-  const Report mixed = predict(lower(trace("mixed_mlp", mixed_mlp), mesh).partitioned);
-  const Report f32 = predict(lower(trace("f32_mlp", f32_mlp), mesh).partitioned);
+  const Report mixed = predict(lower(traced("mixed_mlp"), mesh).partitioned);
+  const Report f32 = predict(lower(traced("f32_mlp"), mesh).partitioned);
   EXPECT_EQ(mixed.persistent_bytes, f32.persistent_bytes);
-  const ir::Graph p = lower(trace("mixed_mlp", mixed_mlp), mesh).partitioned;
+  const ir::Graph p = lower(traced("mixed_mlp"), mesh).partitioned;
   auto bytes_of_kind = [](const Report& r, const std::string& what, bool backward,
                           const ir::Graph& g) {
     uint64_t b = 0;
@@ -249,7 +224,7 @@ TEST(DType, TheReportCountsBytesInEachValuesType) {
       if (c.what.rfind(what, 0) == 0 && g[c.node].backward == backward) b += c.bytes[0];
     return b;
   };
-  const ir::Graph q = lower(trace("f32_mlp", f32_mlp), mesh).partitioned;
+  const ir::Graph q = lower(traced("f32_mlp"), mesh).partitioned;
   // Forward: the row-parallel layer's reduce_scatter (bf16 in the mixed one).
   const uint64_t rs_mixed = bytes_of_kind(mixed, "reduce_scatter", false, p);
   const uint64_t rs_f32 = bytes_of_kind(f32, "reduce_scatter", false, q);
@@ -260,12 +235,6 @@ TEST(DType, TheReportCountsBytesInEachValuesType) {
   const uint64_t ar_f32 = bytes_of_kind(f32, "all_reduce(data) bucket", true, q);
   ASSERT_GT(ar_f32, 0u);
   EXPECT_EQ(ar_mixed, ar_f32);
-}
-
-// The mixed program with its dots on rings (bf16 ppermutes and ring adds).
-void mixed_mlp_ring(ProgramBuilder& b) {
-  b.set_collective_matmul(CollectiveMatmul::kAlways);
-  mixed_mlp(b);
 }
 
 // Five training steps of the mixed-precision MLP on the per-device
@@ -287,7 +256,7 @@ TEST(DType, TheInterpreterTrainsInBF16NearTheOracle) {
                                                         {"mixed_mlp", "data=2,model=2"},
                                                         {"mixed_mlp_ring", "data=1,model=4"}}) {
     SCOPED_TRACE(program + " on " + mesh);
-    const ProgramFn fn = program == "mixed_mlp" ? ProgramFn(mixed_mlp) : ProgramFn(mixed_mlp_ring);
+    const ProgramFn& fn = ProgramRegistry::all().at(program);
     const ir::Graph global = trace(program, fn);
     const ir::Graph local = lower(global, Mesh::parse(mesh, 4)).partitioned;
     if (program == "mixed_mlp_ring") {
@@ -326,19 +295,27 @@ TEST(DType, TheInterpreterTrainsInBF16NearTheOracle) {
   }
 }
 
-TEST(DType, BackendsRefuseBF16ByName) {
-  const ir::Graph p =
-      lower(trace("mixed_mlp", mixed_mlp), Mesh::parse("data=2,model=1", 2)).partitioned;
-  try {
-    emit_cpu(p, EmitOptions{});
-    FAIL() << "emit_cpu accepted a bf16 program";
-  } catch (const Error& e) {
-    const std::string m = sharc::testing::user_message(e);
-    EXPECT_NE(m.find("the CPU backend runs f32 values only, not yet bf16: convert result bf16["),
-              std::string::npos)
-        << m;
-    EXPECT_NE(m.find(kThisFile), std::string::npos) << m;
-  }
+TEST(DType, TheCPUBackendRefusesI32AndBF16InputsByName) {
+  Traced t("typed_io");
+  const int line = __LINE__ + 1;
+  Tensor ids = t.b.input("ids", {4}, P(), DType::kI32);
+  t.b.output("y", astype(ids, DType::kF32));
+  const ir::Graph p = lower(t.graph(), Mesh::parse("data=1", 1)).partitioned;
+  const std::string m = error_at(line, [&] { emit_cpu(p, EmitOptions{}); });
+  EXPECT_NE(m.find("the CPU backend runs f32 and bf16 values only, not yet i32: input 'ids' i32[4]"),
+            std::string::npos)
+      << m;
+
+  Traced u("bf16_input");
+  const int line2 = __LINE__ + 1;
+  Tensor x = u.b.input("x", {4}, P(), DType::kBF16);
+  u.b.output("y", astype(x, DType::kF32));
+  const ir::Graph q = lower(u.graph(), Mesh::parse("data=1", 1)).partitioned;
+  const std::string m2 = error_at(line2, [&] { emit_cpu(q, EmitOptions{}); });
+  EXPECT_NE(m2.find("the CPU backend takes f32 inputs, not bf16: declare input 'x' bf16[4] f32 and "
+                    "convert it with astype()"),
+            std::string::npos)
+      << m2;
 }
 
 }  // namespace
