@@ -31,8 +31,9 @@ Linear::Linear(Scope s, int64_t in_features, int64_t out_features, LinearOptions
 
 Tensor Linear::operator()(Tensor x, SrcLoc loc) const {
   LabelScope label(*kernel.tracer(), path_);
-  Tensor y = matmul(x, kernel, loc);
-  return bias.valid() ? add(y, bias, loc) : y;
+  const DType dt = kernel.tracer()->graph().dtype;
+  Tensor y = matmul(astype(x, dt, loc), astype(kernel, dt, loc), loc);
+  return bias.valid() ? add(y, astype(bias, dt, loc), loc) : y;
 }
 
 LayerNorm::LayerNorm(Scope s, int64_t features, LayerNormOptions o, SrcLoc loc)
@@ -43,7 +44,8 @@ LayerNorm::LayerNorm(Scope s, int64_t features, LayerNormOptions o, SrcLoc loc)
 
 Tensor LayerNorm::operator()(Tensor x, SrcLoc loc) const {
   LabelScope label(*scale.tracer(), path_);
-  return layer_norm(x, scale, bias, epsilon_, loc);
+  // In f32 (layer_norm upcasts), the result in the program's dtype.
+  return astype(layer_norm(x, scale, bias, epsilon_, loc), scale.tracer()->graph().dtype, loc);
 }
 
 }  // namespace sharc

@@ -268,6 +268,7 @@ Tensor softmax_cross_entropy(Tensor logits, Tensor labels, SrcLoc loc) {
     user_error(loc, "softmax_cross_entropy: labels " + labels.describe() + " must have the batch shape " +
                         ir::shape_str(batch) + " of logits " + logits.describe());
   const int c = static_cast<int>(logits.rank()) - 1;
+  logits = astype(logits, DType::kF32, loc);  // the loss is f32 (mixed precision)
   // logsumexp(x) - x[label], with the max subtracted for stability.
   Tensor m = max(logits, {c}, /*keepdims=*/true, loc);
   Tensor lse = add(log(sum(exp(sub(logits, m, loc), loc), {c}, false, loc), loc), reshape(m, batch, loc), loc);
@@ -283,7 +284,8 @@ Tensor mean_squared_error(Tensor prediction, Tensor target, SrcLoc loc) {
   if (prediction.shape() != target.shape())
     user_error(loc, "mean_squared_error: " + prediction.describe() + " and " + target.describe() +
                         " have different shapes");
-  Tensor d = sub(prediction, target, loc);
+  // The loss is f32 (mixed precision).
+  Tensor d = sub(astype(prediction, DType::kF32, loc), astype(target, DType::kF32, loc), loc);
   std::vector<int> all;
   for (int i = 0; i < static_cast<int>(d.rank()); ++i) all.push_back(i);
   return mean(mul(d, d, loc), all, false, loc);
@@ -293,7 +295,8 @@ Tensor dropout(Tensor x, double rate, Tensor seed, SrcLoc loc) {
   tracer_of(x, loc);
   if (rate < 0.0 || rate >= 1.0) user_error(loc, "dropout: rate " + std::to_string(rate) + " is not in [0, 1)");
   if (rate == 0.0) return x;
-  Tensor keep = greater(random_uniform(x.shape(), seed, loc), full({}, rate, loc), loc);
+  Tensor keep = astype(greater(random_uniform(x.shape(), seed, loc), full({}, rate, loc), loc),
+                       x.dtype(), loc);
   return mul(mul(x, keep, loc), 1.0 / (1.0 - rate), loc);
 }
 
@@ -436,9 +439,12 @@ Tensor mean(Tensor x, std::vector<int> axes, bool keepdims, SrcLoc loc) {
 
 Tensor softmax(Tensor x, int axis, SrcLoc loc) {
   axis = normalize_axis(x, axis, loc, "softmax");
+  // In f32 whatever comes in (mixed precision), the result in x's type.
+  const DType dt = x.dtype();
+  x = astype(x, DType::kF32, loc);
   Tensor m = max(x, {axis}, /*keepdims=*/true, loc);
   Tensor e = exp(sub(x, m, loc), loc);
-  return div(e, sum(e, {axis}, /*keepdims=*/true, loc), loc);
+  return astype(div(e, sum(e, {axis}, /*keepdims=*/true, loc), loc), dt, loc);
 }
 
 Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps, SrcLoc loc) {
@@ -446,6 +452,9 @@ Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps, SrcLoc loc) {
   if (scale.rank() != 1 || scale.dim(0) != c || bias.rank() != 1 || bias.dim(0) != c)
     user_error(loc, "layer_norm: scale " + scale.describe() + " and bias " + bias.describe() +
                         " must be 1-D of size " + std::to_string(c) + " to normalize " + x.describe());
+  x = astype(x, DType::kF32, loc);  // statistics in f32 (mixed precision)
+  scale = astype(scale, DType::kF32, loc);
+  bias = astype(bias, DType::kF32, loc);
   Tensor mu = mean(x, {-1}, /*keepdims=*/true, loc);
   Tensor xc = sub(x, mu, loc);
   Tensor var = mean(mul(xc, xc, loc), {-1}, /*keepdims=*/true, loc);

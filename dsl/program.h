@@ -51,6 +51,14 @@ class ProgramBuilder {
   // the size threshold); a dot's with_collective_matmul wins, and
   // PipelineOptions::collective_matmul / ring_direction, when given to lower(),
   // take precedence.
+  // Mixed precision, as Flax's module `dtype` with `param_dtype` f32: the
+  // modules (Linear, Embedding, attention, the GPT blocks) compute in `dtype`
+  // while parameters and optimizer state stay f32 master weights; layer norm,
+  // softmax and the losses compute in f32 whatever comes in. Gradients are
+  // reduced in f32 (PipelineOptions::gradient_reduce_bf16 to change it).
+  // Model code does not change: call it before building the model.
+  void set_dtype(DType dtype) { tracer_.graph().dtype = dtype; }
+
   void set_collective_matmul(CollectiveMatmul mode,
                              RingDirection direction = RingDirection::kBidirectional) {
     tracer_.graph().collective_matmul = mode;

@@ -86,7 +86,8 @@ Tensor Embedding::operator()(Tensor ids, SrcLoc loc) const {
   LabelScope label(*embedding.tracer(), path_);
   // (B..., vocab) x (vocab, features): contracting a 'model'-split vocab gives
   // partial sums, resolved by the partitioner.
-  return matmul(one_hot(ids, num_embeddings_), embedding);
+  const DType dt = embedding.tracer()->graph().dtype;
+  return matmul(astype(one_hot(ids, num_embeddings_), dt), astype(embedding, dt));
 }
 
 Tensor Embedding::attend(Tensor x, SrcLoc loc) const {
@@ -94,7 +95,8 @@ Tensor Embedding::attend(Tensor x, SrcLoc loc) const {
     user_error(loc, "Embedding '" + path_ + "'.attend: " + x.describe() + " must end in the " +
                         std::to_string(embedding.dim(1)) + " features of " + embedding.describe());
   LabelScope label(*embedding.tracer(), path_);
-  return matmul(x, transpose(embedding, {1, 0}));
+  const DType dt = embedding.tracer()->graph().dtype;
+  return matmul(astype(x, dt), transpose(astype(embedding, dt), {1, 0}));
 }
 
 // ---- PositionalEmbedding
@@ -113,7 +115,7 @@ Tensor PositionalEmbedding::operator()(Tensor x, SrcLoc loc) const {
   LabelScope label(*embedding.tracer(), path_);
   const int64_t t = x.dim(1);
   Tensor rows = t == embedding.dim(0) ? Tensor(embedding) : slice(embedding, 0, 0, t);
-  return add(x, rows);  // (B, T, E) + (T, E)
+  return add(x, astype(rows, x.dtype()));  // (B, T, E) + (T, E)
 }
 
 // ---- CausalSelfAttention
@@ -145,7 +147,7 @@ Tensor CausalSelfAttention::operator()(Tensor x, Tensor seed, SrcLoc loc) const 
   // Causal mask: key position j > query position i gets -1e9, which exp()
   // turns into exactly 0 in fp32 and fp64 alike.
   Tensor future = greater(iota({t, t}, 1), iota({t, t}, 0));  // (T, T)
-  Tensor scores = add(matmul(q, k_t), mul(future, -1e9));     // (B, H, T, T)
+  Tensor scores = add(matmul(q, k_t), astype(mul(future, -1e9), q.dtype()));  // (B, H, T, T)
   Tensor weights = maybe_dropout(softmax(scores, -1), dropout_, seed);
   Tensor y = transpose(matmul(weights, v), {0, 2, 1, 3});  // (B, T, H, Dh)
   y = proj(reshape(y, {b, t, h * d}));                     // row-parallel

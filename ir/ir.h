@@ -308,6 +308,10 @@ struct Graph {
   // and ring_direction, given to lower(), take precedence.
   CollectiveMatmul collective_matmul = CollectiveMatmul::kAuto;
   std::optional<RingDirection> ring_direction;
+  // The computation dtype of the program's modules (ProgramBuilder::set_dtype,
+  // Flax's `dtype`): Linear, Embedding and attention cast their inputs and
+  // f32 parameters to it; layer norm, softmax and losses compute in f32.
+  DType dtype = DType::kF32;
   // The bodies of the program's shard_maps (ShardMap nodes index them). A
   // body is kept as the user's callable and traced per device once the mesh
   // is known (instantiate_shard_map in dsl/shard_map.h).

@@ -21,7 +21,7 @@ struct DotReluDot : Module {
     Tensor y = relu(dot1(x));
     // In data parallelism the batch dimension is sharded on 'data'.
     y = with_sharding_constraint(y, P("data", "model"));
-    return matmul(y, w2);
+    return matmul(y, astype(w2, y.dtype()));  // w2 in the activations' type
   }
 };
 
@@ -40,7 +40,7 @@ struct LogicalDotReluDot : Module {
   Tensor operator()(Tensor x) const {
     Tensor y = relu(dot1(x));
     y = with_sharding_constraint(y, P("data", None));
-    return matmul(y, w2);
+    return matmul(y, astype(w2, y.dtype()));  // w2 in the activations' type
   }
 };
 

@@ -43,7 +43,7 @@ struct PortableDotReluDot : Module {
   Tensor operator()(Tensor x) const {
     Tensor y = relu(dot1(x));
     y = with_sharding_constraint(y, P("batch", "hidden"));
-    return matmul(y, w2);
+    return matmul(y, astype(w2, y.dtype()));  // w2 in the activations' type
   }
 };
 

@@ -55,6 +55,7 @@ struct MLP : Module {
 
 // Fraction of rows whose largest logit is the label's.
 inline Tensor accuracy(Tensor logits, Tensor labels) {
+  logits = astype(logits, DType::kF32);  // bf16 logits (mixed precision) compared in f32
   Tensor best = equal(logits, max(logits, {-1}, /*keepdims=*/true));
   Tensor hit = sum(mul(best, one_hot(labels, logits.dim(-1))), {-1});
   return mean(minimum(hit, full({}, 1.0)), {0});
