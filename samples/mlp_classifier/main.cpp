@@ -28,6 +28,7 @@
 #include "mlp_eval_fsdp4_model2.h"
 #include "mlp_eval_fsdp8.h"
 #include "mlp_eval_model8.h"
+#include "mlp_train_bf16_fsdp4_model2.h"
 #include "mlp_train_data4_model2.h"
 #include "mlp_train_data8.h"
 #include "mlp_train_fsdp4_model2.h"
@@ -55,6 +56,7 @@ constexpr int64_t kEvalBatch = 1000;  // model.cpp's mlp_eval batch
 
 struct Options {
   std::string mesh = "data=8";
+  std::string dtype = "f32";
   int64_t steps = kDefaultSteps;
   uint64_t seed = 0;
   int64_t eval_every = 200;
@@ -236,17 +238,20 @@ int train_and_evaluate(const Options& o, const Data& data, const char* descripti
 // One row per generated pair: its mesh flag, a description and the runner.
 struct Strategy {
   const char* mesh;
+  const char* dtype;  // of the training step's computation
   const char* description;
   int (*run)(const Options&, const Data&, const char* description);
 };
 
 // The layouts are the training program's (evaluation takes whole parameters,
 // whatever its own layouts).
-#define SHARC_MLP_STRATEGY(mesh_flag, tag, text)                                    \
-  Strategy {                                                                        \
-    mesh_flag, text, [](const Options& o, const Data& d, const char* description) { \
-      namespace t = sharc_gen::mlp_train_##tag;                                     \
-      namespace e = sharc_gen::mlp_eval_##tag;                                      \
+#define SHARC_MLP_STRATEGY(mesh_flag, tag, text) \
+  SHARC_MLP_STRATEGY_TYPED(mesh_flag, "f32", mlp_train_##tag, mlp_eval_##tag, text)
+#define SHARC_MLP_STRATEGY_TYPED(mesh_flag, dtype, train, eval, text)                     \
+  Strategy {                                                                              \
+    mesh_flag, dtype, text, [](const Options& o, const Data& d, const char* description) { \
+      namespace t = sharc_gen::train;                                                     \
+      namespace e = sharc_gen::eval;                                                      \
       const Layout layout = layout_of<t::Program, e::Program>(std::string(t::kMesh));\
       return train_and_evaluate<t::Program, e::Program>(o, d, description, layout); \
     }                                                                               \
@@ -258,21 +263,27 @@ const Strategy kStrategies[] = {
     SHARC_MLP_STRATEGY("model=8", model8, "tensor parallel (Megatron MLP: hidden split 8 ways)"),
     SHARC_MLP_STRATEGY("data=4,model=2", data4_model2, "data parallel x tensor parallel"),
     SHARC_MLP_STRATEGY("fsdp=4,model=2", fsdp4_model2, "FSDP x tensor parallel"),
+    SHARC_MLP_STRATEGY_TYPED("fsdp=4,model=2", "bf16", mlp_train_bf16_fsdp4_model2,
+                             mlp_eval_fsdp4_model2,
+                             "FSDP x tensor parallel in bf16 mixed precision"),
 };
 
 std::string valid_meshes() {
   std::string s;
   for (const Strategy& st : kStrategies)
-    s += std::string("\n  --mesh ") + st.mesh + "   " + st.description;
+    s += std::string("\n  --mesh ") + st.mesh +
+         (std::string(st.dtype) == "f32" ? "" : std::string(" --dtype ") + st.dtype) + "   " +
+         st.description;
   return s;
 }
 
 void usage(FILE* f) {
   std::fprintf(
       f,
-      "usage: mlp_classifier_main [--mesh M] [--steps N] [--seed S] [--eval-every N] "
+      "usage: mlp_classifier_main [--mesh M] [--dtype T] [--steps N] [--seed S] [--eval-every N] "
       "[--data-dir D]\n"
       "  --mesh M        the strategy's mesh (default data=8), one of:%s\n"
+      "  --dtype T       f32 (default) or bf16 mixed precision, where generated\n"
       "  --steps N       training steps of %lld examples (default %lld; the test accuracy\n"
       "                  target %.2f is checked for runs this long or longer)\n"
       "  --seed S        parameter initialisation and data order (default 0)\n"
@@ -317,6 +328,8 @@ int main(int argc, char** argv) {
     bool ok = true;
     if (flag == "--mesh") {
       o.mesh = value;
+    } else if (flag == "--dtype") {
+      o.dtype = value;
     } else if (flag == "--steps") {
       ok = parse_count(value.c_str(), 1, &o.steps);
     } else if (flag == "--seed") {
@@ -339,10 +352,12 @@ int main(int argc, char** argv) {
 
   const Strategy* strategy = nullptr;
   for (const Strategy& s : kStrategies)
-    if (o.mesh == s.mesh) strategy = &s;
+    if (o.mesh == s.mesh && o.dtype == s.dtype) strategy = &s;
   if (!strategy) {
-    std::fprintf(stderr, "error: no program was generated for --mesh %s; the build generated:%s\n",
-                 o.mesh.c_str(), valid_meshes().c_str());
+    std::fprintf(stderr,
+                 "error: no program was generated for --mesh %s%s; the build generated:%s\n",
+                 o.mesh.c_str(), o.dtype == "f32" ? "" : (" --dtype " + o.dtype).c_str(),
+                 valid_meshes().c_str());
     return 2;
   }
 

@@ -12,6 +12,14 @@ SHARC_PROGRAM(mlp_train, b) {
   mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer());
 }
 
+// The same step in bf16 mixed precision (--dtype bf16): activations and
+// matmul inputs in bf16, f32 master weights and AdamW state, f32 loss. The
+// model code is the same; evaluation stays f32 on the trained weights.
+SHARC_PROGRAM(mlp_train_bf16, b) {
+  b.set_dtype(sharc::DType::kBF16);
+  mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer());
+}
+
 SHARC_PROGRAM(mlp_eval, b) {
   mlp_classifier::Config c;
   c.batch = kEvalBatch;

@@ -8,7 +8,6 @@
 #include "dsl/train.h"
 #include "samples/dot_relu_dot/train_model.h"
 #include "samples/gpt2/model.h"
-#include "samples/mlp_classifier/model.h"
 
 namespace {
 
@@ -64,11 +63,6 @@ SHARC_PROGRAM(f32_mlp, b) {
 SHARC_PROGRAM(dot_relu_dot_train_bf16, b) {
   b.set_dtype(sharc::DType::kBF16);
   dot_relu_dot::build_dot_relu_dot_train(b);
-}
-
-SHARC_PROGRAM(mlp_train_bf16, b) {
-  b.set_dtype(sharc::DType::kBF16);
-  mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer());
 }
 
 SHARC_PROGRAM(gpt2_train_bf16, b) {
