@@ -1,11 +1,12 @@
 // bucket_all_reduces: group backward all-reduces; see the header.
 #include "codegen/passes/bucket_all_reduces.h"
 
-#include <tuple>
-
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <tuple>
+
+#include "codegen/passes/drop_nodes.h"
 
 namespace sharc {
 
@@ -71,15 +72,7 @@ ir::Graph bucket_all_reduces(const ir::Graph& g, size_t bucket_bytes) {
     if (buckets[b].members.back() != i) continue;  // deferred
     for (int m : buckets[b].members) place(m, b);
   }
-  for (auto& o : out.outputs) o.value = remap[o.value];
-  for (auto& u : out.updates) {
-    u.value = remap[u.value];
-    u.target = remap[u.target];
-  }
-  for (auto& gr : out.gradients) {
-    gr.parameter = remap[gr.parameter];
-    gr.value = remap[gr.value];
-  }
+  remap_roots(out, remap);
   for (auto& n : out.nodes)
     for (int a : n.args)
       if (a < 0) internal_error("bucket_all_reduces moved a value past its user");

@@ -70,15 +70,7 @@ ir::Graph combine_reductions(const ir::Graph& g) {
     out_uses.push_back(uses[id]);
     dead.push_back(false);
   }
-  for (auto& o : out.outputs) o.value = remap[o.value];
-  for (auto& u : out.updates) {
-    u.value = remap[u.value];
-    u.target = remap[u.target];
-  }
-  for (auto& gr : out.gradients) {
-    gr.parameter = remap[gr.parameter];
-    gr.value = remap[gr.value];
-  }
+  remap_roots(out, remap);
   // Drop the collectives the combinations replaced.
   return drop_nodes(out, dead, "combine_reductions");
 }

@@ -34,4 +34,16 @@ ir::Graph drop_nodes(const ir::Graph& g, const std::vector<bool>& dead, const st
   return packed;
 }
 
+void remap_roots(ir::Graph& g, const std::vector<int>& remap) {
+  for (auto& o : g.outputs) o.value = remap[o.value];
+  for (auto& u : g.updates) {
+    u.value = remap[u.value];
+    u.target = remap[u.target];
+  }
+  for (auto& gr : g.gradients) {
+    gr.parameter = remap[gr.parameter];
+    gr.value = remap[gr.value];
+  }
+}
+
 }  // namespace sharc

@@ -49,15 +49,7 @@ ir::Graph widen_reductions(const ir::Graph& g) {
     }
     remap[id] = keep(std::move(n));
   }
-  for (auto& o : out.outputs) o.value = remap[o.value];
-  for (auto& u : out.updates) {
-    u.value = remap[u.value];
-    u.target = remap[u.target];
-  }
-  for (auto& gr : out.gradients) {
-    gr.parameter = remap[gr.parameter];
-    gr.value = remap[gr.value];
-  }
+  remap_roots(out, remap);
   return drop_nodes(out, dead, "widen_reductions");
 }
 
