@@ -99,6 +99,7 @@ class CpuEmitter {
                                    {"SHARC_PARAMETER_SHARD", parameter_lookup(false)},
                                    {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)},
                                    {"SHARC_INPUTS_SET", io_set(true)},
+                                   {"SHARC_INPUTS_SET_I32", io_set(true, ir::DType::kI32)},
                                    {"SHARC_OUTPUTS_SET", io_set(false)},
                                    {"SHARC_IO_CHECKS", io_checks()},
                                    {"SHARC_SET_PARAMETER", parameter_transfer(true)},
@@ -297,12 +298,21 @@ class CpuEmitter {
   }
 
   // Inputs::set / Outputs::set: a field by its input or output name, the
-  // span's size checked against the table.
-  std::string io_set(bool inputs) const {
+  // span's size checked against the table. Inputs have two: float spans for
+  // f32 inputs, int32_t spans for i32 ones (`dtype`); each names the other
+  // for an input of the other type.
+  std::string io_set(bool inputs, ir::DType dtype = ir::DType::kF32) const {
     CodeWriter w(1);
     const std::string kind = inputs ? "input" : "output";
     for (const Io& io : ios(inputs)) {
       w.open("if (name == " + quoted(io.name) + ")");
+      const ir::DType t = g_[io.value].dtype;
+      if (t != dtype) {
+        w.line("throw std::invalid_argument(\"Inputs::set: input \\\"" + io.name + "\\\" is " +
+               std::string(ir::dtype_name(t)) + "; pass " + elem_type(t) + " values\");");
+        w.close();
+        continue;
+      }
       w.line("sharc::rt::check_elements(" + kind + "_info(name), values.size(), \"" +
              (inputs ? "Inputs" : "Outputs") + "::set\", \"" + kind + "\");");
       w.line(io.field + " = values.data();");
@@ -331,8 +341,9 @@ class CpuEmitter {
   std::string io_fields(bool inputs) const {
     CodeWriter w(2);
     for (const Io& io : ios(inputs))
-      w.line((inputs ? "const float* " : "float* ") + io.field + " = nullptr;  // " +
-             ir::shape_str(global_shape(g_[io.value])));
+      w.line((inputs ? "const " + elem_type(g_[io.value].dtype) + "* " : std::string("float* ")) +
+             io.field + " = nullptr;  // " +
+             ir::shape_str(global_shape(g_[io.value]), g_[io.value].dtype));
     return w.str();
   }
 
@@ -510,7 +521,9 @@ class CpuEmitter {
   // An f32 expression stored into an element of type t (bf16: rounded to
   // nearest even, as every op's result is).
   static std::string stored(ir::DType t, const std::string& e) {
-    return t == ir::DType::kBF16 ? "rt::bf16(" + e + ")" : e;
+    if (t == ir::DType::kBF16) return "rt::bf16(" + e + ")";
+    if (t == ir::DType::kI32) return "static_cast<int32_t>(" + e + ")";
+    return e;
   }
 
   std::string declare(int v) const {
@@ -610,8 +623,11 @@ class CpuEmitter {
       } else {
         // A bf16 op's result is rounded where it is made, as if stored.
         const std::string name = "v" + std::to_string(k++);
+        // An i32 op's result is truncated to an integer: what a store does.
         const std::string e =
-            v.dtype == ir::DType::kBF16 ? "rt::round_to_bf16(" + expr(t) + ")" : expr(t);
+            v.dtype == ir::DType::kBF16 ? "rt::round_to_bf16(" + expr(t) + ")"
+            : v.dtype == ir::DType::kI32 ? "static_cast<float>(static_cast<int32_t>(" + expr(t) + "))"
+                                         : expr(t);
         w.line("const float " + name + " = " + e + ";" + where);
         scalar[t] = name;
       }
@@ -1365,13 +1381,14 @@ EmitTemplates load_templates(const std::string& dir) {
 }
 
 EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options) {
-  ir::require_dtypes(partitioned, {ir::DType::kF32, ir::DType::kBF16}, "the CPU backend");
-  // The generated API passes f32 arrays; a bf16 input or output is
-  // converted inside the program (astype), where the DSL line says so.
+  ir::require_dtypes(partitioned, {ir::DType::kF32, ir::DType::kBF16, ir::DType::kI32},
+                     "the CPU backend");
+  // The generated API passes f32 arrays, and i32 ones for ids and labels; a
+  // bf16 input or output is converted inside the program (astype), where the
+  // DSL line says so.
   for (const ir::Node& n : partitioned.nodes)
-    if (n.op == ir::Op::kInput && n.dtype != ir::DType::kF32)
-      user_error(n.loc, "the CPU backend takes f32 inputs, not " +
-                            std::string(ir::dtype_name(n.dtype)) + ": declare " +
+    if (n.op == ir::Op::kInput && n.dtype == ir::DType::kBF16)
+      user_error(n.loc, "the CPU backend takes f32 and i32 inputs, not bf16: declare " +
                             ir::describe_value(n) + " f32 and convert it with astype()");
   for (const ir::Output& o : partitioned.outputs)
     if (partitioned[o.value].dtype != ir::DType::kF32)

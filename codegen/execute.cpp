@@ -143,7 +143,8 @@ std::vector<rt::bf16> to_bf16(const float* x, size_t n) {
 // or on bf16 copies of `in` (nin elements) and `out` (nout) copied back.
 template <class F>
 void in_dtype(const Node& n, const float* in, size_t nin, float* out, size_t nout, F&& f) {
-  if (n.dtype == ir::DType::kF32) return f(in, out);
+  // i32 runs as f32 too: the same four bytes, exact below 2^24.
+  if (n.dtype != ir::DType::kBF16) return f(in, out);
   const std::vector<rt::bf16> x = to_bf16(in, nin);
   std::vector<rt::bf16> y(nout);
   f(x.data(), y.data());
@@ -281,7 +282,8 @@ int all_reduce_bucket_end(const ir::Graph& g, int first) {
 ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
                                const HostValues* state) {
   if (!g.partitioned) internal_error("execute_partitioned needs a per-device graph");
-  ir::require_dtypes(g, {ir::DType::kF32, ir::DType::kBF16}, "the per-device interpreter");
+  ir::require_dtypes(g, {ir::DType::kF32, ir::DType::kBF16, ir::DType::kI32},
+                     "the per-device interpreter");
   const Mesh& mesh = g.mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
   rt::ThreadWorld world(ms);
@@ -543,6 +545,8 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
       }
       if (n.dtype == ir::DType::kBF16)
         for (int64_t i = 0; i < count; ++i) out[i] = rt::round_to_bf16(out[i]);
+      if (n.dtype == ir::DType::kI32)
+        for (int64_t i = 0; i < count; ++i) out[i] = std::trunc(out[i]);
       val[id] = std::move(out);
       count_gradient(static_cast<int>(id));
       free_operands(static_cast<int>(id));

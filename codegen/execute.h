@@ -3,7 +3,9 @@
 // kernels and real collectives. bf16 values are held in f32 buffers rounded
 // to bf16 after every op, and every collective and ring dot on them runs in
 // bf16, so values, rounding and bytes sent are those of bf16 storage (memory
-// counts them at four bytes). i32 values are not run yet. It is the quick way to check a partitioning
+// counts them at four bytes). i32 values (ids, labels) are held in f32 and
+// truncated after every op: exact, and equal to generated code's int32_t
+// buffers, for magnitudes below 2^24. It is the quick way to check a partitioning
 // against the oracle without generating and compiling C++; the emitted code
 // (emit_cpu.h) calls the same kernels and collectives in the same order.
 #pragma once

@@ -218,9 +218,14 @@ void eval_node(const ir::Graph& g, size_t id, std::vector<Values>& val, const Ho
       case Op::kSqrt:
       case Op::kSin:
       case Op::kCos:
-      case Op::kConvert:
         out.resize(count);
         for (int64_t i = 0; i < count; ++i) out[i] = unary(n.op, arg(0)[i]);
+        break;
+      case Op::kConvert:
+        // To i32 truncates; to a float type the fp64 value stays as it is.
+        out.resize(count);
+        for (int64_t i = 0; i < count; ++i)
+          out[i] = n.dtype == ir::DType::kI32 ? std::trunc(arg(0)[i]) : arg(0)[i];
         break;
       case Op::kShardingConstraint:
       case Op::kReshape:

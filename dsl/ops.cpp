@@ -246,6 +246,7 @@ Tensor pad(Tensor x, int dim, int64_t before, int64_t after, SrcLoc loc) {
 Tensor one_hot(Tensor labels, int64_t num_classes, SrcLoc loc) {
   Tracer& t = tracer_of(labels, loc);
   if (num_classes <= 0) user_error(loc, "one_hot: num_classes must be positive");
+  labels = astype(labels, DType::kF32, loc);  // i32 ids compare as f32: exact below 2^24
   Shape out = labels.shape();
   out.push_back(num_classes);
   Tensor classes = iota(out, static_cast<int>(out.size()) - 1, loc);

@@ -74,6 +74,13 @@ Program::Inputs& Program::Inputs::set(std::string_view name,
   return *this;
 }
 
+Program::Inputs& Program::Inputs::set(std::string_view name,
+                                      [[maybe_unused]] std::span<const int32_t> values) {
+@SHARC_INPUTS_SET_I32@
+  input_info(name);  // throws: no such input
+  return *this;
+}
+
 Program::Outputs& Program::Outputs::set(std::string_view name,
                                         [[maybe_unused]] std::span<float> values) {
 @SHARC_OUTPUTS_SET@

@@ -73,6 +73,8 @@ class Program {
   struct Inputs {
 @SHARC_INPUT_FIELDS@
     Inputs& set(std::string_view name, std::span<const float> values);
+    // The same for i32 inputs (token ids, labels).
+    Inputs& set(std::string_view name, std::span<const int32_t> values);
   };
   // Global row-major arrays the caller owns, filled by forward(); set() as
   // for Inputs, against kOutputs.

@@ -376,26 +376,28 @@ INSTANTIATE_TEST_SUITE_P(
                       SampleCase{"gpt2_train_bf16", "data=2,model=4", 64}),
     [](const ::testing::TestParamInfo<SampleCase>& i) { return i.param.program; });
 
-TEST(DType, TheCPUBackendRefusesI32AndBF16InputsByName) {
-  Traced t("typed_io");
-  const int line = __LINE__ + 1;
-  Tensor ids = t.b.input("ids", {4}, P(), DType::kI32);
-  t.b.output("y", astype(ids, DType::kF32));
-  const ir::Graph p = lower(t.graph(), Mesh::parse("data=1", 1)).partitioned;
-  const std::string m = error_at(line, [&] { emit_cpu(p, EmitOptions{}); });
-  EXPECT_NE(
-      m.find("the CPU backend runs f32 and bf16 values only, not yet i32: input 'ids' i32[4]"),
-      std::string::npos)
-      << m;
-
+// The generated API passes f32 arrays (and i32 for ids and labels): a bf16
+// input or output is refused at its DSL line, saying what to do instead.
+TEST(DType, TheCPUBackendRefusesBF16InputsAndOutputsByName) {
   Traced u("bf16_input");
-  const int line2 = __LINE__ + 1;
+  const int line = __LINE__ + 1;
   Tensor x = u.b.input("x", {4}, P(), DType::kBF16);
   u.b.output("y", astype(x, DType::kF32));
   const ir::Graph q = lower(u.graph(), Mesh::parse("data=1", 1)).partitioned;
-  const std::string m2 = error_at(line2, [&] { emit_cpu(q, EmitOptions{}); });
-  EXPECT_NE(m2.find("the CPU backend takes f32 inputs, not bf16: declare input 'x' bf16[4] f32 and "
-                    "convert it with astype()"),
+  const std::string m = error_at(line, [&] { emit_cpu(q, EmitOptions{}); });
+  EXPECT_NE(m.find("the CPU backend takes f32 and i32 inputs, not bf16: declare input 'x' bf16[4] "
+                   "f32 and convert it with astype()"),
+            std::string::npos)
+      << m;
+
+  Traced v("bf16_output");
+  Tensor z = v.b.input("z", {4});
+  const int line2 = __LINE__ + 1;
+  v.b.output("y", astype(z, DType::kBF16));
+  const ir::Graph r = lower(v.graph(), Mesh::parse("data=1", 1)).partitioned;
+  const std::string m2 = error_at(line2, [&] { emit_cpu(r, EmitOptions{}); });
+  EXPECT_NE(m2.find("the CPU backend returns f32 outputs, not bf16: output \"y\" is convert result "
+                    "bf16[4]"),
             std::string::npos)
       << m2;
 }

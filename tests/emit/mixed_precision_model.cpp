@@ -45,7 +45,23 @@ void f32_mlp(ProgramBuilder& b) {
       sgd(Schedule::constant(0.1)));
 }
 
+// A linear classifier whose labels come in as i32, as a data loader hands
+// them over (one_hot compares them as f32, exact below 2^24).
+void classifier_i32(ProgramBuilder& b) {
+  Tensor x = b.input("x", {8, 16}, P("data", None));
+  Tensor labels = b.input("labels", {8}, P("data"), DType::kI32);
+  Param w = b.scope().param("w", {16, 4}, with_partitioning(lecun_normal(), P(None, "model")));
+  train_step(
+      b, {x, labels},
+      [&](const std::vector<Tensor>& mb) { return softmax_cross_entropy(matmul(mb[0], w), mb[1]); },
+      sgd(Schedule::constant(0.5)));
+}
+
 }  // namespace
+
+SHARC_PROGRAM(classifier_i32, b) {
+  classifier_i32(b);
+}
 
 SHARC_PROGRAM(mixed_mlp, b) {
   mixed_mlp(b);

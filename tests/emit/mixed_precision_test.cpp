@@ -27,6 +27,7 @@
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
 #include "dsl/program.h"
+#include "emit_classifier_i32_2x2.h"
 #include "emit_mixed_mlp_data2_model2.h"
 #include "emit_mixed_mlp_data4.h"
 #include "emit_mixed_mlp_ring_model4.h"
@@ -119,6 +120,48 @@ TYPED_TEST(MixedPrecision, FiveStepsMatchInterpreterBitForBitAndOracleWithinBF16
       for (int r = 0; r < world.size(); ++r)
         EXPECT_EQ(world.memory(r).peak(), report.peak_bytes[r]) << "device " << r;
     }
+  }
+}
+
+// i32 labels: the generated API takes them as int32_t (its table says i32),
+// refuses a float span for them by name, and three training steps equal the
+// interpreter bit for bit and the fp64 oracle within f32 rounding (1e-5 of
+// the loss; the program is f32 but for its labels).
+TEST(I32Inputs, LabelsAsInt32MatchInterpreterAndOracle) {
+  namespace ns = sharc_gen::emit_classifier_i32_2x2;
+  EXPECT_EQ(ns::input_info("labels").dtype, "i32");
+  EXPECT_EQ(ns::input_info("x").dtype, "f32");
+  const ir::Graph global = trace("classifier_i32", ProgramRegistry::all().at("classifier_i32"));
+  const Lowered lowered = lower(global, Mesh::parse("data=2,model=2"));
+  std::vector<float> x(8 * 16), loss(1), grad_norm(1), lr(1);
+  std::vector<int32_t> labels(8);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.3 * i));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>((5 * i + 1) % 4);
+  const HostValues host = {{"x", {x.begin(), x.end()}}, {"labels", {labels.begin(), labels.end()}}};
+
+  rt::ThreadWorld world(ns::mesh_shape());
+  ns::Program program(world);
+  program.init(kSeed);
+  ns::Program::Inputs in;
+  try {
+    in.set("labels", std::span<const float>(x.data(), 8));
+    ADD_FAILURE() << "a float span bound to i32 labels";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "Inputs::set: input \"labels\" is i32; pass int32_t values");
+  }
+  in.set("x", x).set("labels", labels);
+  ns::Program::Outputs out;
+  out.set("loss", loss).set("grad_norm", grad_norm).set("lr", lr);
+  HostValues exec_state, oracle_state;
+  for (int k = 0; k < 3; ++k) {
+    program.step(in, out);
+    const ExecResult exec =
+        execute_partitioned(lowered.partitioned, host, kSeed, k == 0 ? nullptr : &exec_state);
+    exec_state = exec.params;
+    const HostValues oracle = interpret(global, host, kSeed, &oracle_state);
+    EXPECT_EQ(static_cast<double>(loss[0]), exec.outputs.at("loss")[0]) << "step " << k;
+    EXPECT_NEAR(loss[0], oracle.at("loss")[0], 1e-5 * std::fabs(oracle.at("loss")[0]))
+        << "step " << k;
   }
 }
 

@@ -120,6 +120,15 @@ Program::Inputs& Program::Inputs::set(std::string_view name,
   return *this;
 }
 
+Program::Inputs& Program::Inputs::set(std::string_view name,
+                                      [[maybe_unused]] std::span<const int32_t> values) {
+  if (name == "x") {
+    throw std::invalid_argument("Inputs::set: input \"x\" is f32; pass float values");
+  }
+  input_info(name);  // throws: no such input
+  return *this;
+}
+
 Program::Outputs& Program::Outputs::set(std::string_view name,
                                         [[maybe_unused]] std::span<float> values) {
   if (name == "y") {

@@ -120,6 +120,8 @@ class Program {
   struct Inputs {
     const float* x = nullptr;  // f32[8,1024]
     Inputs& set(std::string_view name, std::span<const float> values);
+    // The same for i32 inputs (token ids, labels).
+    Inputs& set(std::string_view name, std::span<const int32_t> values);
   };
   // Global row-major arrays the caller owns, filled by forward(); set() as
   // for Inputs, against kOutputs.
