@@ -78,18 +78,6 @@ std::string describe_value(const Node& n) {
   return s;
 }
 
-void require_dtypes(const Graph& g, const std::vector<DType>& allowed, const std::string& who) {
-  std::string runs;
-  for (size_t i = 0; i < allowed.size(); ++i)
-    runs += (i == 0 ? "" : i + 1 == allowed.size() ? " and " : ", ") +
-            std::string(dtype_name(allowed[i]));
-  for (const Node& n : g.nodes)
-    if (std::find(allowed.begin(), allowed.end(), n.dtype) == allowed.end())
-      user_error(n.loc, who + " runs " + runs + " values only, not yet " +
-                            std::string(dtype_name(n.dtype)) + ": " + describe_value(n) +
-                            " (the IR, the partitioner and the oracle take bf16 and i32)");
-}
-
 bool Sharding::is_replicated() const {
   if (!partial.empty()) return false;
   for (auto& d : dims)

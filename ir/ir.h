@@ -341,12 +341,6 @@ std::string dot_dims_str(const DotDims& d);
 // throws internal_error naming the node on the first violation: an invalid
 // graph after a pass is a sharc bug, never the user's fault (user mistakes are
 // caught with user_error where the DSL builds the node).
-// Throws sharc::Error at the first value whose element type is not in
-// `allowed`, naming it and `who` ("the CPU backend"). bf16 and i32 values go
-// through the IR, autodiff, the partitioner, the oracle and the report; an
-// executor or renderer calls this with the types it runs.
-void require_dtypes(const Graph& g, const std::vector<DType>& allowed, const std::string& who);
-
 void verify(const Graph& g);
 
 // Shape inference shared by the DSL and the partitioner.

@@ -23,11 +23,7 @@ ir::Graph combine_reductions(const ir::Graph& g) {
   if (!g.partitioned) internal_error("combine_reductions needs a partitioned graph");
   const int count = static_cast<int>(g.nodes.size());
   // Users in the input graph; a combined collective keeps its add's users.
-  std::vector<int> uses(count, 0);
-  for (auto& n : g.nodes)
-    for (int a : n.args) ++uses[a];
-  for (auto& o : g.outputs) ++uses[o.value];
-  for (auto& u : g.updates) ++uses[u.value];
+  const std::vector<int> uses = count_uses(g);
 
   ir::Graph out = g;
   out.nodes.clear();

@@ -34,6 +34,15 @@ ir::Graph drop_nodes(const ir::Graph& g, const std::vector<bool>& dead, const st
   return packed;
 }
 
+std::vector<int> count_uses(const ir::Graph& g) {
+  std::vector<int> uses(g.nodes.size(), 0);
+  for (auto& n : g.nodes)
+    for (int a : n.args) ++uses[a];
+  for (auto& o : g.outputs) ++uses[o.value];
+  for (auto& u : g.updates) ++uses[u.value];
+  return uses;
+}
+
 void remap_roots(ir::Graph& g, const std::vector<int>& remap) {
   for (auto& o : g.outputs) o.value = remap[o.value];
   for (auto& u : g.updates) {

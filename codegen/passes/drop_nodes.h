@@ -1,7 +1,8 @@
-// drop_nodes and remap_roots: the graph without the nodes marked dead, renumbered (args,
-// layout_of, outputs, updates, gradients). A shared tail of the passes that
-// replace nodes: they build the new graph in order, mark what the rewrite
-// made unused, and drop it here. Throws internal_error naming `pass` when a
+// Helpers of the passes that replace nodes: they count uses in the old graph
+// (count_uses), build the new graph in order, point the roots at it
+// (remap_roots), mark what the rewrite made unused and drop it (drop_nodes:
+// the graph without the nodes marked dead, renumbered: args, layout_of,
+// outputs, updates, gradients). Throws internal_error naming `pass` when a
 // live node, an output, an update or a gradient still reads a dropped node.
 #pragma once
 
@@ -13,6 +14,9 @@
 namespace sharc {
 
 ir::Graph drop_nodes(const ir::Graph& g, const std::vector<bool>& dead, const std::string& pass);
+
+// Per node: how many times it is read, by node operands, outputs and updates.
+std::vector<int> count_uses(const ir::Graph& g);
 
 // After a pass rebuilt g.nodes from an old graph's (remap: old id -> new id),
 // points the outputs, updates and gradients (still old ids) at the new nodes.

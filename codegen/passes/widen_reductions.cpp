@@ -8,11 +8,8 @@ namespace sharc {
 ir::Graph widen_reductions(const ir::Graph& g) {
   if (!g.partitioned) internal_error("widen_reductions needs a partitioned graph");
   const int count = static_cast<int>(g.nodes.size());
-  std::vector<int> uses(count, 0);
-  for (auto& n : g.nodes)
-    for (int a : n.args) ++uses[a];
-  for (auto& o : g.outputs) ++uses[o.value];
-  for (auto& u : g.updates) ++uses[u.value];
+  // A recorded gradient is a use too: the collective it names must stay.
+  std::vector<int> uses = count_uses(g);
   for (auto& gr : g.gradients) ++uses[gr.value];
 
   ir::Graph out = g;
