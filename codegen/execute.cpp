@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "codegen/passes/partition_per_device.h"
@@ -280,7 +281,7 @@ int all_reduce_bucket_end(const ir::Graph& g, int first) {
 }
 
 ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
-                               const HostValues* state) {
+                               const HostValues* state, const StagePlan* stages) {
   if (!g.partitioned) internal_error("execute_partitioned needs a per-device graph");
   const Mesh& mesh = g.mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
@@ -319,30 +320,65 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
     if (n.op == Op::kParameter) res.params[n.name].assign(ir::num_elements(global_shape(n)), 0.0);
   std::mutex mu;
 
-  // Last use of every value, so buffers are freed as a device would.
-  std::vector<int> last_use(g.nodes.size(), -1);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (int a : g.nodes[i].args) last_use[a] = static_cast<int>(i);
-  for (auto& o : g.outputs) last_use[o.value] = static_cast<int>(g.nodes.size());
-  // Parameters are persistent device state; update values live to the end.
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (g.nodes[i].op == Op::kParameter) last_use[i] = static_cast<int>(g.nodes.size());
-  for (auto& u : g.updates) last_use[u.value] = static_cast<int>(g.nodes.size());
+  // What each device runs: the stage plan's steps for its stage, or every
+  // node in order (one stage).
+  const int pipe_axis = stages ? mesh.index(stages->axis) : -1;
+  std::vector<std::vector<StageStep>> plan_steps;
+  if (stages) {
+    plan_steps = stages->steps;
+  } else {
+    plan_steps.emplace_back();
+    for (size_t id = 0; id < g.nodes.size(); ++id)
+      plan_steps[0].push_back({StageStep::Kind::kCompute, static_cast<int>(id), -1, 0});
+  }
+  auto stage_of_rank = [&](int rank) { return pipe_axis < 0 ? 0 : ms.coords(rank)[pipe_axis]; };
+  auto holds = [&](int stage, int id) { return !stages || stages->holds[stage][id]; };
+
+  // Last use of every value per stage (a step index), so buffers are freed
+  // as a device would.
+  const int kForever = std::numeric_limits<int>::max();
+  std::vector<std::vector<int>> last_use_of(plan_steps.size(), std::vector<int>(g.nodes.size(), -1));
+  for (size_t s = 0; s < plan_steps.size(); ++s) {
+    std::vector<int>& last_use = last_use_of[s];
+    for (size_t k = 0; k < plan_steps[s].size(); ++k) {
+      const StageStep& st = plan_steps[s][k];
+      if (st.kind == StageStep::Kind::kCompute)
+        for (int a : g.nodes[st.value].args) last_use[a] = static_cast<int>(k);
+      if (st.kind == StageStep::Kind::kSend) last_use[st.value] = std::max(last_use[st.value], static_cast<int>(k));
+    }
+    for (auto& o : g.outputs) last_use[o.value] = kForever;
+    // Parameters are persistent device state; update values live to the end.
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].op == Op::kParameter) last_use[i] = kForever;
+    for (auto& u : g.updates) last_use[u.value] = kForever;
+  }
 
   world.run([&](int rank) {
     rt::Communicator& comm = world.comm(rank);
     rt::DeviceMemory& mem = world.memory(rank);
+    const int stage = stage_of_rank(rank);
+    const std::vector<StageStep>& steps = plan_steps[stage];
+    const std::vector<int>& last_use = last_use_of[stage];
     std::vector<rt::Buffer> val(g.nodes.size());
-    auto free_operands = [&](int id) {
-      for (int a : g.nodes[id].args)
-        if (last_use[a] == id) val[a] = rt::Buffer();
+    auto release = [&](int value, size_t k) {
+      if (last_use[value] == static_cast<int>(k)) val[value] = rt::Buffer();
+    };
+    auto free_operands = [&](int id, size_t k) {
+      for (int a : g.nodes[id].args) release(a, k);
+    };
+    // The device holding the same block on another stage.
+    auto peer_rank = [&](int peer_stage) {
+      std::vector<int> c = ms.coords(rank);
+      c[pipe_axis] = peer_stage;
+      return ms.rank_of(c);
     };
     // A bucket of all-reduces (see all_reduce_bucket_end): results, then one
     // packed buffer, one collective, unpack; the emitter prints the same steps.
-    auto run_bucket = [&](int first, int end) {
-      const Node& head = g.nodes[first];
+    auto run_bucket = [&](size_t first, size_t end) {
+      const Node& head = g.nodes[steps[first].value];
       size_t total = 0;
-      for (int m = first; m < end; ++m) {
+      for (size_t k = first; k < end; ++k) {
+        const int m = steps[k].value;
         val[m] = rt::Buffer(static_cast<size_t>(ir::num_elements(g.nodes[m].shape)), &mem);
         total += val[m].size();
       }
@@ -350,7 +386,8 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
       // groups one type per bucket).
       auto reduce_packed = [&](auto& packed) {
         size_t at = 0;
-        for (int m = first; m < end; ++m) {
+        for (size_t k = first; k < end; ++k) {
+          const int m = steps[k].value;
           const float* x = val[g.nodes[m].args[0]].data();
           for (size_t i = 0; i < val[m].size(); ++i)
             packed[at + i] = static_cast<std::remove_reference_t<decltype(packed[0])>>(x[i]);
@@ -359,7 +396,8 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         comm.all_reduce(packed.data(), total, group_of(mesh, ms, rank, head.axes),
                         reduce_op(head.reduce));
         at = 0;
-        for (int m = first; m < end; ++m) {
+        for (size_t k = first; k < end; ++k) {
+          const int m = steps[k].value;
           for (size_t i = 0; i < val[m].size(); ++i) val[m][i] = static_cast<float>(packed[at + i]);
           at += val[m].size();
         }
@@ -371,20 +409,57 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         rt::Buffer packed(total, &mem);
         reduce_packed(packed);
       }
-      for (int m = first; m < end; ++m) free_operands(m);
+      for (size_t k = first; k < end; ++k) free_operands(steps[k].value, k);
     };
     // Gradient buffers are counted as they are made (they may be freed soon after).
     auto count_gradient = [&](int id) {
       if (is_gradient[id]) res.gradient_bytes[rank] += val[id].bytes();
     };
-    for (size_t id = 0; id < g.nodes.size(); ++id) {
-      const int bucket_end = all_reduce_bucket_end(g, static_cast<int>(id));
-      if (bucket_end > static_cast<int>(id) + 1) {
-        run_bucket(static_cast<int>(id), bucket_end);
-        for (int m = static_cast<int>(id); m < bucket_end; ++m) count_gradient(m);
-        id = bucket_end - 1;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const StageStep& st = steps[k];
+      if (st.kind == StageStep::Kind::kSend) {
+        const Node& n = g.nodes[st.value];
+        const size_t count = val[st.value].size();
+        if (n.dtype == ir::DType::kBF16) {
+          const std::vector<rt::bf16> x = to_bf16(val[st.value].data(), count);
+          comm.send(x.data(), count, peer_rank(st.peer), static_cast<uint64_t>(st.value));
+        } else {
+          comm.send(val[st.value].data(), count, peer_rank(st.peer), static_cast<uint64_t>(st.value));
+        }
+        release(st.value, k);
         continue;
       }
+      if (st.kind == StageStep::Kind::kRecv) {
+        const Node& n = g.nodes[st.value];
+        const size_t count = static_cast<size_t>(ir::num_elements(n.shape));
+        rt::Buffer in(count, &mem);
+        if (n.dtype == ir::DType::kBF16) {
+          rt::BasicBuffer<rt::bf16> x(count, &mem);
+          comm.recv(x.data(), count, peer_rank(st.peer), static_cast<uint64_t>(st.value));
+          for (size_t i = 0; i < count; ++i) in[i] = x[i];
+        } else {
+          comm.recv(in.data(), count, peer_rank(st.peer), static_cast<uint64_t>(st.value));
+        }
+        val[st.value] = std::move(in);
+        continue;
+      }
+      size_t bucket_end = k + 1;
+      if (g.nodes[st.value].op == Op::kAllReduce && g.nodes[st.value].dim2 >= 0) {
+        const Node& head = g.nodes[st.value];
+        for (; bucket_end < steps.size() && steps[bucket_end].kind == StageStep::Kind::kCompute; ++bucket_end) {
+          const Node& m = g.nodes[steps[bucket_end].value];
+          if (m.op != Op::kAllReduce || m.dim2 != head.dim2 || m.axes != head.axes || m.reduce != head.reduce ||
+              m.dtype != head.dtype || m.args[0] >= st.value)
+            break;
+        }
+      }
+      if (bucket_end > k + 1) {
+        run_bucket(k, bucket_end);
+        for (size_t b = k; b < bucket_end; ++b) count_gradient(steps[b].value);
+        k = bucket_end - 1;
+        continue;
+      }
+      const size_t id = static_cast<size_t>(st.value);
       const Node& n = g.nodes[id];
       const int64_t count = ir::num_elements(n.shape);
       rt::Buffer out(static_cast<size_t>(count), &mem);
@@ -547,17 +622,19 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         for (int64_t i = 0; i < count; ++i) out[i] = std::trunc(out[i]);
       val[id] = std::move(out);
       count_gradient(static_cast<int>(id));
-      free_operands(static_cast<int>(id));
+      free_operands(static_cast<int>(id), k);
     }
     std::lock_guard<std::mutex> lock(mu);
     for (size_t id = 0; id < g.nodes.size(); ++id) {
       const Node& n = g.nodes[id];
-      if (n.op != Op::kParameter) continue;
+      if (n.op != Op::kParameter || !holds(stage, static_cast<int>(id))) continue;
       const int v = updated_by[id] >= 0 ? updated_by[id] : static_cast<int>(id);
       put_block(res.params[n.name], global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank), n.shape,
                 val[v].data());
     }
-    for (auto& o : g.outputs) {
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      const ir::Output& o = g.outputs[i];
+      if (stages && stages->output_stage[i] != stage) continue;
       const Node& n = g[o.value];
       put_block(res.outputs[o.name], global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank), n.shape,
                 val[o.value].data());

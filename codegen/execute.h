@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "codegen/interpret.h"
+#include "codegen/stage_plan.h"
 #include "ir/ir.h"
 #include "runtime/communicator.h"
 
@@ -44,8 +45,11 @@ struct ExecResult {
 // `inputs` holds global values; each device takes its own block. Parameters
 // found in `state` (global values by path, e.g. a previous step's
 // ExecResult::params) are loaded block by block instead of initialised.
+// A pipelined program (Lowered::stages) runs its stage plan: each device
+// runs its stage's steps, values travel between stages by send/recv
+// (bf16 ones in bf16), and a stage holds only the parameters it reads.
 ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs, uint64_t seed,
-                               const HostValues* state = nullptr);
+                               const HostValues* state = nullptr, const StagePlan* stages = nullptr);
 
 // The all-reduce bucket that starts at node `first`, as one past its last
 // member. A bucket is a maximal run of adjacent AllReduce nodes with the same

@@ -74,6 +74,14 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   const ShardingRules sharding_rules = sharding_rules_for(g, options);
   g = apply_sharding_rules(std::move(g), sharding_rules, &log);
   stage("after_apply_sharding_rules", g);
+  // A pipeline is checked once every user layout is known.
+  ir::PipelineSchedule schedule = ir::PipelineSchedule::k1F1B;
+  int virtual_stages = 1;
+  if (g.pipeline) {
+    schedule = options.schedule.value_or(g.pipeline->schedule);
+    virtual_stages = options.virtual_stages.value_or(g.pipeline->virtual_stages);
+    check_pipeline(g, schedule, virtual_stages);
+  }
   g = propagate_shardings(std::move(g));
   stage("after_propagate_shardings", g);
   ir::Graph local = partition_per_device(g);
@@ -91,7 +99,9 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   local = bucket_all_reduces(local);  // last: it only reorders and groups
   stage("after_bucket_all_reduces", local);
   ir::verify(local);
-  return {std::move(g), std::move(local), std::move(log)};
+  std::optional<StagePlan> stages;
+  if (local.pipeline) stages = plan_stages(local, schedule, virtual_stages);
+  return {std::move(g), std::move(local), std::move(stages), std::move(log)};
 }
 
 }  // namespace sharc

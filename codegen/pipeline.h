@@ -10,6 +10,7 @@
 
 #include "ir/ir.h"
 #include "codegen/passes/ring_collective_matmul.h"
+#include "codegen/stage_plan.h"
 #include "dsl/sharding_rules.h"
 
 namespace sharc {
@@ -32,11 +33,19 @@ struct PipelineOptions {
   // across devices in f32 (passes/widen_reductions.h) unless this is set,
   // which keeps the bf16 sum (half the bytes, rounded at every ring hop).
   bool gradient_reduce_bf16 = false;
+  // Pipeline parallelism: when set, these replace the program's
+  // (ProgramBuilder::set_pipeline) schedule and chunks per stage; the
+  // micro-batch count is fixed when train_step is traced.
+  std::optional<ir::PipelineSchedule> schedule;
+  std::optional<int> virtual_stages;
 };
 
 struct Lowered {
   ir::Graph global;       // after propagate_shardings: the layout of every value
   ir::Graph partitioned;  // per-device program
+  // A pipelined program's stage plan (codegen/stage_plan.h): what each stage
+  // of the pipe axis runs; nullopt without set_pipeline.
+  std::optional<StagePlan> stages;
   // Why each parameter has its layout and which rules were skipped, one line
   // per decision (apply_sharding_rules, resolve_logical_axes), for a verbose
   // generator to print.

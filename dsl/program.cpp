@@ -35,6 +35,36 @@ void ProgramBuilder::output(const std::string& name, Tensor value, std::optional
   tracer_.graph().outputs.push_back({name, value.id(), loc, std::move(spec), std::nullopt});
 }
 
+void ProgramBuilder::set_pipeline(const Pipeline& p, SrcLoc loc) {
+  ir::Graph& g = tracer_.graph();
+  if (g.pipeline) user_error(loc, "set_pipeline: called twice (first at " + g.pipeline->loc.str() + ")");
+  if (g.find("opt/step", ir::Op::kParameter))
+    user_error(loc, "set_pipeline: call it before train_step, which takes the micro-batch count from it");
+  if (p.axis.empty()) user_error(loc, "set_pipeline: the pipeline needs a mesh axis name");
+  if (p.microbatches < 1)
+    user_error(loc, "set_pipeline: microbatches must be at least 1, got " + std::to_string(p.microbatches));
+  const std::optional<ir::PipelineSchedule> schedule = ir::parse_schedule(p.schedule);
+  if (!schedule)
+    user_error(loc, "set_pipeline: unknown pipeline schedule '" + p.schedule +
+                        "'; the schedules are 'gpipe', '1f1b' and 'interleaved'");
+  if (p.virtual_stages < 1)
+    user_error(loc, "set_pipeline: virtual_stages must be at least 1, got " + std::to_string(p.virtual_stages));
+  if (p.virtual_stages > 1 && *schedule != ir::PipelineSchedule::kInterleaved)
+    user_error(loc, "set_pipeline: virtual_stages = " + std::to_string(p.virtual_stages) +
+                        " needs the 'interleaved' schedule, not '" + p.schedule + "'");
+  g.pipeline = ir::PipelineConfig{p.axis, p.microbatches, *schedule, p.virtual_stages, loc};
+}
+
+PipelineLayer::PipelineLayer(int index, SrcLoc loc) : tracer_(Tracer::current(loc)) {
+  if (index < 0) user_error(loc, "PipelineLayer: the layer index must not be negative, got " + std::to_string(index));
+  if (tracer_.layer() >= 0)
+    user_error(loc, "PipelineLayer " + std::to_string(index) + " is opened inside pipeline layer " +
+                        std::to_string(tracer_.layer()) + "; layers do not nest");
+  tracer_.set_layer(index);
+}
+
+PipelineLayer::~PipelineLayer() { tracer_.set_layer(-1); }
+
 ir::Graph trace(const std::string& name, const ProgramFn& fn) {
   Tracer tracer(name);
   ProgramBuilder b(tracer);

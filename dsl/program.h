@@ -21,6 +21,22 @@
 
 namespace sharc {
 
+// Pipeline parallelism (ProgramBuilder::set_pipeline): the layers traced
+// inside PipelineLayer scopes are cut into consecutive stages over mesh axis
+// `axis`, one stage per position on it (with `virtual_stages` chunks per
+// stage under the interleaved schedule), and each train_step runs
+// `microbatches` micro-batches through them. Layers outside the scopes
+// (embedding, head, loss) run on the first or the last stage, where their
+// inputs come from. The schedule is one of "gpipe", "1f1b", "interleaved";
+// PipelineOptions::schedule, given to lower(), takes precedence. The stage
+// count is the axis size, so the model code does not change with the mesh.
+struct Pipeline {
+  std::string axis = "pipe";
+  int microbatches = 1;
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+};
+
 class ProgramBuilder {
  public:
   explicit ProgramBuilder(Tracer& tracer) : tracer_(tracer) {}
@@ -58,6 +74,9 @@ class ProgramBuilder {
   // reduced in f32 (PipelineOptions::gradient_reduce_bf16 to change it).
   // Model code does not change: call it before building the model.
   void set_dtype(DType dtype) { tracer_.graph().dtype = dtype; }
+  // Pipeline parallelism; call it before train_step (which takes the
+  // micro-batch count from it). See Pipeline.
+  void set_pipeline(const Pipeline& pipeline, SrcLoc loc = Here::current());
 
   void set_collective_matmul(CollectiveMatmul mode,
                              RingDirection direction = RingDirection::kBidirectional) {
@@ -65,6 +84,25 @@ class ProgramBuilder {
     tracer_.graph().ring_direction = direction;
   }
   ir::Graph& graph() { return tracer_.graph(); }
+
+ private:
+  Tracer& tracer_;
+};
+
+// RAII: the ops traced while it lives belong to layer `index` of the
+// program's pipelined stack (0, 1, ... in model order). Without
+// set_pipeline it has no effect, so a model can mark its layers once:
+//
+//   for (int l = 0; l < n_layers; ++l) {
+//     PipelineLayer layer(l);
+//     h = blocks[l](h);
+//   }
+class PipelineLayer {
+ public:
+  explicit PipelineLayer(int index, SrcLoc loc = Here::current());
+  ~PipelineLayer();
+  PipelineLayer(const PipelineLayer&) = delete;
+  PipelineLayer& operator=(const PipelineLayer&) = delete;
 
  private:
   Tracer& tracer_;

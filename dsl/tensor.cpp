@@ -22,6 +22,7 @@ Tracer& Tracer::current(const SrcLoc& loc) {
 
 Tensor Tracer::add(ir::Node n) {
   if (n.op != ir::Op::kParameter && n.op != ir::Op::kInput && n.name.empty()) n.name = label_;
+  if (n.layer < 0) n.layer = layer_;
   return Tensor(this, graph_.add(std::move(n)));
 }
 

@@ -57,10 +57,15 @@ class Tracer {
   // Label stack: ops traced inside a module's call are labelled with its path.
   const std::string& label() const { return label_; }
   void set_label(std::string l) { label_ = std::move(l); }
+  // The pipelined layer being traced (PipelineLayer), -1 outside one; add()
+  // stamps it on every node.
+  int layer() const { return layer_; }
+  void set_layer(int layer) { layer_ = layer; }
 
  private:
   ir::Graph graph_;
   std::string label_;
+  int layer_ = -1;
   Tracer* previous_ = nullptr;
 };
 

@@ -55,14 +55,24 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
                 const Optimizer& opt, const TrainOptions& o, SrcLoc loc) {
   Tracer& t = Tracer::current(loc);
   ir::Graph& g = t.graph();
-  const int k = o.accumulate_steps;
+  int k = o.accumulate_steps;
   if (k < 1) user_error(loc, "train_step: accumulate_steps must be at least 1, got " + std::to_string(k));
+  // A pipeline sets the micro-batch count.
+  std::string whose;
+  if (g.pipeline) {
+    if (k != 1 && k != g.pipeline->microbatches)
+      user_error(loc, "train_step: accumulate_steps = " + std::to_string(k) + " differs from the pipeline's " +
+                          std::to_string(g.pipeline->microbatches) + " micro-batches (set_pipeline at " +
+                          g.pipeline->loc.str() + "); leave it out");
+    k = g.pipeline->microbatches;
+    whose = " (the pipeline's, set at " + g.pipeline->loc.str() + ")";
+  }
   if (batch.empty()) user_error(loc, "train_step: the batch has no tensors");
   for (const Tensor& x : batch) {
     if (x.rank() == 0) user_error(loc, "train_step: batch tensor " + x.describe() + " has no batch dimension");
     if (x.dim(0) % k != 0)
       user_error(loc, "train_step: batch dimension of " + x.describe() + " does not divide into " +
-                          std::to_string(k) + " micro-batches");
+                          std::to_string(k) + " micro-batches" + whose);
   }
   // Every parameter traced so far is trained.
   std::vector<int> params;
@@ -70,10 +80,17 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
     if (g.nodes[i].op == ir::Op::kParameter && g.nodes[i].layout_of < 0) params.push_back(static_cast<int>(i));
   if (params.empty()) user_error(loc, "train_step: the program has no parameters to train");
 
+  // Nodes are stamped with the micro-batch they belong to (ir::Node::micro_batch),
+  // which places them in a pipeline's schedule.
+  struct Stamp {
+    ir::Graph& g;
+    ~Stamp() { g.tracing_micro_batch = -1; }
+  } stamp{g};
   // Forward and backward per micro-batch; gradients summed, then averaged.
   std::vector<Tensor> grads(params.size());
   Tensor loss_sum;
   for (int j = 0; j < k; ++j) {
+    g.tracing_micro_batch = j;
     std::vector<Tensor> mb;
     for (const Tensor& x : batch) mb.push_back(micro_batch(x, k, j, loc));
     Tensor loss = loss_fn(mb);
@@ -87,6 +104,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
     }
     loss_sum = j == 0 ? loss : add(loss_sum, loss, loc);
   }
+  g.tracing_micro_batch = ir::kAfterMicroBatches;
   if (k > 1) {
     for (auto& gp : grads) gp = mul(gp, 1.0 / k, loc);
     loss_sum = mul(loss_sum, 1.0 / k, loc);

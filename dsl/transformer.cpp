@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "dsl/program.h"
+
 namespace sharc {
 
 namespace {
@@ -217,7 +219,10 @@ Tensor GPT::operator()(Tensor ids, Tensor seed, SrcLoc loc) const {
   if (seed.valid() && seed.rank() != 0)
     user_error(loc, "GPT: the dropout seed must be a scalar, got " + seed.describe());
   Tensor x = maybe_dropout(wpe(wte(ids)), config_.dropout, seed);
-  for (const TransformerBlock& block : blocks) x = block(x, seed);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    PipelineLayer layer(static_cast<int>(i), loc);  // no effect without set_pipeline
+    x = blocks[i](x, seed);
+  }
   x = ln_f(x);
   return lm_head ? (*lm_head)(x) : wte.attend(x);
 }

@@ -27,6 +27,7 @@ class Builder {
   void attribute_to(const Node& forward) {
     loc_ = forward.loc;
     label_ = forward.name;
+    layer_ = forward.layer;
   }
 
   const Shape& shape(int id) const { return g_.nodes[id].shape; }
@@ -35,6 +36,7 @@ class Builder {
     n.backward = true;
     n.loc = loc_;
     n.name = label_;
+    n.layer = layer_;
     return g_.add(std::move(n));
   }
 
@@ -161,6 +163,7 @@ class Builder {
   ir::Graph& g_;
   SrcLoc loc_;
   std::string label_;
+  int layer_ = -1;
 };
 
 bool contains(const std::vector<int>& v, int x) {

@@ -56,6 +56,21 @@ const char* ring_direction_name(RingDirection d) {
   return d == RingDirection::kUnidirectional ? "unidirectional" : "bidirectional";
 }
 
+const char* schedule_name(PipelineSchedule s) {
+  switch (s) {
+    case PipelineSchedule::kGPipe: return "gpipe";
+    case PipelineSchedule::k1F1B: return "1f1b";
+    case PipelineSchedule::kInterleaved: return "interleaved";
+  }
+  return "?";
+}
+
+std::optional<PipelineSchedule> parse_schedule(std::string_view name) {
+  for (PipelineSchedule s : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved})
+    if (name == schedule_name(s)) return s;
+  return std::nullopt;
+}
+
 int64_t num_elements(const Shape& s) {
   int64_t n = 1;
   for (auto d : s) n *= d;

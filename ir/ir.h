@@ -16,6 +16,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/error.h"
@@ -39,6 +40,13 @@ namespace sharc {
 enum class CollectiveMatmul { kAuto, kAlways, kNever };
 // A ring's blocks travel one way, or half of each block each way.
 enum class RingDirection { kUnidirectional, kBidirectional };
+
+// The order in which a pipeline stage runs its micro-batches' forward (F)
+// and backward (B) passes (codegen/stage_plan.h has the exact orders):
+// kGPipe: all F, then all B; k1F1B (PipeDream-flush): p-r-1 warm-up F on
+// stage r, then F and B in turn, then the remaining B; kInterleaved: 1F1B
+// over v model chunks per stage (Megatron's interleaved schedule).
+enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved };
 
 }  // namespace sharc
 
@@ -120,6 +128,27 @@ enum class ReduceKind { kSum, kMax };
 const char* reduce_name(ReduceKind k);
 const char* collective_matmul_name(CollectiveMatmul m);  // "auto", "always", "never"
 const char* ring_direction_name(RingDirection d);        // "unidirectional", "bidirectional"
+using ::sharc::PipelineSchedule;
+const char* schedule_name(PipelineSchedule s);           // "gpipe", "1f1b", "interleaved"
+// The schedule a name spells, or nullopt.
+std::optional<PipelineSchedule> parse_schedule(std::string_view name);
+
+// Pipeline parallelism over one mesh axis (ProgramBuilder::set_pipeline): the
+// program's pipelined layers (dsl PipelineLayer; Node::layer) are cut into
+// stages x virtual_stages consecutive chunks, chunk c on stage c mod stages,
+// where stages is the axis size; every train_step runs `microbatches`
+// micro-batches through them in `schedule` order. The stage count comes from
+// the mesh, so one traced program lowers on any mesh that has the axis.
+struct PipelineConfig {
+  std::string axis;
+  int microbatches = 1;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;  // model chunks per stage; > 1 only for kInterleaved
+  SrcLoc loc;              // the set_pipeline call
+};
+
+// Node::micro_batch of the optimizer step that follows all micro-batches.
+inline constexpr int kAfterMicroBatches = 1 << 30;
 
 // Element types: f32, bf16 (arithmetic in f32, rounded to nearest even on
 // every store) and i32 (token ids, labels). The runtime's enum, so the
@@ -255,6 +284,15 @@ struct Node {
   // per-device dot. RingDot: its schedule (see RingAttrs).
   CollectiveMatmul collective_matmul = CollectiveMatmul::kAuto;
   RingAttrs ring;
+
+  // Pipeline parallelism. `layer`: the pipelined layer whose code traced this
+  // node (dsl PipelineLayer; autodiff gives a gradient its forward node's),
+  // -1 outside them. `micro_batch`: the micro-batch of train_step that traced
+  // it, kAfterMicroBatches for the optimizer step, -1 before train_step. The
+  // partitioner and the passes copy both to the nodes they make from a node;
+  // codegen/stage_plan.h places nodes on stages by them.
+  int layer = -1;
+  int micro_batch = -1;
 };
 
 // After a training step, persistent Parameter `target` takes the value of node
@@ -316,11 +354,17 @@ struct Graph {
   // body is kept as the user's callable and traced per device once the mesh
   // is known (instantiate_shard_map in dsl/shard_map.h).
   std::vector<std::shared_ptr<const ShardMapBody>> shard_maps;
+  // Pipeline parallelism (ProgramBuilder::set_pipeline); nullopt: none.
+  std::optional<PipelineConfig> pipeline;
+  // While train_step traces micro-batch j (or the optimizer step), add()
+  // stamps j (kAfterMicroBatches) on nodes that carry no micro-batch.
+  int tracing_micro_batch = -1;
 
   int add(Node n) {
     if (dtype_follows_operand(n.op) && !n.args.empty() && n.args[0] >= 0 &&
         n.args[0] < static_cast<int>(nodes.size()))
       n.dtype = nodes[n.args[0]].dtype;
+    if (n.micro_batch < 0) n.micro_batch = tracing_micro_batch;
     nodes.push_back(std::move(n));
     return static_cast<int>(nodes.size()) - 1;
   }

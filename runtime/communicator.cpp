@@ -21,6 +21,8 @@ const char* collective_kind_name(CollectiveKind kind) {
       return "all_to_all";
     case CollectiveKind::kPPermute:
       return "ppermute";
+    case CollectiveKind::kSendRecv:
+      return "send_recv";
   }
   return "unknown";
 }

@@ -24,10 +24,12 @@ namespace sharc::rt {
 
 enum class ReduceOp { kSum, kMax };
 
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kPPermute };
-inline constexpr int kNumCollectiveKinds = 5;
+// kSendRecv: point-to-point send and recv (pipeline stages), not collective.
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kPPermute, kSendRecv };
+inline constexpr int kNumCollectiveKinds = 6;
 
-// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ppermute".
+// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ppermute",
+// "send_recv".
 const char* collective_kind_name(CollectiveKind kind);
 
 struct CommStats {
@@ -124,6 +126,22 @@ class Communicator {
   virtual void ppermute_wait(PendingRecv& pending) = 0;
   virtual void barrier(const Group& group) = 0;
 
+  // Point to point, the one operation that is not collective (pipeline
+  // stages pass activations and gradients to neighbours): send() hands
+  // `count` elements to global rank `dst` under `tag` and returns at once
+  // (the block is copied; `in` may be reused); recv() blocks until the
+  // message `tag` from rank `src` has landed in `out`. Messages between two
+  // ranks match by tag, not by order. Both count as calls of kSendRecv; the
+  // sender counts the bytes.
+  template <class T>
+  void send(const T* in, size_t count, int dst, uint64_t tag) {
+    do_send(in, count, dtype_of<T>(), dst, tag);
+  }
+  template <class T>
+  void recv(T* out, size_t count, int src, uint64_t tag) {
+    do_recv(out, count, dtype_of<T>(), src, tag);
+  }
+
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
 
@@ -140,6 +158,8 @@ class Communicator {
                              const Group& group) = 0;
   virtual PendingRecv do_ppermute_start(const void* in, void* out, size_t count, DType dtype,
                                         const Group& group, const Permutation& perm) = 0;
+  virtual void do_send(const void* in, size_t count, DType dtype, int dst, uint64_t tag) = 0;
+  virtual void do_recv(void* out, size_t count, DType dtype, int src, uint64_t tag) = 0;
 
   // Adds the wall time from its construction to its destruction to one kind's
   // seconds. A backend opens one first thing in every collective entry point,

@@ -264,6 +264,21 @@ class ThreadComm final : public Communicator {
                  pending.dtype);
   }
 
+  void do_send(const void* in, size_t count, DType dtype, int dst, uint64_t tag) override {
+    const CallTimer timer = time_call(CollectiveKind::kSendRecv);
+    check_rank(dst, "send");
+    count_call(CollectiveKind::kSendRecv);
+    send(CollectiveKind::kSendRecv, dst, Tag{kPointToPoint, tag}, static_cast<const std::byte*>(in),
+         count * dtype_size(dtype));
+  }
+
+  void do_recv(void* out, size_t count, DType dtype, int src, uint64_t tag) override {
+    const CallTimer timer = time_call(CollectiveKind::kSendRecv);
+    check_rank(src, "recv");
+    count_call(CollectiveKind::kSendRecv);
+    receive_into(src, Tag{kPointToPoint, tag}, out, count, dtype);
+  }
+
   void barrier(const Group& group) override {
     check(group, "barrier");
     const int n = group.size(), p = group.position;
@@ -291,6 +306,16 @@ class ThreadComm final : public Communicator {
                                   ": the group's position " + std::to_string(group.position) +
                                   " does not name this device");
     }
+  }
+
+  // The group key of point-to-point messages (collectives use a hash of
+  // their group's ranks).
+  static constexpr uint64_t kPointToPoint = 0x70326170ull;  // "p2p"
+
+  void check_rank(int peer, const char* what) const {
+    if (peer < 0 || peer >= fabric_.n)
+      throw std::invalid_argument(std::string(what) + " on rank " + std::to_string(rank_) + ": peer rank " +
+                                  std::to_string(peer) + " is not in the world of " + std::to_string(fabric_.n));
   }
 
   Tag next_tag(const Group& group) { return Tag{hash_ranks(group.ranks), seq_[group.ranks]++}; }

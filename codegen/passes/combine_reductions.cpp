@@ -47,6 +47,7 @@ ir::Graph combine_reductions(const ir::Graph& g) {
         sum.backward = n.backward || ca.backward;
         ir::Node coll = ca;
         coll.backward = ca.backward || cb.backward;
+        coll.micro_batch = std::max({n.micro_batch, ca.micro_batch, cb.micro_batch});
         dead[a] = dead[b] = true;
         const int s = out.add(std::move(sum));
         out_uses.push_back(1);

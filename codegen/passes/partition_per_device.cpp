@@ -30,6 +30,7 @@ class Partitioner {
   explicit Partitioner(const ir::Graph& g) : g_(g) {
     out_.name = g.name;
     out_.mesh = g.mesh;
+    out_.pipeline = g.pipeline;
     out_.partitioned = true;
   }
 
@@ -63,6 +64,8 @@ class Partitioner {
     n.shape = s.local_shape(global, mesh());
     n.loc = cur_->loc;
     if (n.name.empty() && !ir::is_source(n.op)) n.name = cur_->name;
+    if (n.layer < 0) n.layer = cur_->layer;
+    if (n.micro_batch < 0) n.micro_batch = cur_->micro_batch;
     n.sharding = std::move(s);
     global_.push_back(std::move(global));
     return out_.add(std::move(n));
@@ -399,6 +402,8 @@ class Partitioner {
         for (int& a : m.args) a = bmap[a];
         if (m.name.empty() || m.name == body.name) m.name = n.name;
         m.backward = n.backward;
+        m.layer = n.layer;
+        m.micro_batch = n.micro_batch;
         m.sharding = Sharding::replicated(m.shape.size());
         global_.push_back(m.shape);
         bmap[b] = out_.add(std::move(m));

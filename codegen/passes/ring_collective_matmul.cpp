@@ -122,6 +122,7 @@ Node ring_node(const ir::Graph& g, const Choice& c, RingDirection direction) {
   r.dim = coll.dim;
   r.dim2 = -1;
   r.backward = d.backward || coll.backward;
+  r.micro_batch = std::max(d.micro_batch, coll.micro_batch);
   r.collective_matmul = CollectiveMatmul::kAuto;
   r.ring = {c.kind, c.operand, direction};
   if (c.kind == ir::RingKind::kGather) {

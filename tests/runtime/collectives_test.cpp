@@ -270,6 +270,8 @@ std::vector<CommStats> time_every_kind(const LinkModel& link) {
     comm.reduce_scatter(in.data(), out.data(), c, g, ReduceOp::kSum);
     comm.all_to_all(in.data(), out.data(), c, g);
     comm.ppermute(in.data(), out.data(), c, g, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+    comm.send(in.data(), c, (r + 1) % 4, 7);
+    comm.recv(out.data(), c, (r + 3) % 4, 7);
   });
   std::vector<CommStats> stats;
   for (int r = 0; r < 4; ++r) stats.push_back(world.comm(r).stats());
@@ -287,12 +289,13 @@ std::vector<CommStats> time_every_kind(const LinkModel& link) {
 // collective is sent after its sender entered it, so the first device waits at
 // least (chain of dependent hops) x latency, however staggered the others are.
 // The max over devices therefore has a sound lower bound per kind; all_reduce
-// chains 2(n-1) = 6 hops, all_gather and reduce_scatter n-1 = 3, the others 1.
+// chains 2(n-1) = 6 hops, all_gather and reduce_scatter n-1 = 3, the others
+// (send_recv included: each rank sends, then waits for its left neighbour) 1.
 TEST(CollectiveTime, IsNonNegativeAndGrowsWithASlowLink) {
   const double latency = 0.02;
   const std::vector<CommStats> fast = time_every_kind(LinkModel{});
   const std::vector<CommStats> slow = time_every_kind(LinkModel{latency, 0});
-  const int hops[kNumCollectiveKinds] = {6, 3, 3, 1, 1};
+  const int hops[kNumCollectiveKinds] = {6, 3, 3, 1, 1, 1};
   double fast_total = 0, slow_total = 0;
   for (int k = 0; k < kNumCollectiveKinds; ++k) {
     const auto kind = static_cast<CollectiveKind>(k);

@@ -169,6 +169,49 @@ TEST(ThreadWorld, MismatchedScheduleTimesOut) {
   }
 }
 
+// Pipeline stages: sends return at once, receives match by tag whatever the
+// order, both ends count a call, the sender counts the bytes.
+TEST(ThreadWorld, SendRecvMatchByTag) {
+  ThreadWorld world(MeshShape{{"pipe"}, {3}});
+  std::vector<float> got(4, 0.0f);
+  world.run([&](int r) {
+    Communicator& c = world.comm(r);
+    if (r == 0) {
+      const float a[2] = {1, 2}, b[2] = {3, 4};
+      c.send(a, 2, 2, /*tag=*/11);
+      c.send(b, 2, 2, /*tag=*/12);
+    } else if (r == 2) {
+      c.recv(got.data(), 2, 0, 12);  // the later message first
+      c.recv(got.data() + 2, 2, 0, 11);
+    }
+  });
+  EXPECT_EQ(got, (std::vector<float>{3, 4, 1, 2}));
+  EXPECT_EQ(world.comm(0).stats().bytes(CollectiveKind::kSendRecv), 16u);
+  EXPECT_EQ(world.comm(0).stats().count(CollectiveKind::kSendRecv), 2u);
+  EXPECT_EQ(world.comm(2).stats().bytes(CollectiveKind::kSendRecv), 0u);
+  EXPECT_EQ(world.comm(2).stats().count(CollectiveKind::kSendRecv), 2u);
+  EXPECT_EQ(world.comm(1).stats().count(CollectiveKind::kSendRecv), 0u);
+}
+
+TEST(ThreadWorld, RecvOfAMessageNeverSentTimesOut) {
+  ThreadWorld world(MeshShape{{"pipe"}, {2}});
+  world.set_recv_timeout(0.2);
+  try {
+    world.run([&](int r) {
+      float x = 0;
+      if (r == 1) world.comm(r).recv(&x, 1, 0, 5);
+    });
+    FAIL() << "expected a timeout";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 waited 0.2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(world.run([&](int r) {
+    float x = 0;
+    if (r == 0) world.comm(r).send(&x, 1, 2, 5);
+  }),
+               std::invalid_argument);
+}
+
 TEST(ThreadWorld, ForgottenWaitIsReported) {
   ThreadWorld world(MeshShape{{"x"}, {2}});
   try {
