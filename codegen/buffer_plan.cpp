@@ -125,7 +125,7 @@ BufferPlan plan_buffers(const ir::Graph& g) {
       for (int u : p.users[i]) other = other || !ir::is_elementwise(g[u].op);
       p.needs_buffer[i] = other;
     }
-    if (p.inlined[i] || v.op == Op::kParameter) p.needs_buffer[i] = false;
+    if (p.inlined[i] || v.op == Op::kParameter || v.op == Op::kSend) p.needs_buffer[i] = false;
   }
 
   // Statements, in program order.
@@ -209,7 +209,7 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
       }
       t.alloc(total);
       t.free(total);
-    } else {
+    } else if (v.op != Op::kSend) {  // a send has no result
       t.alloc(bytes_of(v));  // the statement's result
       if (v.op == Op::kDot)
         local_dot_temps(t, v.dot, g[v.args[0]].shape, g[v.args[1]].shape, v.dtype);

@@ -13,7 +13,7 @@
 //  - a Constant is a literal inside elementwise loops and gets a buffer only
 //    when something else reads it, or it is an output or an update's value;
 //  - Parameters are persistent (members of the generated Device), never
-//    allocated or freed by the step;
+//    allocated or freed by the step; a pipeline stage's send has no result;
 //  - every other node is one buffer, allocated by its statement and released
 //    right after the last statement that reads it, unless it is an output or
 //    an update's value (those live to the end of the step).

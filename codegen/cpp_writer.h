@@ -163,6 +163,11 @@ class CodeWriter {
     os_ << "\n";
     return *this;
   }
+  // Lines already indented (another writer's str() at this depth).
+  CodeWriter& text(const std::string& lines) {
+    os_ << lines << "\n";
+    return *this;
+  }
   void open(const std::string& head) {
     line(head.empty() ? "{" : head + " {");
     ++indent_;

@@ -20,18 +20,24 @@ bool needs_group(const Node& v) {
          v.op == Op::kPPermute || v.op == Op::kAxisIndex;
 }
 
-void name_values(const ir::Graph& g, EmissionPlan& p) {
+void name_values(const ir::Graph& g, const ir::Graph& scope, EmissionPlan& p) {
   const size_t n = g.nodes.size();
   // Parameters by path (members of Device), inputs and outputs by name,
-  // everything else t0, t1, ... in program order.
+  // everything else t0, t1, ... in program order. Device members and the
+  // Inputs/Outputs fields are named from `scope`, so every stage of a
+  // pipeline names them alike.
   p.var.assign(n, "");
   cpp::Names device_names;
-  for (auto& a : g.mesh.axes()) p.axis_var[a.name] = device_names.user(a.name + "_index");
+  for (auto& a : scope.mesh.axes()) p.axis_var[a.name] = device_names.user(a.name + "_index");
+  std::map<std::string, std::string> param_var;
+  for (const Node& v : scope.nodes)
+    if (v.op == Op::kParameter) param_var[v.name] = device_names.user(v.name);
   for (size_t i = 0; i < n; ++i)
-    if (g.nodes[i].op == Op::kParameter) p.var[i] = device_names.user(g.nodes[i].name);
-  for (const Node& v : g.nodes)
-    if (needs_group(v) && !p.group_var.count(v.axes))
-      p.group_var[v.axes] = device_names.user("group_" + cpp::join(v.axes, "_"));
+    if (g.nodes[i].op == Op::kParameter) p.var[i] = param_var.at(g.nodes[i].name);
+  for (const ir::Graph* from : {&scope, &g})
+    for (const Node& v : from->nodes)
+      if (needs_group(v) && !p.group_var.count(v.axes))
+        p.group_var[v.axes] = device_names.user("group_" + cpp::join(v.axes, "_"));
   for (size_t i = 0; i < n; ++i)
     if (g.nodes[i].op == Op::kInput) p.var[i] = p.locals.user(g.nodes[i].name);
   for (auto& o : g.outputs)
@@ -42,11 +48,10 @@ void name_values(const ir::Graph& g, EmissionPlan& p) {
 
   // The Inputs/Outputs fields: their own scope (members, not locals).
   cpp::Names in_fields(cpp::Names::Scope::kFields);
-  for (size_t i = 0; i < n; ++i)
-    if (g.nodes[i].op == Op::kInput)
-      p.input_field[g.nodes[i].name] = in_fields.user(g.nodes[i].name);
+  for (const Node& v : scope.nodes)
+    if (v.op == Op::kInput && !p.input_field.count(v.name)) p.input_field[v.name] = in_fields.user(v.name);
   cpp::Names out_fields(cpp::Names::Scope::kFields);
-  for (auto& o : g.outputs) p.output_field[o.name] = out_fields.user(o.name);
+  for (auto& o : scope.outputs) p.output_field[o.name] = out_fields.user(o.name);
 
   for (size_t i = 0; i < n; ++i) {
     const Node& v = g.nodes[i];
@@ -87,7 +92,8 @@ class Scheduler {
   static TaskKind kind_of(const Node& v) {
     if (v.op == Op::kInput) return TaskKind::kHost;
     if (v.op == Op::kDot) return TaskKind::kGemm;
-    if (ir::is_collective(v.op) || v.op == Op::kPPermute) return TaskKind::kCollective;
+    if (ir::is_collective(v.op) || v.op == Op::kPPermute || v.op == Op::kSend || v.op == Op::kRecv)
+      return TaskKind::kCollective;
     return TaskKind::kKernel;
   }
   static Stream stream_of(const Node& v) {
@@ -251,12 +257,12 @@ std::string EmissionPlan::schedule_str() const {
   return s;
 }
 
-EmissionPlan plan_emission(const ir::Graph& g) {
+EmissionPlan plan_emission(const ir::Graph& g, const ir::Graph* device_scope) {
   if (!g.partitioned) internal_error("plan_emission needs a partitioned (per-device) graph");
   ir::verify(g);
   EmissionPlan p;
   p.buffers = plan_buffers(g);
-  name_values(g, p);
+  name_values(g, device_scope ? *device_scope : g, p);
   Scheduler(g, p).run();
   return p;
 }

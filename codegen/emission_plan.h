@@ -106,7 +106,11 @@ struct EmissionPlan {
 
 const char* task_kind_name(EmissionPlan::TaskKind k);
 
-// The plan of a partitioned graph (lower()'s output, verified).
-EmissionPlan plan_emission(const ir::Graph& partitioned);
+// The plan of a partitioned graph (lower()'s output, verified). A pipeline
+// stage's program (split_stages) passes the whole partitioned program as
+// `device_scope`: the Device members (parameters, coordinates, groups) and
+// the Inputs/Outputs fields are then named from it, as every stage shares
+// them.
+EmissionPlan plan_emission(const ir::Graph& partitioned, const ir::Graph* device_scope = nullptr);
 
 }  // namespace sharc

@@ -57,18 +57,30 @@ class CpuEmitter {
   // schedule; this class only spells it as C++ for a device thread, where the
   // two streams are one: plan order respects every wait, and a ring's
   // transfers overlap its GEMMs through ppermute_start / ppermute_wait.
-  CpuEmitter(const ir::Graph& g, const EmitOptions& o)
+  // A pipelined program passes its stage plan and stage programs: the API
+  // and the Device members come from the whole program `g`, and each
+  // stage's body from a CpuEmitter of that stage's graph (device_scope = g).
+  CpuEmitter(const ir::Graph& g, const EmitOptions& o, const StagePlan* plan = nullptr,
+             const std::vector<ir::Graph>* stages = nullptr, const ir::Graph* device_scope = nullptr)
       : g_(g),
         o_(o),
         mesh_(g.mesh),
-        ep_(plan_emission(g)),
+        plan_stages_(plan),
+        stages_(stages),
+        pipe_axis_(g.pipeline ? g.pipeline->axis : ""),
+        ep_(plan_emission(g, device_scope)),
         plan_(ep_.buffers),
         var_(ep_.var),
         axis_var_(ep_.axis_var),
         field_(ep_.input_field),
         out_field_(ep_.output_field),
         group_var_(ep_.group_var),
-        locals_(ep_.locals) {}
+        locals_(ep_.locals) {
+    if (stages_)
+      for (size_t s = 0; s < stages_->size(); ++s)
+        for (const Node& v : (*stages_)[s].nodes)
+          if (v.op == Op::kParameter) holders_[v.name].push_back(static_cast<int>(s));
+  }
 
   EmittedFiles run() {
     std::vector<std::pair<std::string, std::string>> common = {
@@ -411,13 +423,32 @@ class CpuEmitter {
       w.line("dev->" + var + " = rt::make_group(world.mesh(), rank, " + braced(idx) + ");  // " +
              join(q, ", "));
     }
+    if (stages_)
+      w.line("// Parameter shards live on the pipeline stages that read them.");
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& v = g_.nodes[i];
       if (v.op != Op::kParameter) continue;
-      w.line("dev->" + var_[i] + " = rt::Buffer(" + std::to_string(ir::num_elements(v.shape)) +
-             ", &mem);  // " + ir::shape_str(v.shape));
+      const std::string alloc = "dev->" + var_[i] + " = rt::Buffer(" + std::to_string(ir::num_elements(v.shape)) +
+                                ", &mem);  // " + ir::shape_str(v.shape);
+      const std::string held =
+          stages_ ? held_on(v, "coords[" + std::to_string(mesh_.index(pipe_axis_)) + "]") : "";
+      w.line(held.empty() ? alloc : "if (" + held + ") " + alloc);
     }
     return w.str();
+  }
+
+  // Pipelined: the condition that a device whose pipe coordinate is `coord`
+  // holds parameter v ("" when every device does).
+  std::string held_on(const Node& v, const std::string& coord) const {
+    if (!stages_) return "";
+    const std::vector<int>& on = holders_.at(v.name);
+    if (static_cast<int>(on.size()) == mesh_.size(pipe_axis_)) return "";
+    std::vector<std::string> terms;
+    for (int s : on) terms.push_back(coord + " == " + std::to_string(s));
+    return join(terms, " || ");
+  }
+  std::string held_here(const Node& v) const {
+    return stages_ ? held_on(v, "dev." + axis_var_.at(pipe_axis_)) : "";
   }
 
   std::string init_body() const {
@@ -428,6 +459,15 @@ class CpuEmitter {
       const std::string head = "// " + v.loc.str() + " \"" + v.name + "\": block " +
                                shape_comment(v) + " of the global " +
                                ir::shape_str(global_shape(v));
+      const std::string held = held_here(v);
+      if (!held.empty()) w.open("if (" + held + ")");
+      struct CloseIf {
+        CodeWriter& w;
+        bool open;
+        ~CloseIf() {
+          if (open) w.close();
+        }
+      } close_if{w, !held.empty()};
       if (v.shape.empty()) {
         w.line(head);
         w.line("rt::init_block(kInit_" + var_[i] + ", seed, nullptr, nullptr, nullptr, 0, dev." +
@@ -1114,6 +1154,23 @@ class CpuEmitter {
                ", rt::Permutation{" + join(pairs, ", ") + "});");
         return;
       }
+      case Op::kSend:
+      case Op::kRecv: {
+        // A pipeline stage boundary (split_stages): the device at stage ints[0]
+        // with this device's other coordinates; the value's id is the tag.
+        const std::string peer = "world_.mesh().peer_on_axis(rank, " +
+                                 std::to_string(mesh_.index(v.axes[0])) + ", " + std::to_string(v.ints[0]) + ")";
+        const std::string tag = std::to_string(v.ints[1]);
+        if (v.op == Op::kSend) {
+          w.line(describe(v, s.reads, "send to stage " + std::to_string(v.ints[0]) + " (message " + tag + ")"));
+          w.line("comm.send(" + a0() + ", " + count + ", " + peer + ", " + tag + ");");
+        } else {
+          w.line(describe(v, {}, "receive from stage " + std::to_string(v.ints[0]) + " (message " + tag + ")"));
+          w.line(declare(id));
+          w.line("comm.recv(" + ptr(id) + ", " + count + ", " + peer + ", " + tag + ");");
+        }
+        return;
+      }
       case Op::kAxisIndex:
         w.line(describe(v, s.reads, "axis_index" + axes));
         w.line(declare(id));
@@ -1151,7 +1208,7 @@ class CpuEmitter {
       bool used = false;
       for (auto& d : v.sharding->dims)
         used = used || std::find(d.begin(), d.end(), a.name) != d.end();
-      if (used || a.size == 1) continue;
+      if (used || a.size == 1 || a.name == pipe_axis_) continue;  // a stage's body runs on its stage only
       owner.push_back("dev." + axis_var_.at(a.name) + " == 0");
       repl.push_back(quoted(a.name));
     }
@@ -1228,7 +1285,10 @@ class CpuEmitter {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& v = g_.nodes[i];
       if (v.op != Op::kParameter) continue;
-      const std::string cond = "if (path == " + quoted(v.name) + ")";
+      std::string held = held_here(v);
+      if (!set && !held.empty())  // one holder writes the caller's array
+        held = "dev." + axis_var_.at(pipe_axis_) + " == " + std::to_string(holders_.at(v.name).front());
+      const std::string cond = "if (path == " + quoted(v.name) + (held.empty() ? "" : " && (" + held + ")") + ")";
       const std::string buf = "dev." + var_[i] + ".data()";
       if (set) {
         w.line(cond + " " + block_from_global(v, "global", buf));
@@ -1243,11 +1303,19 @@ class CpuEmitter {
     return w.str();
   }
 
-  std::string forward_body() {
+  std::string forward_body(int indent = 1) {
+    if (stages_) return pipelined_body();
     const std::vector<Stmt>& stmts = plan_.stmts;
-    CodeWriter w(1);
+    CodeWriter w(indent);
     std::string current = "\x02";
+    int unit = -1;
     for (size_t k = 0; k < stmts.size(); ++k) {
+      if (units_ && node_unit_[stmts[k].node] != unit) {  // a pipeline stage's next unit
+        unit = node_unit_[stmts[k].node];
+        if (k) w.line();
+        w.line("// ==== " + unit_title((*units_)[unit]) + " ====");
+        current = "\x02";
+      }
       const auto [key, title] = section(anchor(stmts[k]));
       if (key != current) {
         if (k) w.line();
@@ -1266,6 +1334,51 @@ class CpuEmitter {
       w.line(rule("updates: parameters take their new values"));
       emit_updates(w);
     }
+    return w.str();
+  }
+
+  static std::string unit_title(const StageUnit& u) {
+    switch (u.phase) {
+      case StageUnit::Phase::kPre: return "before the micro-batches";
+      case StageUnit::Phase::kPost: return "after the micro-batches: the optimizer step";
+      case StageUnit::Phase::kForward:
+      case StageUnit::Phase::kBackward:
+        break;
+    }
+    return u.str() + ": micro-batch " + std::to_string(u.micro_batch) +
+           (u.phase == StageUnit::Phase::kForward ? " forward" : " backward") + ", model chunk " +
+           std::to_string(u.chunk);
+  }
+
+  // A pipelined program's step: each device runs its stage's program (a
+  // CpuEmitter of the stage graph, named like this one), chosen by its
+  // coordinate on the pipe axis.
+  std::string pipelined_body() {
+    const StagePlan& plan = *plan_stages_;
+    CodeWriter w(1);
+    w.line("// Pipeline over " + quoted(plan.axis) + ": " + std::to_string(plan.stages) + " stages x " +
+           std::to_string(plan.chunks_per_stage) + " model chunks, " + std::to_string(plan.microbatches) +
+           " micro-batches, schedule " + ir::schedule_name(plan.schedule) + ".");
+    w.line("// Each device runs its stage's program; stages pass activations forward and their");
+    w.line("// gradients back with send/recv to the device at the same place on the other axes.");
+    w.open("switch (dev." + axis_var_.at(plan.axis) + ")");
+    for (int s = 0; s < plan.stages; ++s) {
+      std::vector<std::string> order;
+      for (const StageUnit& u : plan.units[s])
+        if (u.phase == StageUnit::Phase::kForward || u.phase == StageUnit::Phase::kBackward)
+          order.push_back(u.str() + (plan.chunks_per_stage > 1 ? "c" + std::to_string(u.chunk) : ""));
+      w.open("case " + std::to_string(s) + ":");
+      w.line("// stage " + std::to_string(s) + " runs " + join(order, " "));
+      CpuEmitter stage(stages_->at(s), o_, nullptr, nullptr, &g_);
+      stage.units_ = &plan.units[s];
+      for (const StageStep& st : plan.steps[s]) stage.node_unit_.push_back(st.unit);
+      w.text(stage.forward_body(3));
+      w.line("break;");
+      w.close("stage " + std::to_string(s));
+    }
+    w.line("default:");
+    w.line("  break;");
+    w.close("switch");
     return w.str();
   }
 
@@ -1321,6 +1434,13 @@ class CpuEmitter {
   const ir::Graph& g_;
   const EmitOptions& o_;
   const Mesh& mesh_;
+  const StagePlan* plan_stages_;              // pipelined: the stage plan
+  const std::vector<ir::Graph>* stages_;      // pipelined: the stage programs
+  const std::string pipe_axis_;               // pipelined (also in a stage's emitter): the axis
+  std::map<std::string, std::vector<int>> holders_;  // pipelined: parameter path -> stages holding it
+  // A stage's emitter: the unit (StagePlan::units) of each node, to title them.
+  const std::vector<StageUnit>* units_ = nullptr;
+  std::vector<int> node_unit_;
   const EmissionPlan ep_;
   const BufferPlan& plan_;
   const std::vector<std::string>& var_;
@@ -1380,10 +1500,12 @@ EmitTemplates load_templates(const std::string& dir) {
   return {read("program.h"), read("program.cpp")};
 }
 
-EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options) {
-  // The generated API passes f32 arrays, and i32 ones for ids and labels; a
-  // bf16 input or output is converted inside the program (astype), where the
-  // DSL line says so.
+namespace {
+
+// The generated API passes f32 arrays, and i32 ones for ids and labels; a
+// bf16 input or output is converted inside the program (astype), where the
+// DSL line says so.
+void check_io_types(const ir::Graph& partitioned) {
   for (const ir::Node& n : partitioned.nodes)
     if (n.op == ir::Op::kInput && n.dtype == ir::DType::kBF16)
       user_error(n.loc, "the CPU backend takes f32 and i32 inputs, not bf16: declare " +
@@ -1394,7 +1516,21 @@ EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options) 
                             std::string(ir::dtype_name(partitioned[o.value].dtype)) + ": output \"" +
                             o.name + "\" is " + ir::describe_value(partitioned[o.value]) +
                             "; convert it with astype(x, DType::kF32)");
+}
+
+}  // namespace
+
+EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options) {
+  if (partitioned.pipeline)
+    internal_error("emit_cpu: a pipelined program is emitted from its Lowered (stage programs)");
+  check_io_types(partitioned);
   return CpuEmitter(partitioned, options).run();
+}
+
+EmittedFiles emit_cpu(const Lowered& lowered, const EmitOptions& options) {
+  if (lowered.stage_graphs.empty()) return emit_cpu(lowered.partitioned, options);
+  check_io_types(lowered.partitioned);
+  return CpuEmitter(lowered.partitioned, options, &*lowered.stages, &lowered.stage_graphs).run();
 }
 
 }  // namespace sharc

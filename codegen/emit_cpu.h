@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/pipeline.h"
 #include "ir/ir.h"
 
 namespace sharc {
@@ -50,6 +51,10 @@ struct EmittedFiles {
 // g.partitioned). Fails loudly (internal_error naming the op and its DSL line)
 // on anything it cannot emit exactly, rather than emitting something half-right.
 EmittedFiles emit_cpu(const ir::Graph& partitioned, const EmitOptions& options);
+// Any lowered program, pipelined ones included: Program::forward then runs,
+// on each device, the program of its pipeline stage (Lowered::stage_graphs),
+// while the API (inputs, outputs, parameters) is the whole program's.
+EmittedFiles emit_cpu(const Lowered& lowered, const EmitOptions& options);
 
 // Replaces every @KEY@ in `text` by values[KEY]. Throws internal_error when a
 // placeholder has no value or a value is never used (template and emitter out

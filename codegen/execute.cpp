@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <mutex>
 
 #include "codegen/passes/partition_per_device.h"
@@ -280,13 +279,22 @@ int all_reduce_bucket_end(const ir::Graph& g, int first) {
   return end;
 }
 
-ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
-                               const HostValues* state, const StagePlan* stages) {
-  if (!g.partitioned) internal_error("execute_partitioned needs a per-device graph");
-  const Mesh& mesh = g.mesh;
+namespace {
+
+// Runs graphs[s] on the devices at position s of `pipe_axis` (one graph and
+// no axis: every device runs it).
+ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::string& pipe_axis,
+                      const HostValues& inputs, uint64_t seed, const HostValues* state) {
+  for (const ir::Graph* g : graphs)
+    if (!g->partitioned) internal_error("execute_partitioned needs a per-device graph");
+  const Mesh& mesh = graphs[0]->mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
   rt::ThreadWorld world(ms);
   const int ndev = world.size();
+  const int pipe = pipe_axis.empty() ? -1 : mesh.index(pipe_axis);
+  auto stage_of_rank = [&](int rank) { return pipe < 0 ? 0 : ms.coords(rank)[pipe]; };
+  if (static_cast<int>(graphs.size()) != (pipe < 0 ? 1 : mesh.size(pipe_axis)))
+    internal_error("execute: " + std::to_string(graphs.size()) + " stage programs for the mesh " + mesh.str());
 
   // Global shapes of outputs and parameters, from local shape x parts.
   auto global_shape = [&](const Node& n) {
@@ -294,91 +302,79 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
     for (size_t d = 0; d < s.size(); ++d) s[d] *= n.sharding->parts(mesh, d);
     return s;
   };
-  for (auto& n : g.nodes)
-    if (n.op == Op::kInput) {
-      auto it = inputs.find(n.name);
-      if (it == inputs.end()) user_error(n.loc, "no value given for program input \"" + n.name + "\"");
-      if (static_cast<int64_t>(it->second.size()) != ir::num_elements(global_shape(n)))
-        user_error(n.loc, "input \"" + n.name + "\" has the wrong number of values");
-    }
+  for (const ir::Graph* g : graphs)
+    for (auto& n : g->nodes)
+      if (n.op == Op::kInput) {
+        auto it = inputs.find(n.name);
+        if (it == inputs.end()) user_error(n.loc, "no value given for program input \"" + n.name + "\"");
+        if (static_cast<int64_t>(it->second.size()) != ir::num_elements(global_shape(n)))
+          user_error(n.loc, "input \"" + n.name + "\" has the wrong number of values");
+      }
   std::map<std::string, std::vector<float>> input_f, state_f;
   for (auto& [k, v] : inputs) input_f[k].assign(v.begin(), v.end());
   if (state)
     for (auto& [k, v] : *state) state_f[k].assign(v.begin(), v.end());
-  std::vector<int> updated_by(g.nodes.size(), -1);
-  for (auto& u : g.updates) updated_by[u.target] = u.value;
-
-  std::vector<bool> is_gradient(g.nodes.size(), false);
-  for (auto& gr : g.gradients) is_gradient[gr.value] = true;
 
   ExecResult res;
   res.largest_param_bytes.assign(ndev, 0);
   res.persistent_bytes.assign(ndev, 0);
   res.gradient_bytes.assign(ndev, 0);
-  for (auto& o : g.outputs) res.outputs[o.name].assign(ir::num_elements(global_shape(g[o.value])), 0.0);
-  for (auto& n : g.nodes)
-    if (n.op == Op::kParameter) res.params[n.name].assign(ir::num_elements(global_shape(n)), 0.0);
+  for (const ir::Graph* g : graphs) {
+    for (auto& o : g->outputs) res.outputs[o.name].assign(ir::num_elements(global_shape((*g)[o.value])), 0.0);
+    for (auto& n : g->nodes)
+      if (n.op == Op::kParameter) res.params[n.name].assign(ir::num_elements(global_shape(n)), 0.0);
+  }
   std::mutex mu;
 
-  // What each device runs: the stage plan's steps for its stage, or every
-  // node in order (one stage).
-  const int pipe_axis = stages ? mesh.index(stages->axis) : -1;
-  std::vector<std::vector<StageStep>> plan_steps;
-  if (stages) {
-    plan_steps = stages->steps;
-  } else {
-    plan_steps.emplace_back();
-    for (size_t id = 0; id < g.nodes.size(); ++id)
-      plan_steps[0].push_back({StageStep::Kind::kCompute, static_cast<int>(id), -1, 0});
-  }
-  auto stage_of_rank = [&](int rank) { return pipe_axis < 0 ? 0 : ms.coords(rank)[pipe_axis]; };
-  auto holds = [&](int stage, int id) { return !stages || stages->holds[stage][id]; };
-
-  // Last use of every value per stage (a step index), so buffers are freed
-  // as a device would.
-  const int kForever = std::numeric_limits<int>::max();
-  std::vector<std::vector<int>> last_use_of(plan_steps.size(), std::vector<int>(g.nodes.size(), -1));
-  for (size_t s = 0; s < plan_steps.size(); ++s) {
+  // Per graph: which value updates each parameter, which values are
+  // gradients, and the last use of every value, so buffers are freed as a
+  // device would.
+  const size_t stages = graphs.size();
+  std::vector<std::vector<int>> updated_by_of(stages), last_use_of(stages);
+  std::vector<std::vector<bool>> is_gradient_of(stages);
+  for (size_t s = 0; s < stages; ++s) {
+    const ir::Graph& g = *graphs[s];
+    std::vector<int>& updated_by = updated_by_of[s];
+    updated_by.assign(g.nodes.size(), -1);
+    for (auto& u : g.updates) updated_by[u.target] = u.value;
+    is_gradient_of[s].assign(g.nodes.size(), false);
+    for (auto& gr : g.gradients) is_gradient_of[s][gr.value] = true;
     std::vector<int>& last_use = last_use_of[s];
-    for (size_t k = 0; k < plan_steps[s].size(); ++k) {
-      const StageStep& st = plan_steps[s][k];
-      if (st.kind == StageStep::Kind::kCompute)
-        for (int a : g.nodes[st.value].args) last_use[a] = static_cast<int>(k);
-      if (st.kind == StageStep::Kind::kSend) last_use[st.value] = std::max(last_use[st.value], static_cast<int>(k));
-    }
-    for (auto& o : g.outputs) last_use[o.value] = kForever;
+    last_use.assign(g.nodes.size(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (int a : g.nodes[i].args) last_use[a] = static_cast<int>(i);
+    for (auto& o : g.outputs) last_use[o.value] = static_cast<int>(g.nodes.size());
     // Parameters are persistent device state; update values live to the end.
     for (size_t i = 0; i < g.nodes.size(); ++i)
-      if (g.nodes[i].op == Op::kParameter) last_use[i] = kForever;
-    for (auto& u : g.updates) last_use[u.value] = kForever;
+      if (g.nodes[i].op == Op::kParameter) last_use[i] = static_cast<int>(g.nodes.size());
+    for (auto& u : g.updates) last_use[u.value] = static_cast<int>(g.nodes.size());
   }
 
   world.run([&](int rank) {
     rt::Communicator& comm = world.comm(rank);
     rt::DeviceMemory& mem = world.memory(rank);
     const int stage = stage_of_rank(rank);
-    const std::vector<StageStep>& steps = plan_steps[stage];
+    const ir::Graph& g = *graphs[stage];
+    const std::vector<int>& updated_by = updated_by_of[stage];
     const std::vector<int>& last_use = last_use_of[stage];
-    std::vector<rt::Buffer> val(g.nodes.size());
-    auto release = [&](int value, size_t k) {
-      if (last_use[value] == static_cast<int>(k)) val[value] = rt::Buffer();
-    };
-    auto free_operands = [&](int id, size_t k) {
-      for (int a : g.nodes[id].args) release(a, k);
-    };
-    // The device holding the same block on another stage.
-    auto peer_rank = [&](int peer_stage) {
+    const std::vector<bool>& is_gradient = is_gradient_of[stage];
+    // The device at `position` on `axis` with this device's other coordinates.
+    auto peer_rank = [&](const std::string& axis, int position) {
       std::vector<int> c = ms.coords(rank);
-      c[pipe_axis] = peer_stage;
+      c[mesh.index(axis)] = position;
       return ms.rank_of(c);
+    };
+    std::vector<rt::Buffer> val(g.nodes.size());
+    auto free_operands = [&](int id) {
+      for (int a : g.nodes[id].args)
+        if (last_use[a] == id) val[a] = rt::Buffer();
     };
     // A bucket of all-reduces (see all_reduce_bucket_end): results, then one
     // packed buffer, one collective, unpack; the emitter prints the same steps.
-    auto run_bucket = [&](size_t first, size_t end) {
-      const Node& head = g.nodes[steps[first].value];
+    auto run_bucket = [&](int first, int end) {
+      const Node& head = g.nodes[first];
       size_t total = 0;
-      for (size_t k = first; k < end; ++k) {
-        const int m = steps[k].value;
+      for (int m = first; m < end; ++m) {
         val[m] = rt::Buffer(static_cast<size_t>(ir::num_elements(g.nodes[m].shape)), &mem);
         total += val[m].size();
       }
@@ -386,8 +382,7 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
       // groups one type per bucket).
       auto reduce_packed = [&](auto& packed) {
         size_t at = 0;
-        for (size_t k = first; k < end; ++k) {
-          const int m = steps[k].value;
+        for (int m = first; m < end; ++m) {
           const float* x = val[g.nodes[m].args[0]].data();
           for (size_t i = 0; i < val[m].size(); ++i)
             packed[at + i] = static_cast<std::remove_reference_t<decltype(packed[0])>>(x[i]);
@@ -396,8 +391,7 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         comm.all_reduce(packed.data(), total, group_of(mesh, ms, rank, head.axes),
                         reduce_op(head.reduce));
         at = 0;
-        for (size_t k = first; k < end; ++k) {
-          const int m = steps[k].value;
+        for (int m = first; m < end; ++m) {
           for (size_t i = 0; i < val[m].size(); ++i) val[m][i] = static_cast<float>(packed[at + i]);
           at += val[m].size();
         }
@@ -409,59 +403,34 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         rt::Buffer packed(total, &mem);
         reduce_packed(packed);
       }
-      for (size_t k = first; k < end; ++k) free_operands(steps[k].value, k);
+      for (int m = first; m < end; ++m) free_operands(m);
     };
     // Gradient buffers are counted as they are made (they may be freed soon after).
     auto count_gradient = [&](int id) {
       if (is_gradient[id]) res.gradient_bytes[rank] += val[id].bytes();
     };
-    for (size_t k = 0; k < steps.size(); ++k) {
-      const StageStep& st = steps[k];
-      if (st.kind == StageStep::Kind::kSend) {
-        const Node& n = g.nodes[st.value];
-        const size_t count = val[st.value].size();
-        if (n.dtype == ir::DType::kBF16) {
-          const std::vector<rt::bf16> x = to_bf16(val[st.value].data(), count);
-          comm.send(x.data(), count, peer_rank(st.peer), static_cast<uint64_t>(st.value));
-        } else {
-          comm.send(val[st.value].data(), count, peer_rank(st.peer), static_cast<uint64_t>(st.value));
-        }
-        release(st.value, k);
+    for (size_t id = 0; id < g.nodes.size(); ++id) {
+      const int bucket_end = all_reduce_bucket_end(g, static_cast<int>(id));
+      if (bucket_end > static_cast<int>(id) + 1) {
+        run_bucket(static_cast<int>(id), bucket_end);
+        for (int m = static_cast<int>(id); m < bucket_end; ++m) count_gradient(m);
+        id = bucket_end - 1;
         continue;
       }
-      if (st.kind == StageStep::Kind::kRecv) {
-        const Node& n = g.nodes[st.value];
-        const size_t count = static_cast<size_t>(ir::num_elements(n.shape));
-        rt::Buffer in(count, &mem);
-        if (n.dtype == ir::DType::kBF16) {
-          rt::BasicBuffer<rt::bf16> x(count, &mem);
-          comm.recv(x.data(), count, peer_rank(st.peer), static_cast<uint64_t>(st.value));
-          for (size_t i = 0; i < count; ++i) in[i] = x[i];
-        } else {
-          comm.recv(in.data(), count, peer_rank(st.peer), static_cast<uint64_t>(st.value));
-        }
-        val[st.value] = std::move(in);
-        continue;
-      }
-      size_t bucket_end = k + 1;
-      if (g.nodes[st.value].op == Op::kAllReduce && g.nodes[st.value].dim2 >= 0) {
-        const Node& head = g.nodes[st.value];
-        for (; bucket_end < steps.size() && steps[bucket_end].kind == StageStep::Kind::kCompute; ++bucket_end) {
-          const Node& m = g.nodes[steps[bucket_end].value];
-          if (m.op != Op::kAllReduce || m.dim2 != head.dim2 || m.axes != head.axes || m.reduce != head.reduce ||
-              m.dtype != head.dtype || m.args[0] >= st.value)
-            break;
-        }
-      }
-      if (bucket_end > k + 1) {
-        run_bucket(k, bucket_end);
-        for (size_t b = k; b < bucket_end; ++b) count_gradient(steps[b].value);
-        k = bucket_end - 1;
-        continue;
-      }
-      const size_t id = static_cast<size_t>(st.value);
       const Node& n = g.nodes[id];
       const int64_t count = ir::num_elements(n.shape);
+      if (n.op == Op::kSend) {  // bf16 values travel as bf16
+        const int dst = peer_rank(n.axes[0], n.ints[0]);
+        const auto tag = static_cast<uint64_t>(n.ints[1]);
+        if (n.dtype == ir::DType::kBF16) {
+          const std::vector<rt::bf16> x = to_bf16(val[n.args[0]].data(), static_cast<size_t>(count));
+          comm.send(x.data(), static_cast<size_t>(count), dst, tag);
+        } else {
+          comm.send(val[n.args[0]].data(), static_cast<size_t>(count), dst, tag);
+        }
+        free_operands(static_cast<int>(id));
+        continue;
+      }
       rt::Buffer out(static_cast<size_t>(count), &mem);
       auto arg = [&](int i) -> const float* { return val[n.args[i]].data(); };
       auto arg_shape = [&](int i) -> const Shape& { return g.nodes[n.args[i]].shape; };
@@ -613,6 +582,20 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         case Op::kAxisIndex:
           out[0] = static_cast<float>(group_of(mesh, ms, rank, n.axes).position);
           break;
+        case Op::kRecv: {
+          const int src = peer_rank(n.axes[0], n.ints[0]);
+          const auto tag = static_cast<uint64_t>(n.ints[1]);
+          if (n.dtype == ir::DType::kBF16) {
+            rt::BasicBuffer<rt::bf16> x(static_cast<size_t>(count), &mem);
+            comm.recv(x.data(), static_cast<size_t>(count), src, tag);
+            for (int64_t i = 0; i < count; ++i) out[i] = x[i];
+          } else {
+            comm.recv(out.data(), static_cast<size_t>(count), src, tag);
+          }
+          break;
+        }
+        case Op::kSend:
+          internal_error("send handled above");
         case Op::kShardMap:
           internal_error("shard_map in a per-device program");
       }
@@ -622,19 +605,17 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
         for (int64_t i = 0; i < count; ++i) out[i] = std::trunc(out[i]);
       val[id] = std::move(out);
       count_gradient(static_cast<int>(id));
-      free_operands(static_cast<int>(id), k);
+      free_operands(static_cast<int>(id));
     }
     std::lock_guard<std::mutex> lock(mu);
     for (size_t id = 0; id < g.nodes.size(); ++id) {
       const Node& n = g.nodes[id];
-      if (n.op != Op::kParameter || !holds(stage, static_cast<int>(id))) continue;
+      if (n.op != Op::kParameter) continue;
       const int v = updated_by[id] >= 0 ? updated_by[id] : static_cast<int>(id);
       put_block(res.params[n.name], global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank), n.shape,
                 val[v].data());
     }
-    for (size_t i = 0; i < g.outputs.size(); ++i) {
-      const ir::Output& o = g.outputs[i];
-      if (stages && stages->output_stage[i] != stage) continue;
+    for (auto& o : g.outputs) {
       const Node& n = g[o.value];
       put_block(res.outputs[o.name], global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank), n.shape,
                 val[o.value].data());
@@ -645,6 +626,26 @@ ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uin
     res.peak_bytes.push_back(world.memory(r).peak());
   }
   return res;
+}
+
+}  // namespace
+
+ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
+                               const HostValues* state) {
+  return run_graphs({&g}, "", inputs, seed, state);
+}
+
+ExecResult execute_stages(const std::vector<ir::Graph>& stages, const HostValues& inputs, uint64_t seed,
+                          const HostValues* state) {
+  if (stages.empty() || !stages[0].pipeline) internal_error("execute_stages needs a pipelined program's stages");
+  std::vector<const ir::Graph*> graphs;
+  for (const ir::Graph& g : stages) graphs.push_back(&g);
+  return run_graphs(graphs, stages[0].pipeline->axis, inputs, seed, state);
+}
+
+ExecResult execute(const Lowered& lowered, const HostValues& inputs, uint64_t seed, const HostValues* state) {
+  if (!lowered.stage_graphs.empty()) return execute_stages(lowered.stage_graphs, inputs, seed, state);
+  return execute_partitioned(lowered.partitioned, inputs, seed, state);
 }
 
 }  // namespace sharc

@@ -172,7 +172,7 @@ int run(const Args& a) {
   eo.header_name = a.name + ".h";
   eo.model_file = where.file;
   eo.templates = sharc::load_templates(a.templates);
-  const sharc::EmittedFiles files = sharc::emit_cpu(lowered.partitioned, eo);
+  const sharc::EmittedFiles files = sharc::emit_cpu(lowered, eo);
 
   Outputs out(a.out_dir, a.name);
   try {

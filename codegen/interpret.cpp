@@ -279,6 +279,8 @@ void eval_node(const ir::Graph& g, size_t id, std::vector<Values>& val, const Ho
       case Op::kRingDot:
       case Op::kPPermute:
       case Op::kAxisIndex:
+      case Op::kSend:
+      case Op::kRecv:
         internal_error("collective in a global program");
       case Op::kShardMap:
         internal_error("eval_node of a shard_map");

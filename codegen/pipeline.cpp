@@ -100,8 +100,13 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   stage("after_bucket_all_reduces", local);
   ir::verify(local);
   std::optional<StagePlan> stages;
-  if (local.pipeline) stages = plan_stages(local, schedule, virtual_stages);
-  return {std::move(g), std::move(local), std::move(stages), std::move(log)};
+  std::vector<ir::Graph> stage_graphs;
+  if (local.pipeline) {
+    stages = plan_stages(local, schedule, virtual_stages);
+    stage_graphs = split_stages(local, *stages);
+    for (size_t s = 0; s < stage_graphs.size(); ++s) stage("stage" + std::to_string(s), stage_graphs[s]);
+  }
+  return {std::move(g), std::move(local), std::move(stages), std::move(stage_graphs), std::move(log)};
 }
 
 }  // namespace sharc

@@ -46,6 +46,9 @@ struct Lowered {
   // A pipelined program's stage plan (codegen/stage_plan.h): what each stage
   // of the pipe axis runs; nullopt without set_pipeline.
   std::optional<StagePlan> stages;
+  // Its stage programs (split_stages): what the devices at each position of
+  // the pipe axis run. Empty without a pipeline.
+  std::vector<ir::Graph> stage_graphs;
   // Why each parameter has its layout and which rules were skipped, one line
   // per decision (apply_sharding_rules, resolve_logical_axes), for a verbose
   // generator to print.

@@ -322,6 +322,64 @@ StagePlan plan_stages(const ir::Graph& g, ir::PipelineSchedule schedule, int v) 
   return plan;
 }
 
+std::vector<ir::Graph> split_stages(const ir::Graph& g, const StagePlan& plan) {
+  std::vector<ir::Graph> out;
+  const int N = static_cast<int>(g.nodes.size());
+  for (int s = 0; s < plan.stages; ++s) {
+    ir::Graph sg;
+    sg.name = g.name;
+    sg.mesh = g.mesh;
+    sg.partitioned = true;
+    sg.dtype = g.dtype;
+    sg.pipeline = g.pipeline;
+    std::vector<int> map(N, -1);
+    auto mapped = [&](int v) {
+      if (map[v] < 0) internal_error("split_stages: stage " + std::to_string(s) + " reads %" + std::to_string(v) +
+                                     " before it has it: " + ir::node_str(g, v));
+      return map[v];
+    };
+    // A send or recv node, described like the value it moves.
+    auto transfer = [&](Op op, int v, int peer) {
+      Node t = g.nodes[v];
+      t.op = op;
+      t.args = op == Op::kSend ? std::vector<int>{mapped(v)} : std::vector<int>{};
+      t.axes = {plan.axis};
+      t.ints = {peer, v};
+      t.dim = t.dim2 = -1;
+      t.layout_of = -1;
+      t.fixed = false;
+      t.spec.reset();
+      t.rules.reset();
+      return sg.add(std::move(t));
+    };
+    for (const StageStep& st : plan.steps[s]) {
+      if (st.kind == StageStep::Kind::kSend) {
+        transfer(Op::kSend, st.value, st.peer);
+      } else if (st.kind == StageStep::Kind::kRecv) {
+        map[st.value] = transfer(Op::kRecv, st.value, st.peer);
+      } else {
+        Node n = g.nodes[st.value];
+        for (int& a : n.args) a = mapped(a);
+        if (n.layout_of >= 0) n.layout_of = map[n.layout_of];
+        map[st.value] = sg.add(std::move(n));
+      }
+    }
+    for (size_t i = 0; i < g.outputs.size(); ++i)
+      if (plan.output_stage[i] == s) {
+        ir::Output o = g.outputs[i];
+        o.value = mapped(o.value);
+        sg.outputs.push_back(std::move(o));
+      }
+    for (const ir::Update& u : g.updates)
+      if (map[u.target] >= 0) sg.updates.push_back({map[u.target], mapped(u.value)});
+    for (const ir::Gradient& gr : g.gradients)
+      if (map[gr.parameter] >= 0 && map[gr.value] >= 0) sg.gradients.push_back({map[gr.parameter], map[gr.value]});
+    ir::verify(sg);
+    out.push_back(std::move(sg));
+  }
+  return out;
+}
+
 std::string StagePlan::str(const ir::Graph& g) const {
   std::ostringstream os;
   os << "pipeline over '" << axis << "': " << stages << " stages x " << chunks_per_stage << " chunks, "

@@ -89,6 +89,13 @@ void check_pipeline(const ir::Graph& g, ir::PipelineSchedule schedule, int virtu
 // The plan for per-device graph `local` (whose `pipeline` is set).
 StagePlan plan_stages(const ir::Graph& local, ir::PipelineSchedule schedule, int virtual_stages);
 
+// The stage programs: stage s's steps as a per-device graph of its own (its
+// node k is steps[s][k]), a send node per kSend and a recv node per kRecv
+// (tagged with the value's id in `local`), with the outputs, updates and
+// gradients the stage has. Executors and renderers run these; the devices
+// at position s on the pipe axis run graph s.
+std::vector<ir::Graph> split_stages(const ir::Graph& local, const StagePlan& plan);
+
 // Runs a plan on a virtual clock: a compute step of node n takes
 // compute_seconds(n), a send costs the sender nothing and its value arrives
 // link_seconds(n) later, a receive waits for that arrival. Deterministic.

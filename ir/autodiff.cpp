@@ -406,6 +406,8 @@ class Sweep {
       case Op::kRingDot:
       case Op::kPPermute:
       case Op::kAxisIndex:
+      case Op::kSend:
+      case Op::kRecv:
         internal_error(std::string("autodiff met ") + ir::op_name(n.op) +
                        " in a global program at " + ir::node_str(g_, id));
       case Op::kShardMap:

@@ -108,7 +108,14 @@ namespace sharc::ir {
   /* pairs (receivers of nothing get zeros); axis_index: scalar = this         */ \
   /* device's coordinate on the axis in `axes`.                                */ \
   X(PPermute, "ppermute", 1)                                                   \
-  X(AxisIndex, "axis_index", 0)
+  X(AxisIndex, "axis_index", 0)                                                \
+  /* Pipeline stage programs only (split_stages): send the operand to the    */ \
+  /* device at position ints[0] on the one axis in `axes` (the pipe axis),   */ \
+  /* all other coordinates equal, as message ints[1] (its result is unused), */ \
+  /* and receive message ints[1] from position ints[0] (shape, type, layout  */ \
+  /* of the value sent).                                                     */ \
+  X(Send, "send", 1)                                                           \
+  X(Recv, "recv", 0)
 
 enum class Op {
 #define SHARC_X(e, n, a) k##e,

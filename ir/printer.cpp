@@ -119,6 +119,11 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
     case Op::kAxisIndex:
       os << " axes=" << axes_str(n.axes);
       break;
+    case Op::kSend:
+    case Op::kRecv:
+      if (n.ints.size() == 2) os << (n.op == Op::kSend ? " to=" : " from=") << n.ints[0] << " tag=" << n.ints[1];
+      os << " axes=" << axes_str(n.axes);
+      break;
     case Op::kAllToAll:
       os << " split=" << n.dim << " concat=" << n.dim2 << " axes=" << axes_str(n.axes);
       break;

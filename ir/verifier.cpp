@@ -120,7 +120,7 @@ struct Checker {
     auto arg = [&](int i) -> const Node& { return g.nodes[n.args[i]]; };
     // Constraints: collectives and local slices appear only in partitioned IR.
     fail_if((is_collective(op) || op == Op::kLocalSlice || op == Op::kRingDot || op == Op::kPPermute ||
-             op == Op::kAxisIndex) &&
+             op == Op::kAxisIndex || op == Op::kSend || op == Op::kRecv) &&
                 !g.partitioned,
             "collective in a global (unpartitioned) program");
     // Constraints: shard_map appears only in global IR.
@@ -144,7 +144,7 @@ struct Checker {
           op == Op::kEqual || op == Op::kNeg || op == Op::kBroadcast || op == Op::kReshape ||
           op == Op::kTranspose || op == Op::kSlice || op == Op::kPad || op == Op::kReduce ||
           op == Op::kShardingConstraint || is_collective(op) || op == Op::kLocalSlice ||
-          op == Op::kPPermute || op == Op::kShardMap;
+          op == Op::kPPermute || op == Op::kShardMap || op == Op::kSend || op == Op::kRecv;
       fail_if(!integer_op, std::string(op_name(op)) + " on i32 values");
     }
     fail_if(op == Op::kRandomUniform && n.dtype != DType::kF32, "random_uniform is f32");
@@ -279,6 +279,16 @@ struct Checker {
                     !g.shard_maps[n.ints[0]] || n.ints[1] < 0,
                 "shard_map does not name a body and result");
         fail_if(n.args.empty(), "shard_map without operands");
+        break;
+      case Op::kSend:
+      case Op::kRecv:
+        // Constraints: one mesh axis, a peer position on it and a tag; a
+        // send keeps its operand's shape.
+        fail_if(n.axes.size() != 1 || !g.mesh.has(n.axes[0]), "needs one mesh axis");
+        fail_if(n.ints.size() != 2, "needs a peer position and a tag");
+        if (n.axes.size() == 1 && g.mesh.has(n.axes[0]) && n.ints.size() == 2)
+          fail_if(n.ints[0] < 0 || n.ints[0] >= g.mesh.size(n.axes[0]), "peer position out of range");
+        if (op == Op::kSend) fail_if(arg(0).shape != n.shape, "send changes shape");
         break;
       case Op::kPPermute:
       case Op::kAxisIndex: {

@@ -49,6 +49,14 @@ int MeshShape::rank_of(const std::vector<int>& coords) const {
   return rank;
 }
 
+int MeshShape::peer_on_axis(int rank, int axis, int position) const {
+  std::vector<int> c = coords(rank);
+  if (axis < 0 || axis >= static_cast<int>(c.size()))
+    throw std::out_of_range("peer_on_axis: axis " + std::to_string(axis) + " of mesh " + to_string());
+  c[axis] = position;
+  return rank_of(c);
+}
+
 std::string MeshShape::to_string() const {
   std::string s = "<[";
   for (size_t i = 0; i < axis_names.size(); ++i) {

@@ -25,6 +25,9 @@ struct MeshShape {
   std::vector<int> coords(int rank) const;
   // Inverse of coords(). Throws std::out_of_range on a bad coordinate.
   int rank_of(const std::vector<int>& coords) const;
+  // The device with `rank`'s coordinates except `position` on axis `axis`
+  // (a pipeline stage's neighbour). Throws std::out_of_range.
+  int peer_on_axis(int rank, int axis, int position) const;
   // <["data"=2, "model"=4]>, the one text spelling used everywhere in sharc.
   std::string to_string() const;
 };

@@ -55,8 +55,7 @@ Trajectory on_mesh(const ir::Graph& g, const StackConfig& c, const std::string& 
   EXPECT_TRUE(l.stages.has_value());
   Trajectory r;
   for (int s = 0; s < kSteps; ++s) {
-    ExecResult e = execute_partitioned(l.partitioned, batch_for(c, s), 0, s == 0 ? nullptr : &r.params,
-                                       l.stages ? &*l.stages : nullptr);
+    ExecResult e = execute(l, batch_for(c, s), 0, s == 0 ? nullptr : &r.params);
     r.loss.push_back(e.outputs.at("loss")[0]);
     r.params = e.params;
     r.steps.push_back(std::move(e));
