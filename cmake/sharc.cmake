@@ -18,7 +18,9 @@
 #  4. adds the target NAME_report (not built by default): `ninja NAME_report`
 #     runs the generator with --report, which prints, before anything runs,
 #     each parameter's layout and local shape, every collective with its
-#     bytes per device and each device's peak memory (codegen/report.h).
+#     bytes per device and each device's peak memory (codegen/report.h); for a
+#     pipelined program, per stage, and it draws the schedule into
+#     <build>/sharc_generated/NAME/NAME_schedule.svg.
 #
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
 # when one axis is -1). DUMP_IR also writes the IR after every pass
@@ -215,7 +217,7 @@ function(sharc_add_program NAME)
   set_target_properties(${NAME} PROPERTIES CXX_CLANG_TIDY "")
 
   add_custom_target(${NAME}_report
-    COMMAND ${generator} ${common_args} --report
+    COMMAND ${generator} ${common_args} --report --schedule-svg ${out_dir}/${NAME}_schedule.svg
     DEPENDS ${generator}
     COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     USES_TERMINAL VERBATIM)

@@ -118,7 +118,8 @@ BufferPlan plan_buffers(const ir::Graph& g) {
   for (size_t i = 0; i < n; ++i) {
     const Node& v = g.nodes[i];
     if (ir::is_elementwise(v.op) && p.users[i].size() == 1 && !p.is_output[i] &&
-        !p.is_update_value[i] && ir::is_elementwise(g[*p.users[i].begin()].op))
+        !p.is_update_value[i] && ir::is_elementwise(g[*p.users[i].begin()].op) &&
+        g[*p.users[i].begin()].micro_batch == v.micro_batch)
       p.inlined[i] = true;
     if (v.op == Op::kConstant) {
       bool other = p.is_output[i] || p.is_update_value[i];
@@ -248,6 +249,41 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
   m.peak_bytes = t.peak;
   m.peak_stmt = t.peak_stmt;
   return m;
+}
+
+ActivationProfile simulate_activations(const ir::Graph& g, const BufferPlan& p) {
+  const size_t n = g.nodes.size();
+  std::vector<bool> from_gradient(n, false), activation(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& v = g.nodes[i];
+    from_gradient[i] = v.backward;
+    for (int a : v.args) from_gradient[i] = from_gradient[i] || from_gradient[a];
+    activation[i] = !from_gradient[i] && v.micro_batch >= 0 && v.micro_batch < ir::kAfterMicroBatches &&
+                    p.needs_buffer[i] && v.op != Op::kParameter;
+  }
+  ActivationProfile a;
+  std::map<int, int> live_per_micro_batch;  // micro-batch -> live activation buffers
+  uint64_t live_bytes = 0;
+  auto add = [&](int v) {
+    if (!activation[v]) return;
+    ++live_per_micro_batch[g[v].micro_batch];
+    live_bytes += bytes_of(g[v]);
+  };
+  for (size_t k = 0; k < p.stmts.size(); ++k) {
+    const BufferPlan::Stmt& s = p.stmts[k];
+    if (s.bucket.empty())
+      add(s.node);
+    else
+      for (int m : s.bucket) add(m);
+    a.max_micro_batches = std::max(a.max_micro_batches, static_cast<int>(live_per_micro_batch.size()));
+    a.max_bytes = std::max(a.max_bytes, live_bytes);
+    for (int r : p.frees_after[k]) {
+      if (!activation[r]) continue;
+      live_bytes -= bytes_of(g[r]);
+      if (--live_per_micro_batch[g[r].micro_batch] == 0) live_per_micro_batch.erase(g[r].micro_batch);
+    }
+  }
+  return a;
 }
 
 }  // namespace sharc

@@ -8,8 +8,12 @@
 //
 // The rules (all in plan_buffers):
 //  - fusion: an elementwise node is computed inside its user's loop when that
-//    user is its only one and is elementwise too, and the value is no output
-//    and no parameter's update (inlined);
+//    user is its only one, is elementwise too and belongs to the same
+//    micro-batch (ir::Node::micro_batch), and the value is no output and no
+//    parameter's update (inlined). Fusing across micro-batches would move
+//    work to the last one and keep every micro-batch's operands alive until
+//    then: a gradient accumulated over k micro-batches would hold k
+//    gradients;
 //  - a Constant is a literal inside elementwise loops and gets a buffer only
 //    when something else reads it, or it is an output or an update's value;
 //  - Parameters are persistent (members of the generated Device), never
@@ -74,5 +78,17 @@ struct MemoryProfile {
   int peak_stmt = -1;             // the statement at which the peak is reached (-1: none)
 };
 MemoryProfile simulate_memory(const ir::Graph& partitioned, const BufferPlan& plan);
+
+// The forward activations a step keeps between its micro-batches, replayed
+// from the same plan: over the step, the most micro-batches whose forward
+// values (ir::Node::micro_batch in [0, kAfterMicroBatches), neither made by
+// autodiff nor computed from a gradient) hold buffers at once, and the most
+// bytes those buffers take. On a pipeline stage's program this is what its
+// schedule keeps in flight: GPipe all m micro-batches, 1F1B at most p.
+struct ActivationProfile {
+  int max_micro_batches = 0;
+  uint64_t max_bytes = 0;
+};
+ActivationProfile simulate_activations(const ir::Graph& partitioned, const BufferPlan& plan);
 
 }  // namespace sharc

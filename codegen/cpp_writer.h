@@ -172,6 +172,11 @@ class CodeWriter {
     line(head.empty() ? "{" : head + " {");
     ++indent_;
   }
+  // Ends a block whose closing line the caller writes itself ("};").
+  CodeWriter& operator--() {
+    --indent_;
+    return *this;
+  }
   void close(const std::string& what = "") {
     --indent_;
     line(what.empty() ? "}" : "}  // " + what);

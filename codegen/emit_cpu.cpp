@@ -1357,27 +1357,32 @@ class CpuEmitter {
     const StagePlan& plan = *plan_stages_;
     CodeWriter w(1);
     w.line("// Pipeline over " + quoted(plan.axis) + ": " + std::to_string(plan.stages) + " stages x " +
-           std::to_string(plan.chunks_per_stage) + " model chunks, " + std::to_string(plan.microbatches) +
-           " micro-batches, schedule " + ir::schedule_name(plan.schedule) + ".");
+           std::to_string(plan.chunks_per_stage) + (plan.chunks_per_stage == 1 ? " model chunk, " : " model chunks, ") +
+           std::to_string(plan.microbatches) + " micro-batches, schedule " + ir::schedule_name(plan.schedule) + ".");
     w.line("// Each device runs its stage's program; stages pass activations forward and their");
     w.line("// gradients back with send/recv to the device at the same place on the other axes.");
-    w.open("switch (dev." + axis_var_.at(plan.axis) + ")");
+    w.line("// Each stage is a function of its own (a lambda), so the compiler handles one");
+    w.line("// stage's code at a time.");
     for (int s = 0; s < plan.stages; ++s) {
       std::vector<std::string> order;
       for (const StageUnit& u : plan.units[s])
         if (u.phase == StageUnit::Phase::kForward || u.phase == StageUnit::Phase::kBackward)
           order.push_back(u.str() + (plan.chunks_per_stage > 1 ? "c" + std::to_string(u.chunk) : ""));
-      w.open("case " + std::to_string(s) + ":");
+      w.line();
       w.line("// stage " + std::to_string(s) + " runs " + join(order, " "));
+      w.open("const auto stage_" + std::to_string(s) + " = [&]");
       CpuEmitter stage(stages_->at(s), o_, nullptr, nullptr, &g_);
       stage.units_ = &plan.units[s];
       for (const StageStep& st : plan.steps[s]) stage.node_unit_.push_back(st.unit);
-      w.text(stage.forward_body(3));
-      w.line("break;");
-      w.close("stage " + std::to_string(s));
+      w.text(stage.forward_body(2));
+      --w;  // the lambda's closing brace takes a semicolon
+      w.line("};  // stage " + std::to_string(s));
     }
-    w.line("default:");
-    w.line("  break;");
+    w.line();
+    w.open("switch (dev." + axis_var_.at(plan.axis) + ")");
+    for (int s = 0; s < plan.stages; ++s)
+      w.line("case " + std::to_string(s) + ": stage_" + std::to_string(s) + "(); break;");
+    w.line("default: break;");
     w.close("switch");
     return w.str();
   }

@@ -2,6 +2,7 @@
 #include "codegen/execute.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 
@@ -284,7 +285,7 @@ namespace {
 // Runs graphs[s] on the devices at position s of `pipe_axis` (one graph and
 // no axis: every device runs it).
 ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::string& pipe_axis,
-                      const HostValues& inputs, uint64_t seed, const HostValues* state) {
+                      const HostValues& inputs, uint64_t seed, const HostValues* state, rt::Trace* trace) {
   for (const ir::Graph* g : graphs)
     if (!g->partitioned) internal_error("execute_partitioned needs a per-device graph");
   const Mesh& mesh = graphs[0]->mesh;
@@ -350,6 +351,11 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
     for (auto& u : g.updates) last_use[u.value] = static_cast<int>(g.nodes.size());
   }
 
+  std::vector<std::vector<rt::TraceEvent>> device_events(ndev);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point from) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+  };
   world.run([&](int rank) {
     rt::Communicator& comm = world.comm(rank);
     rt::DeviceMemory& mem = world.memory(rank);
@@ -409,11 +415,32 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
     auto count_gradient = [&](int id) {
       if (is_gradient[id]) res.gradient_bytes[rank] += val[id].bytes();
     };
+    // The wall-clock trace: one event per statement, named after its DSL line.
+    std::vector<rt::TraceEvent>& events = device_events[rank];
+    auto record = [&](int node, double start, const char* category, int peer = -1) {
+      if (!trace) return;
+      const Node& v = g.nodes[node];
+      rt::TraceEvent e;
+      e.device = rank;
+      e.start_s = start;
+      e.end_s = seconds_since(t0);
+      e.category = category;
+      e.name = ir::op_name(v.op);
+      if (v.loc.known()) e.name += "  " + v.loc.str();
+      if (!v.name.empty() && v.op != Op::kParameter && v.op != Op::kInput) e.name += " " + v.name;
+      if (peer >= 0) {
+        e.peer = peer;
+        e.tag = v.ints[1];
+      }
+      events.push_back(std::move(e));
+    };
     for (size_t id = 0; id < g.nodes.size(); ++id) {
+      const double started = trace ? seconds_since(t0) : 0.0;
       const int bucket_end = all_reduce_bucket_end(g, static_cast<int>(id));
       if (bucket_end > static_cast<int>(id) + 1) {
         run_bucket(static_cast<int>(id), bucket_end);
         for (int m = static_cast<int>(id); m < bucket_end; ++m) count_gradient(m);
+        record(static_cast<int>(id), started, "collective");
         id = bucket_end - 1;
         continue;
       }
@@ -429,6 +456,7 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
           comm.send(val[n.args[0]].data(), static_cast<size_t>(count), dst, tag);
         }
         free_operands(static_cast<int>(id));
+        record(static_cast<int>(id), started, "send", dst);
         continue;
       }
       rt::Buffer out(static_cast<size_t>(count), &mem);
@@ -606,6 +634,11 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
       val[id] = std::move(out);
       count_gradient(static_cast<int>(id));
       free_operands(static_cast<int>(id));
+      if (n.op == Op::kRecv)
+        record(static_cast<int>(id), started, "recv", peer_rank(n.axes[0], n.ints[0]));
+      else
+        record(static_cast<int>(id), started,
+               ir::is_collective(n.op) || n.op == Op::kRingDot || n.op == Op::kPPermute ? "collective" : "compute");
     }
     std::lock_guard<std::mutex> lock(mu);
     for (size_t id = 0; id < g.nodes.size(); ++id) {
@@ -625,27 +658,40 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
     res.comm.push_back(world.comm(r).stats());
     res.peak_bytes.push_back(world.memory(r).peak());
   }
+  if (trace) {
+    trace->clock = "wall";
+    trace->track_names.clear();
+    trace->events.clear();
+    for (int r = 0; r < ndev; ++r) {
+      const std::vector<int> c = ms.coords(r);
+      std::string where;
+      for (size_t a = 0; a < c.size(); ++a) where += (a ? ", " : "") + ms.axis_names[a] + "=" + std::to_string(c[a]);
+      trace->track_names.push_back("device " + std::to_string(r) + " (" + where + ")");
+      for (rt::TraceEvent& e : device_events[r]) trace->events.push_back(std::move(e));
+    }
+  }
   return res;
 }
 
 }  // namespace
 
 ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
-                               const HostValues* state) {
-  return run_graphs({&g}, "", inputs, seed, state);
+                               const HostValues* state, rt::Trace* trace) {
+  return run_graphs({&g}, "", inputs, seed, state, trace);
 }
 
 ExecResult execute_stages(const std::vector<ir::Graph>& stages, const HostValues& inputs, uint64_t seed,
-                          const HostValues* state) {
+                          const HostValues* state, rt::Trace* trace) {
   if (stages.empty() || !stages[0].pipeline) internal_error("execute_stages needs a pipelined program's stages");
   std::vector<const ir::Graph*> graphs;
   for (const ir::Graph& g : stages) graphs.push_back(&g);
-  return run_graphs(graphs, stages[0].pipeline->axis, inputs, seed, state);
+  return run_graphs(graphs, stages[0].pipeline->axis, inputs, seed, state, trace);
 }
 
-ExecResult execute(const Lowered& lowered, const HostValues& inputs, uint64_t seed, const HostValues* state) {
-  if (!lowered.stage_graphs.empty()) return execute_stages(lowered.stage_graphs, inputs, seed, state);
-  return execute_partitioned(lowered.partitioned, inputs, seed, state);
+ExecResult execute(const Lowered& lowered, const HostValues& inputs, uint64_t seed, const HostValues* state,
+                   rt::Trace* trace) {
+  if (!lowered.stage_graphs.empty()) return execute_stages(lowered.stage_graphs, inputs, seed, state, trace);
+  return execute_partitioned(lowered.partitioned, inputs, seed, state, trace);
 }
 
 }  // namespace sharc

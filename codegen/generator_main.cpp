@@ -49,6 +49,7 @@ struct Args {
   std::vector<std::string> source_roots;  // where relative DSL file names are found
   int devices = 0;  // 0: the product of the mesh
   bool report = false;  // print the predicted costs instead of generating
+  std::string schedule_svg;  // with --report, a pipelined program's schedule picture goes here
 };
 
 // Thrown for command-line mistakes (printed with the usage line).
@@ -82,6 +83,8 @@ Args parse_args(int argc, char** argv) {
       a.source_roots.push_back(value());
     else if (flag == "--report")
       a.report = true;
+    else if (flag == "--schedule-svg")
+      a.schedule_svg = value();
     else if (flag == "--devices") {
       const std::string v = value();
       char* end = nullptr;
@@ -162,7 +165,19 @@ int run(const Args& a) {
   options.dump_dir = a.dump_ir;
   sharc::Lowered lowered = sharc::lower(std::move(traced), mesh, options);
   if (a.report) {
-    std::cout << sharc::format_report(sharc::predict(lowered.partitioned));
+    std::cout << sharc::format_report(sharc::predict(lowered));
+    if (lowered.stages && !a.schedule_svg.empty()) {
+      // The schedule on the virtual clock, with equal per-layer costs.
+      const sharc::StageTimeline t = sharc::simulate_stages(
+          *lowered.stages, lowered.partitioned, sharc::layer_unit_costs(*lowered.stages, lowered.partitioned),
+          [](int) { return 0.0; });
+      const fs::path svg(a.schedule_svg);
+      if (svg.has_parent_path()) fs::create_directories(svg.parent_path());
+      std::ofstream file(svg);
+      file << sharc::schedule_svg(*lowered.stages, t, a.program + " on " + a.mesh);
+      if (!file) throw std::runtime_error("cannot write " + a.schedule_svg);
+      std::cout << "\nThe pipeline schedule, drawn: " << a.schedule_svg << "\n";
+    }
     return 0;
   }
 

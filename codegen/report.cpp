@@ -228,6 +228,18 @@ Report predict(const ir::Graph& g) {
           sent = [per_device](const rt::Group&) { return per_device; };
           break;
         }
+        case Op::kSend:
+        case Op::kRecv: {
+          // A pipeline stage boundary: the sender sends the value once.
+          const int64_t count = ir::num_elements(v.shape);
+          const bool send = v.op == Op::kSend;
+          c.kind = CollectiveKind::kSendRecv;
+          c.what = std::string(send ? "send to" : "recv from") + " stage " + std::to_string(v.ints[0]) + axes;
+          c.elements = count;
+          c.calls = 1;
+          sent = [count, es, send](const rt::Group&) { return send ? es * static_cast<uint64_t>(count) : 0; };
+          break;
+        }
         default:
           // shard_map's ppermute (pairs of group positions in `ints`), matched
           // by name so this file does not depend on that op being present:
@@ -281,6 +293,44 @@ Report predict(const ir::Graph& g) {
   return r;
 }
 
+Report predict(const Lowered& lowered) {
+  if (lowered.stage_graphs.empty()) return predict(lowered.partitioned);
+  const ir::Graph& whole = lowered.partitioned;
+  const Mesh& mesh = whole.mesh;
+  const int axis = mesh.index(whole.pipeline->axis);
+  Report r = predict(whole);  // the program, mesh and parameter tables
+  r.collectives.clear();
+  r.stage_of_device.assign(r.num_devices, 0);
+  for (int d = 0; d < r.num_devices; ++d) r.stage_of_device[d] = mesh.coords(d)[axis];
+  for (ParameterReport& p : r.parameters)
+    for (size_t s = 0; s < lowered.stage_graphs.size(); ++s)
+      if (lowered.stage_graphs[s].find(p.path, ir::Op::kParameter)) p.stages.push_back(static_cast<int>(s));
+  r.persistent_bytes = 0;
+  for (size_t s = 0; s < lowered.stage_graphs.size(); ++s) {
+    const Report st = predict(lowered.stage_graphs[s]);
+    const int stage = static_cast<int>(s);
+    for (CollectiveReport c : st.collectives) {
+      c.what = "stage " + std::to_string(s) + ": " + c.what;
+      for (int d = 0; d < r.num_devices; ++d)
+        if (r.stage_of_device[d] != stage) c.bytes[d] = 0;
+      r.collectives.push_back(std::move(c));
+    }
+    for (int d = 0; d < r.num_devices; ++d)
+      if (r.stage_of_device[d] == stage) {
+        r.bytes[d] = st.bytes[d];
+        r.calls[d] = st.calls[d];
+        r.peak_bytes[d] = st.peak_bytes[d];
+      }
+    r.stage_persistent_bytes.push_back(st.persistent_bytes);
+    r.stage_peak_at.push_back(st.peak_at);
+    if (st.persistent_bytes >= r.persistent_bytes) {
+      r.persistent_bytes = st.persistent_bytes;
+      r.peak_at = "stage " + std::to_string(s) + ": " + st.peak_at;
+    }
+  }
+  return r;
+}
+
 bool matches(const Report& r, const Measured& m, std::string* why) {
   auto fail = [&](const std::string& s) {
     if (why) *why = s;
@@ -317,11 +367,22 @@ std::string format_report(const Report& r, const Measured* m) {
   os << "Parameters (" << r.parameters.size() << "):\n";
   {
     std::vector<std::vector<std::string>> rows;
-    for (auto& p : r.parameters)
+    const bool staged = !r.stage_of_device.empty();
+    for (auto& p : r.parameters) {
       rows.push_back({p.path, p.spec, ir::shape_str(p.global_shape), ir::shape_str(p.local_shape),
                       bytes_str(p.local_bytes)});
-    os << table({"parameter", "spec", "global", "local", "bytes/device"}, rows,
-                {false, false, false, false, true});
+      if (staged) {
+        std::vector<std::string> on;
+        for (int s : p.stages) on.push_back(std::to_string(s));
+        rows.back().push_back(join(on, ","));
+      }
+    }
+    if (staged)
+      os << table({"parameter", "spec", "global", "local", "bytes/device", "stages"}, rows,
+                  {false, false, false, false, true, false});
+    else
+      os << table({"parameter", "spec", "global", "local", "bytes/device"}, rows,
+                  {false, false, false, false, true});
   }
 
   os << "\nCollectives in one step (" << r.collectives.size() << "), bytes sent per device:\n";
@@ -367,15 +428,25 @@ std::string format_report(const Report& r, const Measured* m) {
     else os << table(head, rows, right);
   }
 
-  os << "\nPeak memory per device" << (m ? ", predicted vs measured" : "")
-     << " (parameter shards " << bytes_str(r.persistent_bytes) << "; peak at " << r.peak_at
-     << "):\n";
+  if (r.stage_of_device.empty()) {
+    os << "\nPeak memory per device" << (m ? ", predicted vs measured" : "")
+       << " (parameter shards " << bytes_str(r.persistent_bytes) << "; peak at " << r.peak_at
+       << "):\n";
+  } else {
+    os << "\nPeak memory per device" << (m ? ", predicted vs measured" : "") << ", by pipeline stage:\n";
+    for (size_t s = 0; s < r.stage_persistent_bytes.size(); ++s)
+      os << "  stage " << s << ": parameter shards " << bytes_str(r.stage_persistent_bytes[s]) << "; peak at "
+         << r.stage_peak_at[s] << "\n";
+  }
   {
     std::vector<std::vector<std::string>> rows;
     for (int d = 0; d < r.num_devices; ++d) {
       uint64_t sent = 0, got = 0;
       for (int k = 0; k < rt::kNumCollectiveKinds; ++k) sent += r.bytes[d][k];
-      std::vector<std::string> row = {num(static_cast<uint64_t>(d)), bytes_str(sent),
+      const std::string device =
+          num(static_cast<uint64_t>(d)) +
+          (r.stage_of_device.empty() ? "" : " (stage " + std::to_string(r.stage_of_device[d]) + ")");
+      std::vector<std::string> row = {device, bytes_str(sent),
                                       bytes_str(r.peak_bytes[d])};
       if (m) {
         const bool have = d < static_cast<int>(m->peak_bytes.size());

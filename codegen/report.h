@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/pipeline.h"
 #include "ir/ir.h"
 #include "runtime/communicator.h"
 #include "runtime/thread_world.h"
@@ -37,6 +38,7 @@ struct ParameterReport {
   ir::Shape global_shape, local_shape;
   uint64_t local_bytes = 0;
   SrcLoc loc;
+  std::vector<int> stages;  // pipelined: the stages holding it (empty: every device)
 };
 
 using KindBytes = std::array<uint64_t, rt::kNumCollectiveKinds>;
@@ -64,10 +66,19 @@ struct Report {
   uint64_t persistent_bytes = 0;     // parameter shards, per device
   std::vector<uint64_t> peak_bytes;  // per device
   std::string peak_at;               // the statement where the peak is reached
+  // Pipelined programs: each device's stage, and per stage its parameter
+  // shards and where its peak is reached (each stage runs its own program;
+  // persistent_bytes and peak_at are then the largest stage's).
+  std::vector<int> stage_of_device;
+  std::vector<uint64_t> stage_persistent_bytes;
+  std::vector<std::string> stage_peak_at;
 };
 
 // `partitioned`: lower()'s per-device graph.
 Report predict(const ir::Graph& partitioned);
+// Any lowered program; a pipelined one is predicted stage by stage (each
+// device by its stage's program; send/recv count as kSendRecv).
+Report predict(const Lowered& lowered);
 
 // What the runtime counted, per device.
 struct Measured {

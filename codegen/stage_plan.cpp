@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <memory>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -275,12 +277,21 @@ StagePlan plan_stages(const ir::Graph& g, ir::PipelineSchedule schedule, int v) 
   }
 
   // The steps: sorted by (unit, node, kind); sends go right after their
-  // value. A forward or backward unit receives first, as a stage does (take
-  // the activation, run the layers, pass it on); in pre and post, a receive
-  // goes right before its first reader (post sums scalars across stages).
+  // value. A forward or backward unit first receives what the same pass of
+  // the same micro-batch sent it from the neighbouring chunk, as a stage does
+  // (take the activation, run the layers, pass it on). Any other receive
+  // goes right before its first reader: post sums scalars across stages, and
+  // a tied embedding's two gradient halves meet on the last stage while the
+  // first stage's half still waits for that stage's input gradient, so
+  // receiving it at the start of the unit would deadlock.
   for (auto& [key, at] : recv) {
-    const Phase ph = plan.units[key.second][at.first].phase;
-    if (ph == Phase::kForward || ph == Phase::kBackward) at.second = -1;
+    const auto [id, s] = key;
+    const StageUnit& to = plan.units[s][at.first];
+    const StageUnit& from = plan.units[stage_of(id)][unit[id]];
+    const int upstream = to.phase == Phase::kForward ? to.chunk - 1 : to.chunk + 1;
+    if ((to.phase == Phase::kForward || to.phase == Phase::kBackward) && from.phase == to.phase &&
+        from.micro_batch == to.micro_batch && from.chunk == upstream)
+      at.second = -1;
   }
   struct Item {
     int unit, node, order, value;
@@ -380,9 +391,152 @@ std::vector<ir::Graph> split_stages(const ir::Graph& g, const StagePlan& plan) {
   return out;
 }
 
+std::function<double(int)> layer_unit_costs(const StagePlan& plan, const ir::Graph& local) {
+  auto first = std::make_shared<std::map<std::tuple<int, int, bool>, int>>();
+  for (const std::vector<StageStep>& steps : plan.steps)
+    for (const StageStep& st : steps) {
+      const Node& n = local.nodes[st.value];
+      if (st.kind == StageStep::Kind::kCompute && n.layer >= 0)
+        first->try_emplace({n.layer, n.micro_batch, n.backward}, st.value);
+    }
+  return [first, &local](int id) {
+    const Node& n = local.nodes[id];
+    if (n.layer < 0) return 0.0;
+    auto it = first->find({n.layer, n.micro_batch, n.backward});
+    return it != first->end() && it->second == id ? (n.backward ? 2.0 : 1.0) : 0.0;
+  };
+}
+
+std::vector<std::vector<StageTimeline::UnitSpan>> StageTimeline::unit_spans(const StagePlan& plan) const {
+  const StageTimeline& t = *this;
+  std::vector<std::vector<StageTimeline::UnitSpan>> out(plan.stages);
+  for (int s = 0; s < plan.stages; ++s) {
+    std::map<int, StageTimeline::UnitSpan> by_unit;
+    for (const StageTimeline::Span& sp : t.spans[s]) {
+      const StageStep& st = plan.steps[s][sp.step];
+      const StageUnit& u = plan.units[s][st.unit];
+      if (st.kind != StageStep::Kind::kCompute || sp.end <= sp.start) continue;
+      if (u.phase != Phase::kForward && u.phase != Phase::kBackward) continue;
+      auto [it, fresh] = by_unit.try_emplace(st.unit, StageTimeline::UnitSpan{st.unit, sp.start, sp.end});
+      if (!fresh) {
+        it->second.start = std::min(it->second.start, sp.start);
+        it->second.end = std::max(it->second.end, sp.end);
+      }
+    }
+    for (auto& [k, span] : by_unit) out[s].push_back(span);
+  }
+  return out;
+}
+
+std::string schedule_svg(const StagePlan& plan, const StageTimeline& t, const std::string& title) {
+  const double left = 80, top = 44, row = 30, width = 960, cell_pad = 2;
+  const double scale = t.makespan > 0 ? width / t.makespan : 1;
+  const double height = top + row * plan.stages + 24;
+  auto fmt = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    return std::string(buf);
+  };
+  auto esc = [](const std::string& s) {
+    std::string o;
+    for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
+    return o;
+  };
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fmt(left + width + 20) << "\" height=\""
+     << fmt(height) << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  os << "  <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  char bubble[32];
+  std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * t.bubble_fraction());
+  os << "  <text x=\"" << fmt(left) << "\" y=\"18\" font-size=\"13\">" << esc(title) << ": "
+     << ir::schedule_name(plan.schedule) << ", " << plan.stages << " stages x " << plan.chunks_per_stage
+     << (plan.chunks_per_stage == 1 ? " chunk, " : " chunks, ") << plan.microbatches << " micro-batches; bubble "
+     << bubble << "</text>\n";
+  os << "  <text x=\"" << fmt(left) << "\" y=\"34\" fill=\"#555\">F = forward, B = backward of a "
+        "micro-batch (forward 1, backward 2 per layer); time runs right</text>\n";
+  const auto spans = t.unit_spans(plan);
+  for (int s = 0; s < plan.stages; ++s) {
+    const double y = top + row * s;
+    os << "  <text x=\"8\" y=\"" << fmt(y + row / 2 + 4) << "\">stage " << s << "</text>\n";
+    os << "  <line x1=\"" << fmt(left) << "\" y1=\"" << fmt(y + row) << "\" x2=\"" << fmt(left + width)
+       << "\" y2=\"" << fmt(y + row) << "\" stroke=\"#ddd\"/>\n";
+    for (const StageTimeline::UnitSpan& sp : spans[s]) {
+      const StageUnit& u = plan.units[s][sp.unit];
+      const bool fwd = u.phase == Phase::kForward;
+      const int local_chunk = u.chunk / plan.stages;  // 0 .. v-1
+      static const char* kForward[] = {"#8ab4f8", "#c6dafc"};
+      static const char* kBackward[] = {"#f28b82", "#fad2cf"};
+      const char* fill = (fwd ? kForward : kBackward)[local_chunk % 2];
+      const double x = left + sp.start * scale, w = (sp.end - sp.start) * scale;
+      std::string label = u.str();
+      if (plan.chunks_per_stage > 1) label += "." + std::to_string(local_chunk);
+      os << "  <rect x=\"" << fmt(x + cell_pad / 2) << "\" y=\"" << fmt(y + cell_pad) << "\" width=\""
+         << fmt(std::max(w - cell_pad, 1.0)) << "\" height=\"" << fmt(row - 2 * cell_pad) << "\" fill=\"" << fill
+         << "\" stroke=\"#444\" stroke-width=\"0.5\"><title>stage " << s << ": " << esc(label)
+         << " (micro-batch " << u.micro_batch << ", model chunk " << u.chunk << ")</title></rect>\n";
+      os << "  <text x=\"" << fmt(x + w / 2) << "\" y=\"" << fmt(y + row / 2 + 4)
+         << "\" text-anchor=\"middle\">" << esc(label) << "</text>\n";
+    }
+  }
+  os << "</svg>\n";
+  return os.str();
+}
+
+rt::Trace virtual_trace(const StagePlan& plan, const std::vector<ir::Graph>& stage_graphs,
+                        const StageTimeline& timeline) {
+  const Mesh& mesh = stage_graphs.at(0).mesh;
+  const int axis = mesh.index(plan.axis);
+  rt::Trace trace;
+  trace.clock = "virtual";
+  for (int d = 0; d < mesh.num_devices(); ++d) {
+    const std::vector<int> c = mesh.coords(d);
+    std::string where;
+    for (size_t a = 0; a < c.size(); ++a)
+      where += (a ? ", " : "") + mesh.axes()[a].name + "=" + std::to_string(c[a]);
+    trace.track_names.push_back("device " + std::to_string(d) + " (" + where + ")");
+  }
+  auto peer_device = [&](int d, int stage) {
+    std::vector<int> c = mesh.coords(d);
+    c[axis] = stage;
+    int r = 0;
+    for (size_t a = 0; a < c.size(); ++a) r = r * mesh.axes()[a].size + c[a];
+    return r;
+  };
+  for (int d = 0; d < mesh.num_devices(); ++d) {
+    const int s = mesh.coords(d)[axis];
+    const ir::Graph& g = stage_graphs[s];
+    for (const StageTimeline::Span& sp : timeline.spans[s]) {
+      const StageStep& st = plan.steps[s][sp.step];
+      const Node& n = g.nodes[sp.step];  // stage node k is step k
+      rt::TraceEvent e;
+      e.device = d;
+      e.start_s = sp.start;
+      e.end_s = sp.end;
+      e.detail = plan.units[s][st.unit].str();
+      std::string what = ir::op_name(n.op);
+      if (n.loc.known()) what += "  " + n.loc.str();
+      if (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput) what += " " + n.name;
+      e.name = what;
+      e.category = st.kind == StageStep::Kind::kSend   ? "send"
+                   : st.kind == StageStep::Kind::kRecv ? "recv"
+                   : ir::is_collective(n.op)            ? "collective"
+                                                        : "compute";
+      if (st.kind != StageStep::Kind::kCompute) {
+        e.peer = peer_device(d, st.peer);
+        e.tag = st.value;
+        if (st.kind == StageStep::Kind::kSend)
+          e.bytes = static_cast<uint64_t>(ir::num_elements(n.shape)) * ir::dtype_size(n.dtype);
+      }
+      trace.events.push_back(std::move(e));
+    }
+  }
+  return trace;
+}
+
 std::string StagePlan::str(const ir::Graph& g) const {
   std::ostringstream os;
-  os << "pipeline over '" << axis << "': " << stages << " stages x " << chunks_per_stage << " chunks, "
+  os << "pipeline over '" << axis << "': " << stages << " stages x " << chunks_per_stage
+     << (chunks_per_stage == 1 ? " chunk, " : " chunks, ")
      << microbatches << " micro-batches, " << ir::schedule_name(schedule) << "\n";
   for (int s = 0; s < stages; ++s) {
     os << "stage " << s << ":\n";

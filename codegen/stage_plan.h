@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ir/ir.h"
+#include "runtime/trace.h"
 
 namespace sharc {
 
@@ -109,10 +110,37 @@ struct StageTimeline {
   double makespan = 0;                   // when the last stage finishes
   // Idle share of the stages' time: 1 - sum(busy) / (stages * makespan).
   double bubble_fraction() const;
+  // Per stage, each forward or backward unit that took time: from its first
+  // costed step's start to its last one's end.
+  struct UnitSpan {
+    int unit = -1;  // index into StagePlan::units[stage]
+    double start = 0, end = 0;
+  };
+  std::vector<std::vector<UnitSpan>> unit_spans(const StagePlan& plan) const;
 };
 // Throws internal_error naming the stuck stages if the plan deadlocks.
 StageTimeline simulate_stages(const StagePlan& plan, const ir::Graph& g,
                               const std::function<double(int node)>& compute_seconds,
                               const std::function<double(int node)>& link_seconds);
+
+// The schedule's own cost model: each pipelined layer's forward of a
+// micro-batch costs 1 and its backward 2, charged to the layer's first node
+// in that unit, and everything else is free, so stages of equal layer counts
+// cost the same and units are atomic. On it the bubble of GPipe and 1F1B is
+// (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1). Holds a reference to `local`.
+std::function<double(int node)> layer_unit_costs(const StagePlan& plan, const ir::Graph& local);
+
+// The schedule as an SVG picture: a stage x time grid with one cell per
+// forward (F) or backward (B) unit, labelled with its micro-batch (and its
+// chunk, as F3.1, when stages hold several), and the bubble in the title.
+// Deterministic: tests keep it as a golden file.
+std::string schedule_svg(const StagePlan& plan, const StageTimeline& timeline, const std::string& title);
+
+// A timeline as a Chrome trace on the virtual clock: one track per device
+// (the devices of a stage share its timeline), one event per compute step,
+// send and receive, named after the op and its DSL line; every send carries
+// the tag and peer device its receive carries.
+rt::Trace virtual_trace(const StagePlan& plan, const std::vector<ir::Graph>& stage_graphs,
+                        const StageTimeline& timeline);
 
 }  // namespace sharc

@@ -9,6 +9,11 @@
 //
 //   gpt2_main --mesh data=2,model=4 --steps 600 --sample 300 [--temperature 0.8]
 //             [--seed 0] [--check] [--text FILE] [--prompt "The "]
+//   gpt2_main --mesh pipe=2,data=2,model=2 --schedule 1f1b --microbatches 8
+//
+// The pipelined mesh runs one block per stage; its schedule and micro-batch
+// count are compiled in (model.h, gpt2::pipeline), so the flags only confirm
+// them.
 //
 // --check also runs the first step through the fp64 oracle (the global
 // program interpreted in double precision) and fails unless the losses agree.
@@ -32,11 +37,13 @@
 #include "gpt2_logits_data8.h"
 #include "gpt2_logits_fsdp4_model2.h"
 #include "gpt2_logits_model8.h"
+#include "gpt2_logits_pipe2_data2_model2.h"
 #include "gpt2_train_data2_model4.h"
 #include "gpt2_train_data4_model2.h"
 #include "gpt2_train_data8.h"
 #include "gpt2_train_fsdp4_model2.h"
 #include "gpt2_train_model8.h"
+#include "gpt2_train_pipe2_data2_model2.h"
 #include "samples/gpt2/model.h"
 
 namespace {
@@ -52,13 +59,19 @@ struct Options {
   bool check = false;
   std::string text;  // empty: the GPL
   std::string prompt = "The ";
+  // Pipelined meshes: the schedule and micro-batch count asked for (they are
+  // compiled into the program, so they must be the built ones).
+  std::string schedule;
+  int microbatches = 0;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "gpt2_main: %s\nusage: gpt2_main [--mesh M] [--steps N] [--sample N] "
                "[--temperature T] [--seed S] [--check] [--text FILE] [--prompt P]\n"
-               "meshes: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2\n",
+               "       [--schedule S --microbatches M]   (with a pipe axis)\n"
+               "meshes: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2,\n"
+               "        pipe=2,data=2,model=2 (1f1b, 8 micro-batches)\n",
                why);
   std::exit(2);
 }
@@ -87,6 +100,10 @@ Options parse(int argc, char** argv) {
       o.prompt = value();
     else if (a == "--check")
       o.check = true;
+    else if (a == "--schedule")
+      o.schedule = value();
+    else if (a == "--microbatches")
+      o.microbatches = std::stoi(value());
     else
       usage(("unknown argument " + a).c_str());
   }
@@ -178,7 +195,7 @@ double uniform(std::mt19937_64& rng) {
 }
 
 template <class TrainProgram, class LogitsProgram>
-int run(const Options& o, const sharc::rt::MeshShape& mesh) {
+int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
   const sharc::GPTConfig cfg = gpt2::config();
   const int64_t batch = gpt2::kTrainBatch, context = cfg.context;
 
@@ -199,6 +216,10 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh) {
               static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
               static_cast<long long>(cfg.embed), static_cast<long long>(context),
               static_cast<long long>(batch), mesh.to_string().c_str());
+  if (pipelined)
+    std::printf("pipeline: %d stages, schedule %s, %d micro-batches of %lld windows\n",
+                mesh.axis_sizes[mesh.axis_index("pipe")], gpt2::kPipelineSchedule, gpt2::kPipelineMicrobatches,
+                static_cast<long long>(batch / gpt2::kPipelineMicrobatches));
 
   sharc::rt::ThreadWorld world(mesh);
   TrainProgram train(world);
@@ -232,7 +253,8 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh) {
     out.lr = &lr;
     if (o.check && step == 0) {
       // The oracle sees the parameters as init() made them, before the step.
-      const sharc::ir::Graph global = sharc::trace("gpt2_train", [](sharc::ProgramBuilder& b) {
+      const sharc::ir::Graph global = sharc::trace("gpt2_train", [pipelined](sharc::ProgramBuilder& b) {
+        if (pipelined) b.set_pipeline(gpt2::pipeline());  // micro-batches change the dropout draws
         gpt2::build_train(b, gpt2::config(), gpt2::kTrainBatch, gpt2::default_optimizer());
       });
       const double want = sharc::interpret(global,
@@ -330,15 +352,25 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-#define GPT2_MESH(spelling, suffix)                                                                \
+  const bool pipe_mesh = o.mesh.find("pipe=") != std::string::npos;
+  if (!pipe_mesh && (!o.schedule.empty() || o.microbatches))
+    usage("--schedule and --microbatches need a mesh with a pipe axis");
+  if (pipe_mesh && ((!o.schedule.empty() && o.schedule != gpt2::kPipelineSchedule) ||
+                    (o.microbatches && o.microbatches != gpt2::kPipelineMicrobatches)))
+    usage(("the pipelined program was built for --schedule " + std::string(gpt2::kPipelineSchedule) +
+           " --microbatches " + std::to_string(gpt2::kPipelineMicrobatches) +
+           "; change them in samples/gpt2/model.h (gpt2::pipeline) and rebuild")
+              .c_str());
+#define GPT2_MESH(spelling, suffix, pipelined)                                                     \
   if (o.mesh == spelling)                                                                          \
     return run<sharc_gen::gpt2_train_##suffix::Program, sharc_gen::gpt2_logits_##suffix::Program>( \
-        o, sharc_gen::gpt2_train_##suffix::mesh_shape());
-  GPT2_MESH("data=8", data8)
-  GPT2_MESH("model=8", model8)
-  GPT2_MESH("data=2,model=4", data2_model4)
-  GPT2_MESH("data=4,model=2", data4_model2)
-  GPT2_MESH("fsdp=4,model=2", fsdp4_model2)
+        o, sharc_gen::gpt2_train_##suffix::mesh_shape(), pipelined);
+  GPT2_MESH("data=8", data8, false)
+  GPT2_MESH("model=8", model8, false)
+  GPT2_MESH("data=2,model=4", data2_model4, false)
+  GPT2_MESH("data=4,model=2", data4_model2, false)
+  GPT2_MESH("fsdp=4,model=2", fsdp4_model2, false)
+  GPT2_MESH("pipe=2,data=2,model=2", pipe2_data2_model2, true)
 #undef GPT2_MESH
   usage(("no program was built for mesh " + o.mesh).c_str());
 }

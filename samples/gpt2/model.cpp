@@ -7,6 +7,13 @@ SHARC_PROGRAM(gpt2_train, b) {
   gpt2::build_train(b, gpt2::config(), gpt2::kTrainBatch, gpt2::default_optimizer());
 }
 
+// The same step pipelined (--mesh pipe=2,data=2,model=2): the blocks are the
+// pipelined layers (GPT marks them), set_pipeline says how.
+SHARC_PROGRAM(gpt2_train_pipelined, b) {
+  b.set_pipeline(gpt2::pipeline());
+  gpt2::build_train(b, gpt2::config(), gpt2::kTrainBatch, gpt2::default_optimizer());
+}
+
 SHARC_PROGRAM(gpt2_logits, b) {
   gpt2::build_logits(b, gpt2::config(), gpt2::kSampleBatch);
 }

@@ -8,6 +8,8 @@
 //   model=8           Megatron tensor parallel: heads, MLP units, vocab on 'model'
 //   data=2,model=4 / data=4,model=2   the mixes
 //   fsdp=4,model=2    FSDP (batch and large weights on 'fsdp') x TP
+//   pipe=2,data=2,model=2   pipeline (one block per stage, 1F1B over 8
+//                     micro-batches) x data x tensor parallel (gpt2_train_pipelined)
 //
 // Two programs: gpt2_train (one AdamW step with warmup + cosine decay, dropout
 // on) and gpt2_logits (the forward pass without dropout, for sampling; the
@@ -32,6 +34,14 @@ constexpr int64_t kVocab = 96;
 constexpr double kDropout = 0.1;
 constexpr int64_t kTrainBatch = 16;
 constexpr int64_t kSampleBatch = 1;
+
+// The pipelined training step's schedule (gpt2_train_pipelined): the batch of
+// 16 windows in 8 micro-batches of 2, 1F1B, over the 'pipe' axis.
+constexpr int kPipelineMicrobatches = 8;
+constexpr const char* kPipelineSchedule = "1f1b";
+inline Pipeline pipeline() {
+  return {.axis = "pipe", .microbatches = kPipelineMicrobatches, .schedule = kPipelineSchedule};
+}
 
 inline GPTConfig config() {
   GPTConfig c;

@@ -28,12 +28,14 @@
 #include "mlp_eval_fsdp4_model2.h"
 #include "mlp_eval_fsdp8.h"
 #include "mlp_eval_model8.h"
+#include "mlp_eval_pipe2.h"
 #include "mlp_train_bf16_fsdp4_model2.h"
 #include "mlp_train_data4_model2.h"
 #include "mlp_train_data8.h"
 #include "mlp_train_fsdp4_model2.h"
 #include "mlp_train_fsdp8.h"
 #include "mlp_train_model8.h"
+#include "mlp_train_pipe2.h"
 #include "runtime/thread_world.h"
 #include "runtime/visualize.h"
 #include "samples/mlp_classifier/fashion_mnist.h"
@@ -266,6 +268,8 @@ const Strategy kStrategies[] = {
     SHARC_MLP_STRATEGY_TYPED("fsdp=4,model=2", "bf16", mlp_train_bf16_fsdp4_model2,
                              mlp_eval_fsdp4_model2,
                              "FSDP x tensor parallel in bf16 mixed precision"),
+    SHARC_MLP_STRATEGY("pipe=2", pipe2,
+                       "pipeline parallel (2 stages: one hidden layer each, 1F1B over 4 micro-batches)"),
 };
 
 std::string valid_meshes() {

@@ -20,6 +20,13 @@ SHARC_PROGRAM(mlp_train_bf16, b) {
   mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer());
 }
 
+// The same step pipelined over a 'pipe' axis (--mesh pipe=2): the model code
+// is the same, set_pipeline says how.
+SHARC_PROGRAM(mlp_train_pipelined, b) {
+  b.set_pipeline(mlp_classifier::pipeline());
+  mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer());
+}
+
 SHARC_PROGRAM(mlp_eval, b) {
   mlp_classifier::Config c;
   c.batch = kEvalBatch;

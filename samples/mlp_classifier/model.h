@@ -8,6 +8,8 @@
 //   --mesh fsdp=8        FSDP / ZeRO-3: batch and every large weight on 'fsdp'
 //   --mesh model=8       tensor parallel: 'hidden' on 'model' (Megatron MLP)
 //   --mesh data=4,model=2 / fsdp=4,model=2   the mixes
+//   --mesh pipe=2        pipeline parallel: the two hidden layers on two
+//                        stages, 1F1B over 4 micro-batches (mlp_train_pipelined)
 //
 // Rules that name an axis the mesh lacks are inactive on that mesh.
 #pragma once
@@ -46,9 +48,18 @@ struct MLP : Module {
                {.kernel_init = with_partitioning(lecun_normal(), P("embed", "classes")),
                 .bias_init = with_partitioning(zeros(), P("classes"))}) {}
 
+  // The two hidden layers are the pipelined stack (PipelineLayer: no effect
+  // unless the program calls set_pipeline); the classifier head runs on the
+  // last stage.
   Tensor operator()(Tensor x) const {
-    x = relu(dense1(x));
-    x = relu(dense2(x));
+    {
+      PipelineLayer layer(0);
+      x = relu(dense1(x));
+    }
+    {
+      PipelineLayer layer(1);
+      x = relu(dense2(x));
+    }
     return dense3(x);
   }
 };
@@ -89,6 +100,10 @@ inline void build_eval(ProgramBuilder& b, const Config& c) {
   Tensor images = b.input("images", {c.batch, c.features}, P("batch", None));
   b.output("logits", model(images));
 }
+
+// The pipelined training step's schedule (mlp_train_pipelined): the batch of
+// 128 in 4 micro-batches of 32, 1F1B.
+inline Pipeline pipeline() { return {.axis = "pipe", .microbatches = 4, .schedule = "1f1b"}; }
 
 // The sample's default run (samples/mlp_classifier/main.cpp) is kDefaultSteps
 // steps of 128 examples, about 1.3 epochs of Fashion-MNIST: 20 steps of

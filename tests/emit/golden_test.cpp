@@ -16,59 +16,17 @@
 #include "codegen/emit_cpu.h"
 #include "codegen/pipeline.h"
 #include "dsl/program.h"
+#include "tests/common/golden.h"
 
 namespace sharc {
 namespace {
 
 namespace fs = std::filesystem;
+using sharc::testing::check_golden;
+using sharc::testing::read_file;
 
 const fs::path kGolden = fs::path(SHARC_GOLDEN_DIR) / "dot_relu_dot_2x4";
 const fs::path kGenerated = fs::path(SHARC_GENERATED_DIR) / "dot_relu_dot";
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
-}
-
-bool updating() {
-  const char* e = std::getenv("SHARC_UPDATE_GOLDENS");
-  return e != nullptr && *e != '\0' && std::string(e) != "0";
-}
-
-std::string unified_diff(const fs::path& golden, const std::string& actual) {
-  const fs::path tmp = fs::temp_directory_path() /
-                       ("sharc_golden_" + golden.filename().string() + "." +
-                        std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
-  std::ofstream(tmp, std::ios::binary) << actual;
-  const std::string cmd = "diff -u --label '" + golden.string() + "' --label generated '" +
-                          golden.string() + "' '" + tmp.string() + "' 2>&1";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    pclose(p);
-  }
-  fs::remove(tmp);
-  return out;
-}
-
-void check_golden(const fs::path& golden, const std::string& actual) {
-  if (updating()) {
-    fs::create_directories(golden.parent_path());
-    std::ofstream(golden, std::ios::binary) << actual;
-    std::printf("updated %s\n", golden.string().c_str());
-    return;
-  }
-  ASSERT_TRUE(fs::exists(golden)) << golden << " is missing; run scripts/regen_goldens.sh";
-  const std::string want = read_file(golden);
-  if (want == actual) return;
-  ADD_FAILURE() << golden.filename() << " differs from the golden (--- golden, +++ generated):\n"
-                << unified_diff(golden, actual)
-                << "If the change is intended, run scripts/regen_goldens.sh and review the diff.";
-}
 
 Lowered lower_dot_relu_dot() {
   ir::Graph g = trace("dot_relu_dot", ProgramRegistry::all().at("dot_relu_dot"));

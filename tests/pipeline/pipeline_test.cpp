@@ -9,12 +9,17 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <tuple>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "codegen/buffer_plan.h"
 #include "codegen/execute.h"
 #include "codegen/pipeline.h"
+#include "codegen/report.h"
 #include "codegen/stage_plan.h"
 #include "tests/pipeline/stack_model.h"
 
@@ -212,6 +217,78 @@ TEST(StagePlan, StagesHoldTheirOwnLayers) {
   EXPECT_GE(sends, 2 * 3 * c.pipeline.microbatches);  // 3 boundaries, F and B, every micro-batch
 }
 
+// Chrome traces of a pipelined step, on the wall clock (the interpreter) and
+// on the virtual clock (the stage plan): valid JSON, one named track per
+// device, and every send matched by exactly one receive on the peer device
+// with the same tag.
+void expect_valid_trace(const std::string& json, int devices, const std::string& clock) {
+  const nlohmann::json t = nlohmann::json::parse(json);  // throws on invalid JSON
+  EXPECT_EQ(t["otherData"]["clock"], clock);
+  std::set<int> named;
+  std::multiset<std::tuple<int, int, int64_t>> sends, recvs;  // (from, to, tag)
+  int compute = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") named.insert(e["tid"].get<int>());
+    if (e["ph"] != "X") continue;
+    ASSERT_GE(e["dur"].get<double>(), 0.0);
+    const int tid = e["tid"].get<int>();
+    if (e["cat"] == "send") sends.insert({tid, e["args"]["peer"].get<int>(), e["args"]["tag"].get<int64_t>()});
+    if (e["cat"] == "recv") recvs.insert({e["args"]["peer"].get<int>(), tid, e["args"]["tag"].get<int64_t>()});
+    if (e["cat"] == "compute") ++compute;
+  }
+  EXPECT_EQ(static_cast<int>(named.size()), devices);
+  EXPECT_FALSE(sends.empty());
+  EXPECT_EQ(sends, recvs);
+  EXPECT_GT(compute, 100);
+}
+
+TEST(PipelineTrace, WallAndVirtualClockTracesAreValid) {
+  StackConfig c;
+  const ir::Graph g = stack_graph(c);
+  const Lowered l = lower(g, Mesh::parse("pipe=2,data=2"));
+  rt::Trace wall;
+  execute(l, batch_for(c, 0), 0, nullptr, &wall);
+  const std::string json = rt::chrome_trace_json(wall);
+  expect_valid_trace(json, 4, "wall");
+  EXPECT_NE(json.find("stack_model.h:"), std::string::npos) << "events name their DSL line";
+  const StageTimeline t = simulate_stages(*l.stages, l.partitioned, layer_unit_costs(*l.stages, l.partitioned),
+                                          [](int) { return 0.1; });
+  expect_valid_trace(rt::chrome_trace_json(virtual_trace(*l.stages, l.stage_graphs, t)), 4, "virtual");
+}
+
+// Activation memory from the memory accounting (simulate_activations, a
+// replay of the buffer plan the generated code and the report share): with
+// the micro-batch size fixed, stage 0 keeps every micro-batch's forward
+// values under GPipe, m of them, and at most p under 1F1B, whatever m; the
+// bytes follow.
+TEST(PipelineMemory, OneFOneBHoldsAtMostPMicroBatchesAndGPipeHoldsM) {
+  std::printf("%-6s %2s %3s %18s %12s\n", "", "p", "m", "micro-batches held", "bytes");
+  const std::vector<int> ms = {4, 8, 16};
+  for (int p : {2, 4}) {
+    std::vector<uint64_t> gpipe_bytes, f1b1_bytes;
+    for (int m : ms)
+      for (const char* schedule : {"gpipe", "1f1b"}) {
+        StackConfig c;
+        c.pipeline.microbatches = m;
+        c.pipeline.schedule = schedule;
+        const Lowered l = lower(stack_graph(c), Mesh::parse("pipe=" + std::to_string(p)));
+        const ir::Graph& stage0 = l.stage_graphs[0];
+        const ActivationProfile held = simulate_activations(stage0, plan_buffers(stage0));
+        std::printf("%-6s %2d %3d %18d %12llu\n", schedule, p, m, held.max_micro_batches,
+                    static_cast<unsigned long long>(held.max_bytes));
+        const bool gpipe = std::string(schedule) == "gpipe";
+        EXPECT_EQ(held.max_micro_batches, gpipe ? m : std::min(p, m)) << schedule << " p=" << p << " m=" << m;
+        (gpipe ? gpipe_bytes : f1b1_bytes).push_back(held.max_bytes);
+      }
+    // The bytes follow: GPipe's grow by one micro-batch's activations per
+    // micro-batch, 1F1B's do not grow at all.
+    EXPECT_EQ(gpipe_bytes[2] - gpipe_bytes[1], 2 * (gpipe_bytes[1] - gpipe_bytes[0])) << "p=" << p;
+    EXPECT_EQ(f1b1_bytes[0], f1b1_bytes[1]) << "p=" << p;
+    EXPECT_EQ(f1b1_bytes[1], f1b1_bytes[2]) << "p=" << p;
+    EXPECT_LT(f1b1_bytes[2], gpipe_bytes[2]) << "p=" << p;
+  }
+}
+
 TEST(StagePlan, ScheduleOrders) {
   auto str = [](std::vector<StageUnit> u) {
     std::string s;
@@ -256,19 +333,8 @@ TEST(StagePlan, BubbleFractionOnTheVirtualClock) {
           const ir::Graph g = stack_graph(c);
           const Lowered l = lower(g, Mesh::parse("pipe=" + std::to_string(p)));
           const ir::Graph& local = l.partitioned;
-          std::map<std::tuple<int, int, bool>, int> first;  // (layer, micro-batch, backward) -> node
-          for (const std::vector<StageStep>& steps : l.stages->steps)
-            for (const StageStep& st : steps) {
-              const ir::Node& n = local.nodes[st.value];
-              if (st.kind == StageStep::Kind::kCompute && n.layer >= 0)
-                first.try_emplace({n.layer, n.micro_batch, n.backward}, st.value);
-            }
-          auto cost = [&](int id) {
-            const ir::Node& n = local.nodes[id];
-            if (n.layer < 0 || first.at({n.layer, n.micro_batch, n.backward}) != id) return 0.0;
-            return n.backward ? 2.0 : 1.0;
-          };
-          const StageTimeline t = simulate_stages(*l.stages, local, cost, [](int) { return 0.0; });
+          const StageTimeline t =
+              simulate_stages(*l.stages, local, layer_unit_costs(*l.stages, local), [](int) { return 0.0; });
           const double expected = (p - 1.0) / (v * m + p - 1.0);
           std::printf("%-12s %2d %3d %2d %9.4f %9.4f\n", schedule, p, m, v, t.bubble_fraction(), expected);
           EXPECT_NEAR(t.bubble_fraction(), expected, 0.01) << schedule << " p=" << p << " m=" << m << " v=" << v;
