@@ -285,12 +285,15 @@ namespace {
 // Runs graphs[s] on the devices at position s of `pipe_axis` (one graph and
 // no axis: every device runs it).
 ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::string& pipe_axis,
-                      const HostValues& inputs, uint64_t seed, const HostValues* state, rt::Trace* trace) {
+                      const HostValues& inputs, uint64_t seed, const HostValues* state,
+                      const ExecOptions& options) {
+  rt::Trace* trace = options.trace;
   for (const ir::Graph* g : graphs)
     if (!g->partitioned) internal_error("execute_partitioned needs a per-device graph");
   const Mesh& mesh = graphs[0]->mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
   rt::ThreadWorld world(ms);
+  world.set_link(options.link);
   const int ndev = world.size();
   const int pipe = pipe_axis.empty() ? -1 : mesh.index(pipe_axis);
   auto stage_of_rank = [&](int rank) { return pipe < 0 ? 0 : ms.coords(rank)[pipe]; };
@@ -676,22 +679,22 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
 }  // namespace
 
 ExecResult execute_partitioned(const ir::Graph& g, const HostValues& inputs, uint64_t seed,
-                               const HostValues* state, rt::Trace* trace) {
-  return run_graphs({&g}, "", inputs, seed, state, trace);
+                               const HostValues* state, const ExecOptions& options) {
+  return run_graphs({&g}, "", inputs, seed, state, options);
 }
 
 ExecResult execute_stages(const std::vector<ir::Graph>& stages, const HostValues& inputs, uint64_t seed,
-                          const HostValues* state, rt::Trace* trace) {
+                          const HostValues* state, const ExecOptions& options) {
   if (stages.empty() || !stages[0].pipeline) internal_error("execute_stages needs a pipelined program's stages");
   std::vector<const ir::Graph*> graphs;
   for (const ir::Graph& g : stages) graphs.push_back(&g);
-  return run_graphs(graphs, stages[0].pipeline->axis, inputs, seed, state, trace);
+  return run_graphs(graphs, stages[0].pipeline->axis, inputs, seed, state, options);
 }
 
 ExecResult execute(const Lowered& lowered, const HostValues& inputs, uint64_t seed, const HostValues* state,
-                   rt::Trace* trace) {
-  if (!lowered.stage_graphs.empty()) return execute_stages(lowered.stage_graphs, inputs, seed, state, trace);
-  return execute_partitioned(lowered.partitioned, inputs, seed, state, trace);
+                   const ExecOptions& options) {
+  if (!lowered.stage_graphs.empty()) return execute_stages(lowered.stage_graphs, inputs, seed, state, options);
+  return execute_partitioned(lowered.partitioned, inputs, seed, state, options);
 }
 
 }  // namespace sharc

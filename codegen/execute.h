@@ -17,6 +17,7 @@
 #include "codegen/pipeline.h"
 #include "ir/ir.h"
 #include "runtime/communicator.h"
+#include "runtime/thread_world.h"
 #include "runtime/trace.h"
 
 namespace sharc {
@@ -46,21 +47,27 @@ struct ExecResult {
 // `inputs` holds global values; each device takes its own block. Parameters
 // found in `state` (global values by path, e.g. a previous step's
 // ExecResult::params) are loaded block by block instead of initialised.
-// With `trace`, every statement of every device is recorded on the wall
-// clock (rt::Trace, Chrome trace JSON).
+// How to run. `trace`: every statement of every device is recorded on the
+// wall clock (rt::Trace, Chrome trace JSON). `link`: the thread world's
+// simulated link (delays every message; default instant).
+struct ExecOptions {
+  rt::Trace* trace = nullptr;
+  rt::LinkModel link;
+};
+
 ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs, uint64_t seed,
-                               const HostValues* state = nullptr, rt::Trace* trace = nullptr);
+                               const HostValues* state = nullptr, const ExecOptions& options = {});
 
 // A pipelined program (Lowered::stage_graphs): the devices at position s of
 // the pipe axis run stages[s], values travel between stages by send/recv
 // (bf16 ones in bf16), and a stage holds only the parameters it reads.
 // Outputs and parameters are assembled from the stages that have them.
 ExecResult execute_stages(const std::vector<ir::Graph>& stages, const HostValues& inputs, uint64_t seed,
-                          const HostValues* state = nullptr, rt::Trace* trace = nullptr);
+                          const HostValues* state = nullptr, const ExecOptions& options = {});
 
 // Whichever of the two a lowered program needs.
 ExecResult execute(const Lowered& lowered, const HostValues& inputs, uint64_t seed,
-                   const HostValues* state = nullptr, rt::Trace* trace = nullptr);
+                   const HostValues* state = nullptr, const ExecOptions& options = {});
 
 // The all-reduce bucket that starts at node `first`, as one past its last
 // member. A bucket is a maximal run of adjacent AllReduce nodes with the same

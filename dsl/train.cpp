@@ -88,6 +88,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
   } stamp{g};
   // Forward and backward per micro-batch; gradients summed, then averaged.
   std::vector<Tensor> grads(params.size());
+  std::vector<std::vector<Tensor>> parts(params.size());  // pipelined: per use, over micro-batches
   Tensor loss_sum;
   for (int j = 0; j < k; ++j) {
     g.tracing_micro_batch = j;
@@ -97,14 +98,41 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
     if (!loss.valid()) user_error(loc, "train_step: the loss function returned an empty tensor");
     if (loss.rank() != 0)
       user_error(loc, "train_step: the loss must be a scalar, got " + loss.describe());
-    std::vector<int> gid = append_gradients(g, loss.id(), params, loc);
-    for (size_t p = 0; p < params.size(); ++p) {
-      Tensor gp = tensor_of(t, gid[p]);
-      grads[p] = j == 0 ? gp : add(grads[p], gp, loc);
+    if (g.pipeline) {
+      // Per use: a parameter read on two stages (a tied embedding) sums its
+      // two halves once, after the micro-batches, not once per micro-batch
+      // (which would make the last stage wait for the first in every one).
+      const std::vector<std::vector<int>> gid = append_gradient_parts(g, loss.id(), params, loc);
+      for (size_t p = 0; p < params.size(); ++p) {
+        if (j == 0) parts[p].resize(gid[p].size());
+        if (gid[p].size() != parts[p].size())
+          internal_error("train_step: parameter %" + std::to_string(params[p]) + " has " +
+                         std::to_string(gid[p].size()) + " uses in micro-batch " + std::to_string(j) + ", " +
+                         std::to_string(parts[p].size()) + " in the first");
+        for (size_t u = 0; u < gid[p].size(); ++u) {
+          Tensor part = tensor_of(t, gid[p][u]);
+          parts[p][u] = j == 0 ? part : add(parts[p][u], part, loc);
+        }
+      }
+    } else {
+      std::vector<int> gid = append_gradients(g, loss.id(), params, loc);
+      for (size_t p = 0; p < params.size(); ++p) {
+        Tensor gp = tensor_of(t, gid[p]);
+        grads[p] = j == 0 ? gp : add(grads[p], gp, loc);
+      }
     }
     loss_sum = j == 0 ? loss : add(loss_sum, loss, loc);
   }
   g.tracing_micro_batch = ir::kAfterMicroBatches;
+  if (g.pipeline)
+    for (size_t p = 0; p < params.size(); ++p) {
+      if (parts[p].empty()) {  // does not reach the loss
+        grads[p] = full(g.nodes[params[p]].shape, 0.0, loc);
+        continue;
+      }
+      grads[p] = parts[p][0];
+      for (size_t u = 1; u < parts[p].size(); ++u) grads[p] = add(grads[p], parts[p][u], loc);
+    }
   if (k > 1) {
     for (auto& gp : grads) gp = mul(gp, 1.0 / k, loc);
     loss_sum = mul(loss_sum, 1.0 / k, loc);

@@ -6,6 +6,7 @@
 #include "ir/autodiff.h"
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <numbers>
 #include <numeric>
@@ -227,12 +228,27 @@ class Sweep {
 
   int adjoint(int id) const { return id < count_ ? adjoint_[id] : -1; }
 
+  // Keep the contributions to source node `id` (a parameter) apart instead
+  // of summing them; parts(id) lists them in accumulation order.
+  void keep_parts(int id) {
+    if (id < count_ && ir::is_source(g_.nodes[id].op)) parts_[id];
+  }
+  const std::vector<int>& parts(int id) const {
+    static const std::vector<int> none;
+    auto it = parts_.find(id);
+    return it == parts_.end() ? none : it->second;
+  }
+
  private:
   bool wants(const Node& n, int i) const { return on_path_[n.args[i]]; }
 
   void accumulate(int id, int contribution) {
     SHARC_CHECK(b_.shape(contribution) == g_.nodes[id].shape,
                 "adjoint of %" + std::to_string(id) + " has the wrong shape");
+    if (auto it = parts_.find(id); it != parts_.end()) {  // a source: nothing reads its adjoint
+      it->second.push_back(contribution);
+      return;
+    }
     adjoint_[id] = adjoint_[id] < 0 ? contribution : b_.add2(adjoint_[id], contribution);
   }
 
@@ -463,6 +479,7 @@ class Sweep {
   const int count_;  // forward nodes that can reach the loss: ids 0..loss
   std::vector<int> adjoint_;
   std::vector<bool> on_path_;
+  std::map<int, std::vector<int>> parts_;  // keep_parts: source -> its contributions
 };
 
 }  // namespace
@@ -499,6 +516,26 @@ std::vector<int> append_gradients(ir::Graph& g, int loss, const std::vector<int>
     grads.push_back(a);
   }
   return grads;
+}
+
+std::vector<std::vector<int>> append_gradient_parts(ir::Graph& g, int loss, const std::vector<int>& wrt,
+                                                    const SrcLoc& loc) {
+  if (g.partitioned)
+    internal_error("append_gradient_parts runs on the global graph, before partitioning");
+  for (int w : wrt)
+    if (w < 0 || w >= static_cast<int>(g.nodes.size()) || !ir::is_source(g.nodes[w].op))
+      internal_error("append_gradient_parts: wrt %" + std::to_string(w) + " is not a source node");
+  if (loss < 0 || loss >= static_cast<int>(g.nodes.size()))
+    internal_error("append_gradient_parts: loss %" + std::to_string(loss) + " is not a node");
+  if (!g.nodes[loss].shape.empty())
+    user_error(loc, "loss must be a scalar, got " + ir::shape_str(g.nodes[loss].shape) + " (the " +
+                        ir::describe_value(g.nodes[loss]) + "); reduce it first, e.g. with sum() or mean()");
+  Sweep sweep(g, loss, wrt);
+  for (int w : wrt) sweep.keep_parts(w);
+  sweep.run(loss);
+  std::vector<std::vector<int>> parts;
+  for (int w : wrt) parts.push_back(sweep.parts(w));
+  return parts;
 }
 
 }  // namespace sharc

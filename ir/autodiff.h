@@ -50,4 +50,13 @@ namespace sharc {
 std::vector<int> append_gradients(ir::Graph& g, int loss, const std::vector<int>& wrt,
                                   const SrcLoc& loc);
 
+// As append_gradients for source nodes (parameters), but each gradient as
+// the separate contributions of the node's uses, in accumulation order (their
+// sum is the gradient; empty when it does not reach the loss). train_step
+// accumulates a pipelined program's gradients per use over micro-batches, so
+// the halves of a tied embedding, computed on the first and the last stage,
+// meet once after the last micro-batch instead of once per micro-batch.
+std::vector<std::vector<int>> append_gradient_parts(ir::Graph& g, int loss, const std::vector<int>& wrt,
+                                                    const SrcLoc& loc);
+
 }  // namespace sharc
