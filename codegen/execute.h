@@ -52,7 +52,7 @@ struct ExecResult {
 // simulated link (delays every message; default instant).
 struct ExecOptions {
   rt::Trace* trace = nullptr;
-  rt::LinkModel link;
+  rt::LinkModel link = {};
 };
 
 ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs, uint64_t seed,

@@ -10,14 +10,19 @@
 //  - floating: a source, or computed from floating nodes only (an embedding
 //    lookup, a gathered parameter, the learning rate): it is computed on
 //    every stage that needs it, where it is needed, and never sent; or
-//  - anchored: it takes the chunk of its largest anchored operand (ties: the
-//    later chunk), so the loss lands on the last stage, a gradient on its
-//    parameter's stage and the optimizer update with it, and a scalar that
-//    sums over stages (the global gradient norm) on the last of them.
+//  - anchored: it takes the chunk of its largest anchored operand, sized
+//    before any broadcast (ties: the later chunk), so the loss lands on the
+//    last stage, a gradient on its parameter's stage and the optimizer update
+//    with it, and a scalar that sums over stages (the global gradient norm)
+//    on the last of them; a broadcast of an anchored value runs with its
+//    earliest reader, so the value travels, not its broadcast.
 // An anchored value read on another stage is sent there once, right after it
-// is computed, and received right before its first reader. A parameter is
-// held by every stage that reads it (a tied embedding by the first and the
-// last); each holder receives its new value after the step.
+// is computed. It is received at the start of the reading unit when it comes
+// from the same pass of the same micro-batch on the neighbouring chunk (the
+// pipeline's activations and their gradients), otherwise right before its
+// first reader. A parameter is held by every stage that reads it (a tied
+// embedding by the first and the last); each holder receives its new value
+// after the step.
 //
 // Order. Each stage runs units: `pre` (nodes traced before train_step's
 // micro-batches), then the schedule's forward (F) and backward (B) units of
