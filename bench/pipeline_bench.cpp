@@ -5,9 +5,13 @@
 // each it prints the wall time of a training step on the thread world with a
 // simulated link, the bytes each device sends per step, the peak memory per
 // device (the report's prediction), and for the pipeline the bubble on the
-// virtual clock (equal per-layer costs: the schedule's own, (p-1)/(m+p-1))
-// and the share of each stage's step spent waiting in receives on the wall
-// clock. Steps run in the per-device interpreter (codegen/execute.h), which
+// plan's virtual clock (equal per-layer costs: the schedule's own,
+// (p-1)/(m+p-1)) and the share of each stage's step spent waiting in
+// receives on the wall clock. Then each step once more on the runtime's
+// virtual clock (runtime/trace.h: every statement charged its modelled cost
+// on the machine model, every message its link time; deterministic): the
+// step's virtual time and the share of device time not spent computing
+// (the pipeline's bubble plus every wait for a transfer or collective). Steps run in the per-device interpreter (codegen/execute.h), which
 // calls the same kernels and collectives as generated code but is not
 // compiled per program, so its absolute times are an interpreter's; compare
 // the rows, not the numbers with other benchmarks. It prints and never
@@ -75,6 +79,7 @@ HostValues batch(int step) {
 struct Row {
   std::string mesh, strategy;
   double step_ms = 0, sent_kib = 0, peak_kib = 0, bubble = -1, recv_wait = -1;
+  double virtual_ms = 0, virtual_idle = 0;
 };
 
 Row run(const std::string& mesh, const std::string& strategy, bool pipelined, int steps, int warmup,
@@ -103,6 +108,17 @@ Row run(const std::string& mesh, const std::string& strategy, bool pipelined, in
     sent = std::max(sent, b);
     peak = std::max(peak, report.peak_bytes[d]);
   }
+  // The runtime's virtual clock: one more step, timed by the model.
+  ExecOptions v = o;
+  v.virtual_clock = true;
+  const ExecResult timed = execute(l, batch(0), 0, nullptr, v);
+  double busy = 0, end = 0;
+  for (const rt::DeviceTime& t : timed.device_times) {
+    busy += t.busy_s;
+    end = std::max(end, t.now_s);
+  }
+  r.virtual_ms = 1e3 * end;
+  r.virtual_idle = 1 - busy / (static_cast<double>(timed.device_times.size()) * end);
   r.sent_kib = sent / 1024.0;
   r.peak_kib = peak / 1024.0;
   if (l.stages) {
@@ -138,21 +154,23 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(1);
   const rt::LinkModel link{latency_us * 1e-6, gbps * 1e9};
   std::printf("GPT 4 layers, width 64, 4 heads, context %lld, batch %lld, 4 devices; link %.0f us + %.1f GB/s; "
-              "%d steps after %d warm-up (per-device interpreter)\n\n",
-              static_cast<long long>(kContext), static_cast<long long>(kBatch), latency_us, gbps, steps, warmup);
+              "%d steps after %d warm-up (per-device interpreter); virtual clock: %.0f GFLOP/s, %.0f GB/s "
+              "per device\n\n",
+              static_cast<long long>(kContext), static_cast<long long>(kBatch), latency_us, gbps, steps, warmup,
+              rt::MachineModel{}.flops_per_s / 1e9, rt::MachineModel{}.bytes_per_s / 1e9);
   std::vector<Row> rows = {
       run("pipe=4", "pipeline, 1F1B, 8 micro-batches", true, steps, warmup, link),
       run("data=4", "data parallel", false, steps, warmup, link),
       run("model=4", "tensor parallel (Megatron)", false, steps, warmup, link),
   };
-  std::printf("%-8s %-34s %10s %14s %14s %16s %12s\n", "mesh", "strategy", "step ms", "sent KiB/dev",
-              "peak KiB/dev", "bubble (virtual)", "recv wait");
+  std::printf("%-8s %-34s %10s %14s %14s %16s %12s %12s %14s\n", "mesh", "strategy", "step ms", "sent KiB/dev",
+              "peak KiB/dev", "bubble (plan)", "recv wait", "virtual ms", "virtual idle");
   for (const Row& r : rows) {
     char bubble[32] = "-", wait[32] = "-";
     if (r.bubble >= 0) std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * r.bubble);
     if (r.recv_wait >= 0) std::snprintf(wait, sizeof wait, "%.1f%%", 100 * r.recv_wait);
-    std::printf("%-8s %-34s %10.1f %14.1f %14.1f %16s %12s\n", r.mesh.c_str(), r.strategy.c_str(), r.step_ms,
-                r.sent_kib, r.peak_kib, bubble, wait);
+    std::printf("%-8s %-34s %10.1f %14.1f %14.1f %16s %12s %12.3f %13.1f%%\n", r.mesh.c_str(), r.strategy.c_str(),
+                r.step_ms, r.sent_kib, r.peak_kib, bubble, wait, r.virtual_ms, 100 * r.virtual_idle);
   }
   return 0;
 }

@@ -121,7 +121,7 @@ class Names {
       taken_.insert(k);
     if (scope == Scope::kLocals)
       for (const char* k : {"dev", "comm", "mem", "rank", "in", "out", "i", "rt", "std", "seed",
-                            "coords", "sharc", "key"})
+                            "coords", "sharc", "key", "timeline"})
         taken_.insert(k);
   }
   // A fresh identifier derived from a user name.

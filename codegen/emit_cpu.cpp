@@ -21,6 +21,7 @@
 #include "codegen/emission_plan.h"
 #include "codegen/execute.h"
 #include "codegen/interpret.h"
+#include "codegen/op_cost.h"
 #include "codegen/ring_plan.h"
 
 namespace sharc {
@@ -729,6 +730,8 @@ class CpuEmitter {
     const int H = plan.halves;
     const std::string n = std::to_string(plan.n);
     const std::string axis = v.axes[0];
+    const std::string label = quoted(statement_label(v));
+    const RingStepCost cost = ring_step_cost(g_, v, plan.n);
     const char* role[2] = {"lhs", "rhs"};
     std::string what = "ring_dot " + ir::dot_dims_str(v.dot) + " ";
     what += plan.gather ? std::string("gather=") + role[plan.moving] : std::string("scatter");
@@ -832,6 +835,7 @@ class CpuEmitter {
                count + ", " + grp + ", " + perm[h] + ");  // block " + blk[h] + " on to the " +
                way[h]);
       w.close();
+      w.line("timeline.op(" + label + ", " + cost_literal(cost.gemm) + ");");
       for (int h = 0; h < H; ++h) {
         const std::string i = piece_index(blk[h], h);
         std::string step[2];
@@ -896,6 +900,7 @@ class CpuEmitter {
       w.line(recv[h] + " = comm.ppermute_start(" + acc[h] + ", " + incoming[h] + ".data(), " +
              piece + ", " + grp + ", " + perm[h] + ");  // to the " + way[h]);
     w.close();
+    w.line("timeline.op(" + label + ", " + cost_literal(cost.gemm) + ");");
     for (int h = 0; h < H; ++h) {
       std::string step[2];
       step[sl] = sliced_piece(piece_index(blk[h], h));
@@ -907,6 +912,7 @@ class CpuEmitter {
     w.open("if (" + k + " > 0)");
     for (int h = 0; h < H; ++h) {
       w.line("comm.ppermute_wait(" + recv[h] + ");");
+      w.line("timeline.op(" + label + ", " + cost_literal(cost.add) + ");");
       const std::string sum =
           v.dtype == ir::DType::kBF16
               ? "rt::bf16(static_cast<float>(" + part[h] + "[i]) + static_cast<float>(" +
@@ -1004,6 +1010,21 @@ class CpuEmitter {
       w.line("rt::copy(" + in_packed(k) + ", " + ptr(s.bucket[k]) + ", " +
              std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + ");");
     w.close("all_reduce bucket " + id);
+  }
+
+  // The statement's mark on the device's timeline (runtime/trace.h): its
+  // name and, for computation, its virtual-clock cost (op_cost.h).
+  void emit_mark(CodeWriter& w, const Stmt& s) {
+    const std::string label = quoted(statement_label(g_[s.node]));
+    if (is_comm_statement(g_, s))
+      w.line("timeline.comm_op(" + label + ");");
+    else
+      w.line("timeline.op(" + label + ", " + cost_literal(statement_cost(g_, s)) + ");");
+  }
+  static std::string cost_literal(const rt::OpCost& c) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "{.flops = %.17g, .bytes = %.17g}", c.flops, c.bytes);
+    return buf;
   }
 
   void emit_stmt(CodeWriter& w, const Stmt& s) {
@@ -1322,6 +1343,7 @@ class CpuEmitter {
         w.line(rule(title));
         current = key;
       }
+      emit_mark(w, stmts[k]);
       emit_stmt(w, stmts[k]);
       for (int r : plan_.frees_after[k])
         w.line(var_[r] + " = " + buf_type(g_[r].dtype) + "();  // last use of " + var_[r]);

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <mutex>
 
+#include "codegen/buffer_plan.h"
+#include "codegen/op_cost.h"
 #include "codegen/passes/partition_per_device.h"
 #include "codegen/ring_plan.h"
+#include "codegen/runtime_mesh.h"
 #include "runtime/elementwise.h"
 #include "runtime/init.h"
 #include "runtime/kernels.h"
@@ -24,14 +27,6 @@ using ir::Node;
 using ir::Op;
 using ir::Shape;
 
-rt::MeshShape mesh_shape(const Mesh& m) {
-  rt::MeshShape s;
-  for (auto& a : m.axes()) {
-    s.axis_names.push_back(a.name);
-    s.axis_sizes.push_back(a.size);
-  }
-  return s;
-}
 
 std::vector<int64_t> strides_of(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
@@ -157,9 +152,12 @@ void in_dtype(const Node& n, const float* in, size_t nin, float* out, size_t nou
 // starts its ppermutes BEFORE its GEMMs and waits for them after, so the
 // transfers overlap the multiplications. Half 0 travels right (to p + 1),
 // half 1 left.
+// Each step's GEMMs (and a scatter ring's add) are marked on `clock` as
+// the emitter marks them.
 template <class T>
 void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const Shape& ls,
-              const T* lhs, const Shape& rs, const T* rhs, T* out, rt::DeviceMemory& mem) {
+              const T* lhs, const Shape& rs, const T* rhs, T* out, rt::DeviceMemory& mem,
+              rt::Timeline& clock, const std::string& label, const RingStepCost& cost) {
   using Buffer = rt::BasicBuffer<T>;
   const RingPlan plan = ring_plan(n, ls, rs, grp.size());
   const int p = grp.position, H = plan.halves;
@@ -201,6 +199,7 @@ void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const
         for (int h = 0; h < H; ++h)
           pending[h] =
               comm.ppermute_start(cur[h].data(), next[h].data(), count, grp, permutation(h));
+      clock.op(label, cost.gemm);
       for (int h = 0; h < H; ++h) {
         const int i = ring_block(true, h, k, p, plan.n) * H + h;
         const T* step[2];
@@ -239,6 +238,7 @@ void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const
     if (k > 0)
       for (int h = 0; h < H; ++h)
         pending[h] = comm.ppermute_start(acc[h], incoming[h].data(), piece, grp, permutation(h));
+    clock.op(label, cost.gemm);
     for (int h = 0; h < H; ++h) {
       const T* step[2];
       step[s] = sliced_piece(ring_block(false, h, k, p, plan.n) * H + h);
@@ -249,6 +249,7 @@ void ring_dot(rt::Communicator& comm, const rt::Group& grp, const Node& n, const
     if (k > 0)
       for (int h = 0; h < H; ++h) {
         comm.ppermute_wait(pending[h]);
+        clock.op(label, cost.add);
         for (int64_t e = 0; e < piece; ++e)
           acc[h][e] = T(static_cast<float>(part[h][e]) + static_cast<float>(incoming[h][e]));
       }
@@ -287,13 +288,16 @@ namespace {
 ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::string& pipe_axis,
                       const HostValues& inputs, uint64_t seed, const HostValues* state,
                       const ExecOptions& options) {
-  rt::Trace* trace = options.trace;
   for (const ir::Graph* g : graphs)
     if (!g->partitioned) internal_error("execute_partitioned needs a per-device graph");
   const Mesh& mesh = graphs[0]->mesh;
   const rt::MeshShape ms = mesh_shape(mesh);
   rt::ThreadWorld world(ms);
   world.set_link(options.link);
+  world.set_clock(options.virtual_clock ? rt::ClockMode::kVirtual
+                  : options.trace       ? rt::ClockMode::kWall
+                                        : rt::ClockMode::kOff,
+                  options.machine);
   const int ndev = world.size();
   const int pipe = pipe_axis.empty() ? -1 : mesh.index(pipe_axis);
   auto stage_of_rank = [&](int rank) { return pipe < 0 ? 0 : ms.coords(rank)[pipe]; };
@@ -353,12 +357,29 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
       if (g.nodes[i].op == Op::kParameter) last_use[i] = static_cast<int>(g.nodes.size());
     for (auto& u : g.updates) last_use[u.value] = static_cast<int>(g.nodes.size());
   }
-
-  std::vector<std::vector<rt::TraceEvent>> device_events(ndev);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto seconds_since = [](std::chrono::steady_clock::time_point from) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+  // Per graph and node: the statement the generated code runs there (the
+  // buffer plan's), its name and its virtual-clock cost; the timeline marks
+  // each as the emitted code does.
+  struct Mark {
+    bool statement = false, comm = false;
+    std::string label;
+    rt::OpCost cost;
   };
+  std::vector<std::vector<Mark>> marks_of(stages);
+  if (world.clock() != rt::ClockMode::kOff) {
+    for (size_t s = 0; s < stages; ++s) {
+      const ir::Graph& g = *graphs[s];
+      marks_of[s].resize(g.nodes.size());
+      for (const BufferPlan::Stmt& st : plan_buffers(g).stmts) {
+        Mark& m = marks_of[s][st.node];
+        m.statement = true;
+        m.comm = is_comm_statement(g, st);
+        m.label = statement_label(g.nodes[st.node]);
+        m.cost = statement_cost(g, st);
+      }
+    }
+  }
+
   world.run([&](int rank) {
     rt::Communicator& comm = world.comm(rank);
     rt::DeviceMemory& mem = world.memory(rank);
@@ -367,11 +388,10 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
     const std::vector<int>& updated_by = updated_by_of[stage];
     const std::vector<int>& last_use = last_use_of[stage];
     const std::vector<bool>& is_gradient = is_gradient_of[stage];
+    rt::Timeline& clock = world.timeline(rank);
     // The device at `position` on `axis` with this device's other coordinates.
     auto peer_rank = [&](const std::string& axis, int position) {
-      std::vector<int> c = ms.coords(rank);
-      c[mesh.index(axis)] = position;
-      return ms.rank_of(c);
+      return ms.peer_on_axis(rank, mesh.index(axis), position);
     };
     std::vector<rt::Buffer> val(g.nodes.size());
     auto free_operands = [&](int id) {
@@ -418,32 +438,18 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
     auto count_gradient = [&](int id) {
       if (is_gradient[id]) res.gradient_bytes[rank] += val[id].bytes();
     };
-    // The wall-clock trace: one event per statement, named after its DSL line.
-    std::vector<rt::TraceEvent>& events = device_events[rank];
-    auto record = [&](int node, double start, const char* category, int peer = -1) {
-      if (!trace) return;
-      const Node& v = g.nodes[node];
-      rt::TraceEvent e;
-      e.device = rank;
-      e.start_s = start;
-      e.end_s = seconds_since(t0);
-      e.category = category;
-      e.name = ir::op_name(v.op);
-      if (v.loc.known()) e.name += "  " + v.loc.str();
-      if (!v.name.empty() && v.op != Op::kParameter && v.op != Op::kInput) e.name += " " + v.name;
-      if (peer >= 0) {
-        e.peer = peer;
-        e.tag = v.ints[1];
-      }
-      events.push_back(std::move(e));
-    };
     for (size_t id = 0; id < g.nodes.size(); ++id) {
-      const double started = trace ? seconds_since(t0) : 0.0;
+      if (!marks_of[stage].empty() && marks_of[stage][id].statement) {
+        const Mark& m = marks_of[stage][id];
+        if (m.comm)
+          clock.comm_op(m.label);
+        else
+          clock.op(m.label, m.cost);
+      }
       const int bucket_end = all_reduce_bucket_end(g, static_cast<int>(id));
       if (bucket_end > static_cast<int>(id) + 1) {
         run_bucket(static_cast<int>(id), bucket_end);
         for (int m = static_cast<int>(id); m < bucket_end; ++m) count_gradient(m);
-        record(static_cast<int>(id), started, "collective");
         id = bucket_end - 1;
         continue;
       }
@@ -459,7 +465,6 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
           comm.send(val[n.args[0]].data(), static_cast<size_t>(count), dst, tag);
         }
         free_operands(static_cast<int>(id));
-        record(static_cast<int>(id), started, "send", dst);
         continue;
       }
       rt::Buffer out(static_cast<size_t>(count), &mem);
@@ -585,18 +590,21 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
             rt::all_to_all_dim(comm, group_of(mesh, ms, rank, n.axes), x, arg_shape(0), n.dim, n.dim2, y);
           });
           break;
-        case Op::kRingDot:
+        case Op::kRingDot: {
+          const std::string ring_label = clock.mode() == rt::ClockMode::kOff ? "" : statement_label(n);
+          const RingStepCost ring_cost = ring_step_cost(g, n, static_cast<int>(mesh.size(n.axes)));
           if (n.dtype == ir::DType::kBF16) {
             const std::vector<rt::bf16> l = to_bf16(arg(0), arg_count(0)), r = to_bf16(arg(1), arg_count(1));
             std::vector<rt::bf16> o(count);
             ring_dot(comm, group_of(mesh, ms, rank, n.axes), n, arg_shape(0), l.data(), arg_shape(1), r.data(),
-                     o.data(), mem);
+                     o.data(), mem, clock, ring_label, ring_cost);
             for (int64_t i = 0; i < count; ++i) out[i] = o[i];
           } else {
             ring_dot(comm, group_of(mesh, ms, rank, n.axes), n, arg_shape(0), arg(0), arg_shape(1), arg(1),
-                     out.data(), mem);
+                     out.data(), mem, clock, ring_label, ring_cost);
           }
           break;
+        }
         case Op::kLocalSlice: {
           const rt::Group grp = group_of(mesh, ms, rank, n.axes);
           rt::slice_block(arg(0), arg_shape(0), n.dim, grp.size(), grp.position, out.data());
@@ -637,11 +645,6 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
       val[id] = std::move(out);
       count_gradient(static_cast<int>(id));
       free_operands(static_cast<int>(id));
-      if (n.op == Op::kRecv)
-        record(static_cast<int>(id), started, "recv", peer_rank(n.axes[0], n.ints[0]));
-      else
-        record(static_cast<int>(id), started,
-               ir::is_collective(n.op) || n.op == Op::kRingDot || n.op == Op::kPPermute ? "collective" : "compute");
     }
     std::lock_guard<std::mutex> lock(mu);
     for (size_t id = 0; id < g.nodes.size(); ++id) {
@@ -661,18 +664,8 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
     res.comm.push_back(world.comm(r).stats());
     res.peak_bytes.push_back(world.memory(r).peak());
   }
-  if (trace) {
-    trace->clock = "wall";
-    trace->track_names.clear();
-    trace->events.clear();
-    for (int r = 0; r < ndev; ++r) {
-      const std::vector<int> c = ms.coords(r);
-      std::string where;
-      for (size_t a = 0; a < c.size(); ++a) where += (a ? ", " : "") + ms.axis_names[a] + "=" + std::to_string(c[a]);
-      trace->track_names.push_back("device " + std::to_string(r) + " (" + where + ")");
-      for (rt::TraceEvent& e : device_events[r]) trace->events.push_back(std::move(e));
-    }
-  }
+  if (options.trace) *options.trace = world.trace();
+  res.device_times = world.device_times();
   return res;
 }
 

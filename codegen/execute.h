@@ -42,17 +42,24 @@ struct ExecResult {
   // Every parameter's global value after the step (its update applied, if
   // any), assembled from the devices' shards.
   HostValues params;
+  // Per device, its timeline's totals (zeros with the clock off).
+  std::vector<rt::DeviceTime> device_times;
 };
 
 // `inputs` holds global values; each device takes its own block. Parameters
 // found in `state` (global values by path, e.g. a previous step's
 // ExecResult::params) are loaded block by block instead of initialised.
-// How to run. `trace`: every statement of every device is recorded on the
-// wall clock (rt::Trace, Chrome trace JSON). `link`: the thread world's
-// simulated link (delays every message; default instant).
+// How to run. `trace`: every statement of every device is recorded
+// (rt::Trace, Chrome trace JSON), on the wall clock unless `virtual_clock`.
+// `virtual_clock`: the thread world's virtual clock (runtime/trace.h), each
+// statement charged its op_cost.h cost on `machine`; ExecResult::device_times
+// then holds exact busy and idle times. `link`: the thread world's simulated
+// link (on the wall clock it delays every message; default instant).
 struct ExecOptions {
   rt::Trace* trace = nullptr;
   rt::LinkModel link = {};
+  bool virtual_clock = false;
+  rt::MachineModel machine = {};
 };
 
 ExecResult execute_partitioned(const ir::Graph& local, const HostValues& inputs, uint64_t seed,

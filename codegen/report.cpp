@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "codegen/buffer_plan.h"
+#include "codegen/runtime_mesh.h"
 #include "codegen/ring_plan.h"
 #include "runtime/mesh.h"
 
@@ -19,14 +20,6 @@ using ir::Op;
 using rt::CollectiveKind;
 
 
-rt::MeshShape mesh_shape(const Mesh& m) {
-  rt::MeshShape s;
-  for (auto& a : m.axes()) {
-    s.axis_names.push_back(a.name);
-    s.axis_sizes.push_back(a.size);
-  }
-  return s;
-}
 
 rt::Group group_of(const Mesh& mesh, const rt::MeshShape& ms, int rank,
                    const std::vector<std::string>& axes) {
@@ -115,18 +108,13 @@ std::string per_device(const std::vector<uint64_t>& v) {
   return *lo == *hi ? bytes_str(*lo) : num(*lo) + ".." + num(*hi);
 }
 
-}  // namespace
-
-Report predict(const ir::Graph& g) {
-  if (!g.partitioned) internal_error("predict() needs a partitioned (per-device) graph");
+// The report's program and mesh lines and its parameter table.
+Report describe_program(const ir::Graph& g) {
   const Mesh& mesh = g.mesh;
-  const rt::MeshShape ms = mesh_shape(mesh);
-  const int devices = mesh.num_devices();
-
   Report r;
   r.program = g.name;
   r.mesh = mesh.str();
-  r.num_devices = devices;
+  r.num_devices = mesh.num_devices();
   for (const Node& v : g.nodes) {
     if (v.op != Op::kParameter) continue;
     ParameterReport p;
@@ -140,6 +128,17 @@ Report predict(const ir::Graph& g) {
     p.loc = v.loc;
     r.parameters.push_back(std::move(p));
   }
+  return r;
+}
+
+}  // namespace
+
+Report predict(const ir::Graph& g) {
+  if (!g.partitioned) internal_error("predict() needs a partitioned (per-device) graph");
+  const Mesh& mesh = g.mesh;
+  const rt::MeshShape ms = mesh_shape(mesh);
+  const int devices = mesh.num_devices();
+  Report r = describe_program(g);
 
   const BufferPlan plan = plan_buffers(g);
   r.bytes.assign(devices, KindBytes{});
@@ -298,8 +297,10 @@ Report predict(const Lowered& lowered) {
   const ir::Graph& whole = lowered.partitioned;
   const Mesh& mesh = whole.mesh;
   const int axis = mesh.index(whole.pipeline->axis);
-  Report r = predict(whole);  // the program, mesh and parameter tables
-  r.collectives.clear();
+  Report r = describe_program(whole);
+  r.bytes.assign(r.num_devices, KindBytes{});
+  r.calls.assign(r.num_devices, KindBytes{});
+  r.peak_bytes.assign(r.num_devices, 0);
   r.stage_of_device.assign(r.num_devices, 0);
   for (int d = 0; d < r.num_devices; ++d) r.stage_of_device[d] = mesh.coords(d)[axis];
   for (ParameterReport& p : r.parameters)

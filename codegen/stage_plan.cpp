@@ -9,6 +9,10 @@
 #include <sstream>
 #include <tuple>
 
+#include "codegen/op_cost.h"
+#include "codegen/passes/drop_nodes.h"
+#include "codegen/runtime_mesh.h"
+
 namespace sharc {
 
 namespace {
@@ -100,12 +104,7 @@ void check_pipeline(const ir::Graph& g, ir::PipelineSchedule schedule, int v) {
     user_error(pc.loc, "set_pipeline: the interleaved schedule needs the micro-batch count (" +
                            std::to_string(pc.microbatches) + ") to be a multiple of the " + std::to_string(p) +
                            " stages on '" + pc.axis + "'");
-  const std::vector<std::vector<int>> users = [&] {
-    std::vector<std::vector<int>> u(g.nodes.size());
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (int a : g.nodes[i].args) u[a].push_back(static_cast<int>(i));
-    return u;
-  }();
+  const std::vector<std::vector<int>> users = users_of(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (!n.sharding || !n.sharding->uses(pc.axis)) continue;
@@ -139,10 +138,7 @@ StagePlan plan_stages(const ir::Graph& g, ir::PipelineSchedule schedule, int v) 
   const int p = plan.stages, chunks = p * v, N = static_cast<int>(g.nodes.size());
   const int per_chunk = std::max(plan.layers / chunks, 1);
 
-  std::vector<std::vector<int>> users(N);
-  for (int i = 0; i < N; ++i)
-    for (int a : g.nodes[i].args)
-      if (users[a].empty() || users[a].back() != i) users[a].push_back(i);
+  const std::vector<std::vector<int>> users = users_of(g);
 
   // Placement: floating or anchored to a chunk. An operand's weight is its
   // size before any broadcast, so mul(gradient, broadcast(scale)) stays
@@ -488,20 +484,9 @@ rt::Trace virtual_trace(const StagePlan& plan, const std::vector<ir::Graph>& sta
   const int axis = mesh.index(plan.axis);
   rt::Trace trace;
   trace.clock = "virtual";
-  for (int d = 0; d < mesh.num_devices(); ++d) {
-    const std::vector<int> c = mesh.coords(d);
-    std::string where;
-    for (size_t a = 0; a < c.size(); ++a)
-      where += (a ? ", " : "") + mesh.axes()[a].name + "=" + std::to_string(c[a]);
-    trace.track_names.push_back("device " + std::to_string(d) + " (" + where + ")");
-  }
-  auto peer_device = [&](int d, int stage) {
-    std::vector<int> c = mesh.coords(d);
-    c[axis] = stage;
-    int r = 0;
-    for (size_t a = 0; a < c.size(); ++a) r = r * mesh.axes()[a].size + c[a];
-    return r;
-  };
+  const rt::MeshShape ms = mesh_shape(mesh);
+  for (int d = 0; d < mesh.num_devices(); ++d) trace.track_names.push_back(ms.describe(d));
+  auto peer_device = [&](int d, int stage) { return ms.peer_on_axis(d, axis, stage); };
   for (int d = 0; d < mesh.num_devices(); ++d) {
     const int s = mesh.coords(d)[axis];
     const ir::Graph& g = stage_graphs[s];
@@ -513,10 +498,7 @@ rt::Trace virtual_trace(const StagePlan& plan, const std::vector<ir::Graph>& sta
       e.start_s = sp.start;
       e.end_s = sp.end;
       e.detail = plan.units[s][st.unit].str();
-      std::string what = ir::op_name(n.op);
-      if (n.loc.known()) what += "  " + n.loc.str();
-      if (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput) what += " " + n.name;
-      e.name = what;
+      e.name = statement_label(n);
       e.category = st.kind == StageStep::Kind::kSend   ? "send"
                    : st.kind == StageStep::Kind::kRecv ? "recv"
                    : ir::is_collective(n.op)            ? "collective"
@@ -571,6 +553,13 @@ double StageTimeline::bubble_fraction() const {
 StageTimeline simulate_stages(const StagePlan& plan, const ir::Graph& g,
                               const std::function<double(int)>& compute_seconds,
                               const std::function<double(int)>& link_seconds) {
+  return simulate_stage_steps(
+      plan, g, [&](int s, int k) { return compute_seconds(plan.steps[s][k].value); }, link_seconds);
+}
+
+StageTimeline simulate_stage_steps(const StagePlan& plan, const ir::Graph& g,
+                                   const std::function<double(int stage, int step)>& step_seconds,
+                                   const std::function<double(int)>& link_seconds) {
   const int p = plan.stages;
   StageTimeline t;
   t.spans.resize(p);
@@ -585,7 +574,7 @@ StageTimeline simulate_stages(const StagePlan& plan, const ir::Graph& g,
         const StageStep& st = plan.steps[s][pc[s]];
         StageTimeline::Span span{static_cast<int>(pc[s]), clock[s], clock[s]};
         if (st.kind == StageStep::Kind::kCompute) {
-          const double c = compute_seconds(st.value);
+          const double c = step_seconds(s, static_cast<int>(pc[s]));
           span.end = clock[s] += c;
           t.busy[s] += c;
         } else if (st.kind == StageStep::Kind::kSend) {

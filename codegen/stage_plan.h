@@ -127,6 +127,14 @@ struct StageTimeline {
 StageTimeline simulate_stages(const StagePlan& plan, const ir::Graph& g,
                               const std::function<double(int node)>& compute_seconds,
                               const std::function<double(int node)>& link_seconds);
+// The same with a cost per step: step k of stage s (node k of its stage
+// program) takes step_seconds(s, k). Given the stage programs' statement
+// costs (op_cost.h statement_seconds) and an instant link, its times are
+// those the runtime's virtual clock measures on a mesh with only the pipe
+// axis (pipeline_test.cpp checks it).
+StageTimeline simulate_stage_steps(const StagePlan& plan, const ir::Graph& g,
+                                   const std::function<double(int stage, int step)>& step_seconds,
+                                   const std::function<double(int node)>& link_seconds);
 
 // The schedule's own cost model: each pipelined layer's forward of a
 // micro-batch costs 1 and its backward 2, charged to the layer's first node

@@ -19,6 +19,7 @@
 
 #include "runtime/dtype.h"
 #include "runtime/mesh.h"
+#include "runtime/trace.h"
 
 namespace sharc::rt {
 
@@ -145,6 +146,11 @@ class Communicator {
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
 
+  // The timeline every call is recorded on (a world gives each device's
+  // communicator its own); none by default.
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  Timeline* timeline() const { return timeline_; }
+
  protected:
   // What a backend implements: the operations above on `count` elements of
   // `dtype` at untyped addresses.
@@ -162,25 +168,50 @@ class Communicator {
   virtual void do_recv(void* out, size_t count, DType dtype, int src, uint64_t tag) = 0;
 
   // Adds the wall time from its construction to its destruction to one kind's
-  // seconds. A backend opens one first thing in every collective entry point,
+  // seconds, and records the call on the timeline (an event of `category`,
+  // e.g. "send" or "recv", with the bytes this device sent during
+  // it). Collectives are recorded under their kind's name ("all_reduce").
+  // A backend opens one first thing in every collective entry point,
   // so time spent validating, sending and waiting all counts (and a call that
   // throws still counts up to the throw).
   class CallTimer {
    public:
-    explicit CallTimer(double& seconds)
-        : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+    CallTimer(Communicator& comm, CollectiveKind kind, const char* category)
+        : comm_(comm),
+          kind_(static_cast<int>(kind)),
+          category_(category),
+          bytes_before_(comm.stats_.bytes_sent[kind_]),
+          start_(std::chrono::steady_clock::now()) {
+      if (comm_.timeline_ && comm_.timeline_->mode() != ClockMode::kOff)
+        timeline_start_ = comm_.timeline_->begin_comm();
+    }
     ~CallTimer() {
-      seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      comm_.stats_.seconds_in[kind_] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      if (comm_.timeline_ && comm_.timeline_->mode() != ClockMode::kOff)
+        comm_.timeline_->end_comm(category_, timeline_start_, peer, tag,
+                                  comm_.stats_.bytes_sent[kind_] - bytes_before_);
     }
     CallTimer(const CallTimer&) = delete;
     CallTimer& operator=(const CallTimer&) = delete;
 
+    // Point to point: the other device and the message tag, for the event.
+    int peer = -1;
+    int64_t tag = -1;
+
    private:
-    double& seconds_;
+    Communicator& comm_;
+    int kind_;
+    const char* category_;
+    uint64_t bytes_before_;
     std::chrono::steady_clock::time_point start_;
+    double timeline_start_ = 0;
   };
   [[nodiscard]] CallTimer time_call(CollectiveKind k) {
-    return CallTimer(stats_.seconds_in[static_cast<int>(k)]);
+    return CallTimer(*this, k, collective_kind_name(k));
+  }
+  [[nodiscard]] CallTimer time_call(CollectiveKind k, const char* category) {
+    return CallTimer(*this, k, category);
   }
 
   void count_call(CollectiveKind k) { ++stats_.calls[static_cast<int>(k)]; }
@@ -190,6 +221,7 @@ class Communicator {
 
  private:
   CommStats stats_;
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace sharc::rt

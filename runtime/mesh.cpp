@@ -57,6 +57,14 @@ int MeshShape::peer_on_axis(int rank, int axis, int position) const {
   return rank_of(c);
 }
 
+std::string MeshShape::describe(int rank) const {
+  const std::vector<int> c = coords(rank);
+  std::string where;
+  for (size_t a = 0; a < c.size(); ++a)
+    where += (a ? ", " : "") + axis_names[a] + "=" + std::to_string(c[a]);
+  return "device " + std::to_string(rank) + " (" + where + ")";
+}
+
 std::string MeshShape::to_string() const {
   std::string s = "<[";
   for (size_t i = 0; i < axis_names.size(); ++i) {

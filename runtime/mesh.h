@@ -28,6 +28,8 @@ struct MeshShape {
   // The device with `rank`'s coordinates except `position` on axis `axis`
   // (a pipeline stage's neighbour). Throws std::out_of_range.
   int peer_on_axis(int rank, int axis, int position) const;
+  // "device 3 (pipe=1, data=1)": a trace track's name.
+  std::string describe(int rank) const;
   // <["data"=2, "model"=4]>, the one text spelling used everywhere in sharc.
   std::string to_string() const;
 };

@@ -41,7 +41,8 @@ using Bytes = std::vector<std::byte>;
 struct Message {
   Tag tag;
   Bytes data;
-  Clock::time_point arrival;
+  Clock::time_point arrival;  // wall clock with a simulated link
+  double virtual_arrival = 0;  // virtual clock
 };
 
 struct Channel {
@@ -49,6 +50,7 @@ struct Channel {
   std::condition_variable cv;
   std::deque<Message> queue;
   Clock::time_point link_free{};  // when the simulated link finishes its last block
+  double virtual_link_free = 0;   // the same on the virtual clock
 };
 
 struct Fabric {
@@ -80,6 +82,7 @@ struct Fabric {
       left += channels[i].queue.size();
       channels[i].queue.clear();
       channels[i].link_free = {};
+      channels[i].virtual_link_free = 0;
     }
     poisoned.store(false);
     return left;
@@ -89,6 +92,7 @@ struct Fabric {
   std::unique_ptr<Channel[]> channels;
   std::atomic<bool> poisoned{false};
   LinkModel link;
+  bool virtual_clock = false;
   double recv_timeout_s = 60;
 };
 
@@ -265,7 +269,9 @@ class ThreadComm final : public Communicator {
   }
 
   void do_send(const void* in, size_t count, DType dtype, int dst, uint64_t tag) override {
-    const CallTimer timer = time_call(CollectiveKind::kSendRecv);
+    CallTimer timer = time_call(CollectiveKind::kSendRecv, "send");
+    timer.peer = dst;
+    timer.tag = static_cast<int64_t>(tag);
     check_rank(dst, "send");
     count_call(CollectiveKind::kSendRecv);
     send(CollectiveKind::kSendRecv, dst, Tag{kPointToPoint, tag}, static_cast<const std::byte*>(in),
@@ -273,7 +279,9 @@ class ThreadComm final : public Communicator {
   }
 
   void do_recv(void* out, size_t count, DType dtype, int src, uint64_t tag) override {
-    const CallTimer timer = time_call(CollectiveKind::kSendRecv);
+    CallTimer timer = time_call(CollectiveKind::kSendRecv, "recv");
+    timer.peer = src;
+    timer.tag = static_cast<int64_t>(tag);
     check_rank(src, "recv");
     count_call(CollectiveKind::kSendRecv);
     receive_into(src, Tag{kPointToPoint, tag}, out, count, dtype);
@@ -340,6 +348,8 @@ class ThreadComm final : public Communicator {
       acc = receive(left, tag);
       expect_size(acc, len(c), dtype, left);
       combine(acc.data(), at(in, off[c] * es), len(c), dtype, op);
+      // Two reads and a write per element, on the virtual clock.
+      if (Timeline* tl = timeline()) tl->charge(OpCost{static_cast<double>(len(c)), 3.0 * len(c) * es});
       if (s < n - 2) send(kind, right, tag, std::move(acc));
     }
     move_bytes(out_chunk, acc.data(), acc.size());
@@ -389,15 +399,20 @@ class ThreadComm final : public Communicator {
     {
       std::lock_guard<std::mutex> lk(ch.mu);
       Clock::time_point arrival{};
+      double virtual_arrival = 0;
       const LinkModel& link = fabric_.link;
-      if (link.latency_s > 0 || link.bytes_per_s > 0) {
+      const double transfer_s =
+          link.bytes_per_s > 0 ? static_cast<double>(block.size()) / link.bytes_per_s : 0.0;
+      if (fabric_.virtual_clock) {
+        const double start = std::max(timeline()->now(), ch.virtual_link_free);
+        ch.virtual_link_free = start + transfer_s;
+        virtual_arrival = ch.virtual_link_free + link.latency_s;
+      } else if (link.latency_s > 0 || link.bytes_per_s > 0) {
         const Clock::time_point start = std::max(Clock::now(), ch.link_free);
-        const double transfer =
-            link.bytes_per_s > 0 ? static_cast<double>(block.size()) / link.bytes_per_s : 0.0;
-        ch.link_free = start + seconds(transfer);
+        ch.link_free = start + seconds(transfer_s);
         arrival = ch.link_free + seconds(link.latency_s);
       }
-      ch.queue.push_back(Message{tag, std::move(block), arrival});
+      ch.queue.push_back(Message{tag, std::move(block), arrival, virtual_arrival});
     }
     ch.cv.notify_all();
   }
@@ -416,7 +431,10 @@ class ThreadComm final : public Communicator {
         Message m = std::move(*it);
         ch.queue.erase(it);
         lk.unlock();
-        if (m.arrival > Clock::now()) std::this_thread::sleep_until(m.arrival);
+        if (fabric_.virtual_clock)
+          timeline()->arrive(m.virtual_arrival);
+        else if (m.arrival > Clock::now())
+          std::this_thread::sleep_until(m.arrival);
         return std::move(m.data);
       }
       if (fabric_.poisoned.load()) {
@@ -472,6 +490,8 @@ ThreadWorld::ThreadWorld(MeshShape mesh) : mesh_(std::move(mesh)) {
   for (int r = 0; r < n; ++r) {
     comms_.push_back(std::make_unique<detail::ThreadComm>(*fabric_, r));
     memories_.push_back(std::make_unique<DeviceMemory>());
+    timelines_.push_back(std::make_unique<Timeline>(r));
+    comms_.back()->set_timeline(timelines_.back().get());
   }
 }
 
@@ -486,6 +506,43 @@ DeviceMemory& ThreadWorld::memory(int rank) {
 void ThreadWorld::set_link(const LinkModel& link) {
   fabric_->link = link;
 }
+void ThreadWorld::set_clock(ClockMode mode, const MachineModel& machine) {
+  if (running_) throw std::logic_error("ThreadWorld::set_clock while running");
+  clock_ = mode;
+  machine_ = machine;
+  fabric_->virtual_clock = mode == ClockMode::kVirtual;
+  clear_trace();
+}
+
+Timeline& ThreadWorld::timeline(int rank) {
+  return *timelines_.at(rank);
+}
+
+Trace ThreadWorld::trace() const {
+  Trace t;
+  t.clock = clock_mode_name(clock_);
+  for (int r = 0; r < size(); ++r) {
+    t.track_names.push_back(mesh_.describe(r));
+    for (const TraceEvent& e : timelines_[r]->events()) t.events.push_back(e);
+  }
+  return t;
+}
+
+std::vector<DeviceTime> ThreadWorld::device_times() const {
+  std::vector<DeviceTime> times;
+  for (const auto& t : timelines_) times.push_back(t->time());
+  return times;
+}
+
+void ThreadWorld::clear_trace() {
+  if (running_) throw std::logic_error("ThreadWorld::clear_trace while running");
+  const auto origin = std::chrono::steady_clock::now();
+  for (auto& t : timelines_) {
+    t->clear();
+    t->configure(clock_, machine_, origin);
+  }
+}
+
 void ThreadWorld::set_recv_timeout(double seconds) {
   fabric_->recv_timeout_s = seconds;
 }
@@ -496,6 +553,11 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
   int src = -1, dst = -1;
   fabric_->reset(&src, &dst);
   for (auto& c : comms_) c->restart_sequences();
+  if (clock_ == ClockMode::kVirtual) {
+    double latest = 0;
+    for (auto& t : timelines_) latest = std::max(latest, t->time().now_s);
+    for (auto& t : timelines_) t->start_at(latest);
+  }
 
   std::mutex mu;
   std::exception_ptr first;
@@ -505,7 +567,9 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
     threads.emplace_back([&, r] {
       try {
         fn(r);
+        timelines_[r]->finish();
       } catch (...) {
+        timelines_[r]->finish();
         {
           // Record before poisoning: the WorldAborted exceptions the poison
           // causes elsewhere must never be the one reported.

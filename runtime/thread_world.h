@@ -16,6 +16,7 @@
 #include "runtime/communicator.h"
 #include "runtime/memory.h"
 #include "runtime/mesh.h"
+#include "runtime/trace.h"
 
 namespace sharc::rt {
 
@@ -27,6 +28,8 @@ struct Fabric;
 // A simulated link applied to every message: the receiver does not see a block
 // before send time + queueing behind earlier blocks on the same (src, dst) link
 // + bytes / bytes_per_s + latency_s. Defaults model an infinitely fast link.
+// On the wall clock the receiver really waits; on the virtual clock the
+// times are virtual and nothing waits.
 struct LinkModel {
   double latency_s = 0;
   double bytes_per_s = 0;  // 0 = infinite bandwidth
@@ -54,6 +57,18 @@ class ThreadWorld {
   DeviceMemory& memory(int rank);
 
   void set_link(const LinkModel& link);
+  // Every device's timeline (trace.h): off (the default), the wall clock, or
+  // the virtual clock with `machine` charging each statement. Clears the
+  // timelines. Not while running.
+  void set_clock(ClockMode mode, const MachineModel& machine = {});
+  ClockMode clock() const { return clock_; }
+  Timeline& timeline(int rank);
+  // Everything the timelines recorded since set_clock() (or clear_trace()),
+  // one track per device named after its mesh coordinates.
+  Trace trace() const;
+  // Per device: its time so far, busy and in communication calls.
+  std::vector<DeviceTime> device_times() const;
+  void clear_trace();
   // A receive that waits longer than this throws (and so aborts the run): a
   // mismatched collective schedule fails instead of hanging the test suite.
   // 0 waits forever. Default 60 s.
@@ -63,7 +78,9 @@ class ThreadWorld {
   // throws, the others are woken out of their receives and the first
   // exception is rethrown here. Throws std::logic_error if the devices all
   // returned but some message was never received (e.g. a ppermute_start with no
-  // ppermute_wait). Tag sequences restart with every run; statistics do not.
+  // ppermute_wait). Tag sequences restart with every run; statistics and
+  // timelines do not. On the virtual clock every device starts the run at
+  // the latest device's time (the host joins them between runs).
   void run(const std::function<void(int rank)>& fn);
 
   // Sum of every device's statistics (seconds too: a sum over devices, not a
@@ -76,6 +93,9 @@ class ThreadWorld {
   std::unique_ptr<detail::Fabric> fabric_;
   std::vector<std::unique_ptr<detail::ThreadComm>> comms_;
   std::vector<std::unique_ptr<DeviceMemory>> memories_;
+  std::vector<std::unique_ptr<Timeline>> timelines_;
+  ClockMode clock_ = ClockMode::kOff;
+  MachineModel machine_;
   bool running_ = false;
 };
 

@@ -2,6 +2,7 @@
 // of small objects, and the runtime takes no JSON dependency for it.
 #include "runtime/trace.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -73,6 +74,110 @@ std::string chrome_trace_json(const Trace& trace) {
   }
   os << "\n]}\n";
   return os.str();
+}
+
+const char* clock_mode_name(ClockMode mode) {
+  switch (mode) {
+    case ClockMode::kOff: return "off";
+    case ClockMode::kWall: return "wall";
+    case ClockMode::kVirtual: return "virtual";
+  }
+  return "?";
+}
+
+double MachineModel::seconds(const OpCost& c) const {
+  const double compute = flops_per_s > 0 ? c.flops / flops_per_s : 0.0;
+  const double memory = bytes_per_s > 0 ? c.bytes / bytes_per_s : 0.0;
+  return std::max(compute, memory) + overhead_s;
+}
+
+void Timeline::configure(ClockMode mode, const MachineModel& machine,
+                         std::chrono::steady_clock::time_point origin) {
+  mode_ = mode;
+  machine_ = machine;
+  origin_ = origin;
+}
+
+double Timeline::now() const {
+  if (mode_ == ClockMode::kVirtual) return now_;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
+}
+
+void Timeline::mark(const char* name, const OpCost& cost, bool compute) {
+  finish();
+  label_ = name;
+  if (!compute) return;
+  if (mode_ == ClockMode::kVirtual) {
+    const double start = now_, took = machine_.seconds(cost);
+    now_ += took;
+    busy_ += took;
+    TraceEvent e;
+    e.device = device_;
+    e.name = label_;
+    e.category = "compute";
+    e.start_s = start;
+    e.end_s = now_;
+    events_.push_back(std::move(e));
+  } else {
+    open_ = true;
+    open_start_ = now();
+  }
+}
+
+void Timeline::finish() {
+  if (!open_) return;
+  open_ = false;
+  TraceEvent e;
+  e.device = device_;
+  e.name = label_;
+  e.category = "compute";
+  e.start_s = open_start_;
+  e.end_s = now();
+  busy_ += e.end_s - e.start_s;
+  events_.push_back(std::move(e));
+}
+
+double Timeline::begin_comm() {
+  finish();
+  return now();
+}
+
+void Timeline::end_comm(const char* category, double start, int peer, int64_t tag, uint64_t bytes) {
+  if (mode_ == ClockMode::kOff) return;
+  TraceEvent e;
+  e.device = device_;
+  e.name = label_.empty() ? std::string(category) : label_;
+  e.category = category;
+  e.start_s = start;
+  e.end_s = now();
+  e.peer = peer;
+  e.tag = tag;
+  e.bytes = bytes;
+  comm_ += e.end_s - e.start_s;
+  events_.push_back(std::move(e));
+}
+
+void Timeline::charge(const OpCost& cost) {
+  if (mode_ != ClockMode::kVirtual) return;
+  const double took = machine_.seconds(cost);
+  now_ += took;
+  busy_ += took;
+  comm_ -= took;  // inside a communication call: busy, not waiting
+}
+
+DeviceTime Timeline::time() const {
+  DeviceTime t;
+  t.now_s = mode_ == ClockMode::kVirtual ? now_ : (events_.empty() ? 0.0 : events_.back().end_s);
+  t.busy_s = busy_;
+  t.comm_s = comm_;
+  return t;
+}
+
+void Timeline::clear() {
+  now_ = busy_ = comm_ = 0;
+  label_.clear();
+  open_ = false;
+  events_.clear();
 }
 
 }  // namespace sharc::rt

@@ -99,6 +99,10 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   [[maybe_unused]] Device& dev = *devices_[rank];
   [[maybe_unused]] rt::Communicator& comm = world_.comm(rank);
   [[maybe_unused]] rt::DeviceMemory& mem = world_.memory(rank);
+  // Each statement is marked on the device's timeline: a trace event on the
+  // wall clock, its modelled cost on the virtual one; one branch when the
+  // world's clock is off (rt::ThreadWorld::set_clock).
+  [[maybe_unused]] rt::Timeline& timeline = world_.timeline(rank);
 @SHARC_FORWARD_BODY@
 }  // Program::forward_device
 

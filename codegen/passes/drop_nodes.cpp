@@ -43,6 +43,14 @@ std::vector<int> count_uses(const ir::Graph& g) {
   return uses;
 }
 
+std::vector<std::vector<int>> users_of(const ir::Graph& g) {
+  std::vector<std::vector<int>> users(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int a : g.nodes[i].args)
+      if (users[a].empty() || users[a].back() != static_cast<int>(i)) users[a].push_back(static_cast<int>(i));
+  return users;
+}
+
 void remap_roots(ir::Graph& g, const std::vector<int>& remap) {
   for (auto& o : g.outputs) o.value = remap[o.value];
   for (auto& u : g.updates) {

@@ -1,5 +1,5 @@
 // Helpers of the passes that replace nodes: they count uses in the old graph
-// (count_uses), build the new graph in order, point the roots at it
+// (count_uses, users_of), build the new graph in order, point the roots at it
 // (remap_roots), mark what the rewrite made unused and drop it (drop_nodes:
 // the graph without the nodes marked dead, renumbered: args, layout_of,
 // outputs, updates, gradients). Throws internal_error naming `pass` when a
@@ -17,6 +17,9 @@ ir::Graph drop_nodes(const ir::Graph& g, const std::vector<bool>& dead, const st
 
 // Per node: how many times it is read, by node operands, outputs and updates.
 std::vector<int> count_uses(const ir::Graph& g);
+
+// Per node: the nodes that read it as an operand, each once, in order.
+std::vector<std::vector<int>> users_of(const ir::Graph& g);
 
 // After a pass rebuilt g.nodes from an old graph's (remap: old id -> new id),
 // points the outputs, updates and gradients (still old ids) at the new nodes.

@@ -10,6 +10,15 @@
 //   gpt2_main --mesh data=2,model=4 --steps 600 --sample 300 [--temperature 0.8]
 //             [--seed 0] [--check] [--text FILE] [--prompt "The "]
 //   gpt2_main --mesh pipe=2,data=2,model=2 --schedule 1f1b --microbatches 8
+//   gpt2_main ... --trace step.json [--virtual-clock]
+//
+// --trace writes the last training step's timeline as a Chrome trace (open
+// it in ui.perfetto.dev): one track per device, every statement, collective,
+// send and recv named after its model.cpp line. It is timed on the wall
+// clock, or with --virtual-clock on the runtime's virtual clock (each
+// statement charged its modelled cost, each message its time on a 20 us +
+// 2 GB/s link; deterministic), which also prints the step's modelled time
+// and the devices' idle share (the pipeline's bubble and every wait).
 //
 // The pipelined mesh runs one block per stage; its schedule and micro-batch
 // count are compiled in (model.h, gpt2::pipeline), so the flags only confirm
@@ -44,6 +53,7 @@
 #include "gpt2_train_fsdp4_model2.h"
 #include "gpt2_train_model8.h"
 #include "gpt2_train_pipe2_data2_model2.h"
+#include "runtime/trace.h"
 #include "samples/gpt2/model.h"
 
 namespace {
@@ -63,6 +73,8 @@ struct Options {
   // compiled into the program, so they must be the built ones).
   std::string schedule;
   int microbatches = 0;
+  std::string trace;  // Chrome trace of the last step
+  bool virtual_clock = false;
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -70,6 +82,7 @@ struct Options {
                "gpt2_main: %s\nusage: gpt2_main [--mesh M] [--steps N] [--sample N] "
                "[--temperature T] [--seed S] [--check] [--text FILE] [--prompt P]\n"
                "       [--schedule S --microbatches M]   (with a pipe axis)\n"
+               "       [--trace FILE [--virtual-clock]]\n"
                "meshes: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2,\n"
                "        pipe=2,data=2,model=2 (1f1b, 8 micro-batches)\n",
                why);
@@ -104,6 +117,10 @@ Options parse(int argc, char** argv) {
       o.schedule = value();
     else if (a == "--microbatches")
       o.microbatches = std::stoi(value());
+    else if (a == "--trace")
+      o.trace = value();
+    else if (a == "--virtual-clock")
+      o.virtual_clock = true;
     else
       usage(("unknown argument " + a).c_str());
   }
@@ -240,6 +257,11 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
   std::vector<float> losses;
   for (int step = 0; step < o.steps; ++step) {
     fill_batch();
+    if (step == o.steps - 1 && (!o.trace.empty() || o.virtual_clock)) {
+      // The last step's timeline (set_clock clears what came before).
+      if (o.virtual_clock) world.set_link({.latency_s = 20e-6, .bytes_per_s = 2e9});
+      world.set_clock(o.virtual_clock ? sharc::rt::ClockMode::kVirtual : sharc::rt::ClockMode::kWall);
+    }
     // Dropout masks: a new stream per step (floats are exact below 2^24).
     const float seed = static_cast<float>((o.seed * 100003 + step) % (1 << 24));
     float loss = 0, grad_norm = 0, lr = 0;
@@ -285,6 +307,31 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
         "step %4d/%d  loss %.4f  lr %.2e  grad_norm %6.3f  [%5.1f s, %4.0f ms/step, eta %.0f s]\n",
         step + 1, o.steps, loss, lr, grad_norm, elapsed, 1e3 * elapsed / (step + 1), eta);
     std::fflush(stdout);
+  }
+  if (world.clock() != sharc::rt::ClockMode::kOff) {
+    world.set_link({});
+    if (o.virtual_clock) {
+      double busy = 0, end = 0;
+      for (const sharc::rt::DeviceTime& t : world.device_times()) {
+        busy += t.busy_s;
+        end = std::max(end, t.now_s);
+      }
+      std::printf("virtual clock (%.0f GFLOP/s, %.0f GB/s per device; link 20 us + 2 GB/s): last step %.3f ms, "
+                  "devices idle %.1f%% of it\n",
+                  sharc::rt::MachineModel{}.flops_per_s / 1e9, sharc::rt::MachineModel{}.bytes_per_s / 1e9,
+                  1e3 * end, 100 * (1 - busy / (world.size() * end)));
+    }
+    if (!o.trace.empty()) {
+      std::ofstream f(o.trace);
+      f << sharc::rt::chrome_trace_json(world.trace());
+      if (!f) {
+        std::fprintf(stderr, "gpt2_main: cannot write %s\n", o.trace.c_str());
+        return 1;
+      }
+      std::printf("trace of the last step (%s clock): %s\n", sharc::rt::clock_mode_name(world.clock()),
+                  o.trace.c_str());
+    }
+    world.set_clock(sharc::rt::ClockMode::kOff);
   }
   if (!losses.empty()) {
     const size_t tail = std::min<size_t>(50, losses.size());

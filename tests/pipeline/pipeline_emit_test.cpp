@@ -9,6 +9,9 @@
 
 #include <cmath>
 #include <map>
+#include <regex>
+#include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,7 @@
 #include "emit_stack_interleaved_4.h"
 #include "gpt2_train_pipe2_data2_model2.h"
 #include "tests/pipeline/stack_model.h"
+#include "tests/common/tolerance.h"
 
 namespace sharc::pipeline_test {
 namespace {
@@ -59,14 +63,25 @@ HostValues to_host(const std::map<std::string, std::vector<float>>& a) {
   return h;
 }
 
-double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double scale = 1e-300, worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::fabs(want[i]));
-    worst = std::max(worst, std::fabs(got[i] - want[i]));
+using sharc::testing::rel_error;
+
+// One step's Inputs and Outputs of a stack program, pointing into `inputs`
+// and into outputs of its own.
+template <class Program>
+struct StepIo {
+  explicit StepIo(const std::map<std::string, std::vector<float>>& inputs) {
+    in.x = inputs.at("x").data();
+    in.labels = inputs.at("labels").data();
+    out.loss = &loss;
+    out.grad_norm = &grad_norm;
+    out.lr = &lr;
   }
-  return worst / scale;
-}
+  StepIo(const StepIo&) = delete;
+  StepIo& operator=(const StepIo&) = delete;
+  float loss = 0, grad_norm = 0, lr = 0;
+  typename Program::Inputs in;
+  typename Program::Outputs out;
+};
 
 template <class G>
 class GeneratedPipeline : public ::testing::Test {};
@@ -123,6 +138,80 @@ TYPED_TEST(GeneratedPipeline, MatchesTheInterpreterBitForBitAndTheOracle) {
     EXPECT_GT(world.comm(r).stats().count(rt::CollectiveKind::kSendRecv), 0u) << "device " << r;
 }
 
+// The runtime's clocks on generated code. On the virtual clock the
+// generated step and the interpreter mark the same statements with the same
+// costs, so every device's trace is the same, event for event and to the
+// bit (names, categories, times, peers, tags, bytes), and the devices' busy
+// and communication times are equal. On the wall clock the generated step's
+// trace names every compute event after its DSL line and matches every send
+// with a receive.
+TYPED_TEST(GeneratedPipeline, TimelinesOnBothClocks) {
+  const ir::Graph global = trace(TypeParam::kProgram, ProgramRegistry::all().at(TypeParam::kProgram));
+  const Lowered lowered = lower(global, Mesh::parse(TypeParam::kMeshText));
+  const rt::LinkModel link{.latency_s = 20e-6, .bytes_per_s = 2e9};
+  const rt::MachineModel machine;
+  rt::ThreadWorld world(TypeParam::mesh_shape());
+  world.set_link(link);
+  typename TypeParam::Program program(world);
+  program.init(kSeed);
+  const auto inputs = step_inputs(0);
+  StepIo<typename TypeParam::Program> io(inputs);
+
+  world.set_clock(rt::ClockMode::kVirtual, machine);
+  program.step(io.in, io.out);
+  const rt::Trace generated = world.trace();
+  rt::Trace interpreted;
+  ExecOptions o;
+  o.trace = &interpreted;
+  o.link = link;
+  o.virtual_clock = true;
+  o.machine = machine;
+  const ExecResult exec = execute(lowered, to_host(inputs), kSeed, nullptr, o);
+  EXPECT_EQ(generated.clock, "virtual");
+  EXPECT_EQ(generated.track_names, interpreted.track_names);
+  ASSERT_EQ(generated.events.size(), interpreted.events.size());
+  for (size_t i = 0; i < generated.events.size(); ++i) {
+    const rt::TraceEvent &a = generated.events[i], &b = interpreted.events[i];
+    SCOPED_TRACE("event " + std::to_string(i) + " on device " + std::to_string(a.device) + ": " + a.name);
+    ASSERT_EQ(a.device, b.device);
+    ASSERT_EQ(a.name, b.name);
+    ASSERT_EQ(a.category, b.category);
+    ASSERT_EQ(a.start_s, b.start_s);
+    ASSERT_EQ(a.end_s, b.end_s);
+    ASSERT_EQ(a.peer, b.peer);
+    ASSERT_EQ(a.tag, b.tag);
+    ASSERT_EQ(a.bytes, b.bytes);
+  }
+  const std::vector<rt::DeviceTime> times = world.device_times();
+  for (int r = 0; r < world.size(); ++r) {
+    EXPECT_EQ(times[r].now_s, exec.device_times[r].now_s) << "device " << r;
+    EXPECT_EQ(times[r].busy_s, exec.device_times[r].busy_s) << "device " << r;
+    EXPECT_GT(times[r].busy_s, 0.0) << "device " << r;
+    // Every statement is marked: a device's time is compute plus communication.
+    EXPECT_NEAR(times[r].busy_s + times[r].comm_s, times[r].now_s, 1e-12 * times[r].now_s) << "device " << r;
+  }
+
+  world.set_clock(rt::ClockMode::kWall);
+  program.step(io.in, io.out);
+  const rt::Trace wall = world.trace();
+  EXPECT_EQ(wall.clock, "wall");
+  std::multiset<std::tuple<int, int, int64_t>> sends, recvs;  // (from, to, tag)
+  int compute = 0;
+  const std::regex dsl_line(R"(^[a-z_]+  [^ ]+\.(cpp|h):[0-9]+)");  // "dot  model.cpp:31 l0"
+  for (const rt::TraceEvent& e : wall.events) {
+    EXPECT_LE(e.start_s, e.end_s) << e.name;
+    if (e.category == "send") sends.insert({e.device, e.peer, e.tag});
+    if (e.category == "recv") recvs.insert({e.peer, e.device, e.tag});
+    if (e.category == "compute") {
+      ++compute;
+      EXPECT_TRUE(std::regex_search(e.name, dsl_line)) << "no DSL line: " << e.name;
+    }
+  }
+  EXPECT_FALSE(sends.empty());
+  EXPECT_EQ(sends, recvs);
+  EXPECT_GT(compute, 50);
+}
+
 // The report (predict(Lowered)) before anything runs equals what one step of
 // the generated program counts on every device: bytes and calls per kind,
 // send/recv included, and the peak memory of each device's stage.
@@ -134,15 +223,8 @@ TYPED_TEST(GeneratedPipeline, ReportEqualsMeasurement) {
   program.init(kSeed);
   world.reset_stats();
   const auto inputs = step_inputs(0);
-  std::vector<float> loss(1), grad_norm(1), lr(1);
-  typename TypeParam::Program::Inputs in;
-  typename TypeParam::Program::Outputs out;
-  in.x = inputs.at("x").data();
-  in.labels = inputs.at("labels").data();
-  out.loss = loss.data();
-  out.grad_norm = grad_norm.data();
-  out.lr = lr.data();
-  program.step(in, out);
+  StepIo<typename TypeParam::Program> io(inputs);
+  program.step(io.in, io.out);
   const Measured measured = measure(world);
   std::string why;
   EXPECT_TRUE(matches(predicted, measured, &why)) << why << "\n" << format_report(predicted, &measured);

@@ -18,10 +18,12 @@
 
 #include "codegen/buffer_plan.h"
 #include "codegen/execute.h"
+#include "codegen/op_cost.h"
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
 #include "codegen/stage_plan.h"
 #include "tests/pipeline/stack_model.h"
+#include "tests/common/tolerance.h"
 
 namespace sharc::pipeline_test {
 namespace {
@@ -68,15 +70,7 @@ Trajectory on_mesh(const ir::Graph& g, const StackConfig& c, const std::string& 
   return r;
 }
 
-// Largest |a - b| over a tensor, relative to the largest |b|.
-double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
-  double scale = 1e-300, worst = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    scale = std::max(scale, std::fabs(b[i]));
-    worst = std::max(worst, std::fabs(a[i] - b[i]));
-  }
-  return worst / scale;
-}
+using sharc::testing::rel_error;
 
 double max_abs_diff(const HostValues& a, const HostValues& b) {
   double worst = 0;
@@ -385,6 +379,54 @@ TEST(StagePlan, BubbleFractionOnTheVirtualClock) {
           std::printf("%-12s %2d %3d %2d %9.4f %9.4f\n", schedule, p, m, v, t.bubble_fraction(), expected);
           EXPECT_NEAR(t.bubble_fraction(), expected, 0.01) << schedule << " p=" << p << " m=" << m << " v=" << v;
         }
+}
+
+// The runtime's own virtual clock (ExecOptions::virtual_clock: every
+// statement of the stage programs charged its op_cost.h cost on a machine
+// model, messages over an instant link) against the plan's simulation of
+// the same costs (simulate_stage_steps over statement_seconds). With only
+// the pipe axis in the mesh they are one computation done twice, so every
+// device ends when its stage does, is busy as long, and the bubbles are
+// equal. The table prints them beside the equal-cost bubble of the schedule
+// (the embedding, head, loss and optimizer step make real stages unequal).
+TEST(PipelineVirtualClock, RuntimeAgreesWithThePlanSimulation) {
+  const rt::MachineModel machine;  // the defaults: 100 GFLOP/s, 20 GB/s
+  std::printf("%-12s %2s %3s %2s %14s %14s %12s %14s\n", "schedule", "p", "m", "v", "runtime bubble",
+              "plan bubble", "equal-cost", "step (virtual)");
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved"})
+    for (int p : {2, 4})
+      for (int m : {4, 8}) {
+        const int v = std::string(schedule) == "interleaved" ? 2 : 1;
+        StackConfig c;
+        c.layers = 8;
+        c.pipeline.microbatches = m;
+        c.pipeline.schedule = schedule;
+        c.pipeline.virtual_stages = v;
+        const Lowered l = lower(stack_graph(c), Mesh::parse("pipe=" + std::to_string(p)));
+        ExecOptions o;
+        o.virtual_clock = true;
+        o.machine = machine;
+        const ExecResult r = execute(l, batch_for(c, 0), 0, nullptr, o);
+        std::vector<std::vector<double>> seconds;
+        for (const ir::Graph& sg : l.stage_graphs) seconds.push_back(statement_seconds(sg, machine));
+        const StageTimeline t = simulate_stage_steps(
+            *l.stages, l.partitioned, [&](int s, int k) { return seconds[s][k]; }, [](int) { return 0.0; });
+        ASSERT_EQ(r.device_times.size(), static_cast<size_t>(p));
+        double busy = 0, end = 0;
+        for (int d = 0; d < p; ++d) {
+          SCOPED_TRACE(std::string(schedule) + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " device " +
+                       std::to_string(d));
+          EXPECT_DOUBLE_EQ(r.device_times[d].now_s, t.spans[d].back().end);
+          EXPECT_DOUBLE_EQ(r.device_times[d].busy_s, t.busy[d]);
+          EXPECT_GT(r.device_times[d].busy_s, 0.0);
+          busy += r.device_times[d].busy_s;
+          end = std::max(end, r.device_times[d].now_s);
+        }
+        const double bubble = 1 - busy / (p * end);
+        EXPECT_NEAR(bubble, t.bubble_fraction(), 1e-12);
+        std::printf("%-12s %2d %3d %2d %14.4f %14.4f %12.4f %11.1f us\n", schedule, p, m, v, bubble,
+                    t.bubble_fraction(), (p - 1.0) / (v * m + p - 1.0), 1e6 * end);
+      }
 }
 
 }  // namespace

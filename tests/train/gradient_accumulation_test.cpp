@@ -16,6 +16,7 @@
 #include "codegen/execute.h"
 #include "codegen/pipeline.h"
 #include "samples/mlp_classifier/model.h"
+#include "tests/common/tolerance.h"
 
 namespace sharc {
 namespace {
@@ -50,15 +51,7 @@ ir::Graph train_graph(const Config& c, int accumulate_steps) {
   });
 }
 
-// Largest |a - b| over a tensor, relative to the largest |b|.
-double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
-  double scale = 1e-300, worst = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    scale = std::max(scale, std::fabs(b[i]));
-    worst = std::max(worst, std::fabs(a[i] - b[i]));
-  }
-  return worst / scale;
-}
+using sharc::testing::rel_error;
 
 struct Trajectory {
   std::vector<double> loss, grad_norm;

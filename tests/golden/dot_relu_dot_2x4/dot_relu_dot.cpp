@@ -154,12 +154,18 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   [[maybe_unused]] Device& dev = *devices_[rank];
   [[maybe_unused]] rt::Communicator& comm = world_.comm(rank);
   [[maybe_unused]] rt::DeviceMemory& mem = world_.memory(rank);
+  // Each statement is marked on the device's timeline: a trace event on the
+  // wall clock, its modelled cost on the virtual one; one branch when the
+  // world's clock is off (rt::ThreadWorld::set_clock).
+  [[maybe_unused]] rt::Timeline& timeline = world_.timeline(rank);
   // ---- inputs ---------------------------------------------------------------
+  timeline.op("input  samples/dot_relu_dot/model.h:53", {.flops = 4096, .bytes = 32768});
   // samples/dot_relu_dot/model.h:53: input "x" f32[8,1024] [{"data"}, {}] => this device's block
   rt::Buffer x(4096, &mem);  // f32[4,1024] [{"data"}, {}]
   rt::strided_copy(in.x + dev.data_index * 4 * 1024, {4, 1024}, {1024, 1}, x.data());
 
   // ---- dot1 (samples/dot_relu_dot/model.h:21) -------------------------------
+  timeline.op("dot  samples/dot_relu_dot/model.h:21 dot1", {.flops = 2097152, .bytes = 1069056});
   // samples/dot_relu_dot/model.h:21 dot1: [{"data"}, {}], [{}, {"model"}] -> [{"data"}, {"model"}] => dot contract=[1]x[0]
   rt::Buffer t0(1024, &mem);  // f32[4,256] [{"data"}, {"model"}]
   rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/256, /*K=*/1024,
@@ -167,21 +173,25 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   x = rt::Buffer();  // last use of x
 
   // ---- relu (samples/dot_relu_dot/model.h:21) -------------------------------
+  timeline.op("relu  samples/dot_relu_dot/model.h:21", {.flops = 1024, .bytes = 8192});
   // samples/dot_relu_dot/model.h:21: [{"data"}, {"model"}] -> [{"data"}, {"model"}] => relu
   rt::Buffer t1(1024, &mem);  // f32[4,256] [{"data"}, {"model"}]
   for (int64_t i = 0; i < 1024; ++i) t1[i] = rt::relu(t0[i]);
   t0 = rt::Buffer();  // last use of t0
 
   // ---- dot (samples/dot_relu_dot/model.h:24) --------------------------------
+  timeline.op("dot  samples/dot_relu_dot/model.h:24", {.flops = 2097152, .bytes = 1069056});
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}], [{"model"}, {}] -> [{"data"}, {}] partial={"model"} => dot contract=[1]x[0]
   rt::Buffer t2(4096, &mem);  // f32[4,1024] [{"data"}, {}] partial={"model"}
   rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/1024, /*K=*/256,
            t1.data(), false, dev.w2.data(), false, t2.data());
   t1 = rt::Buffer();  // last use of t1
+  timeline.comm_op("reduce_scatter  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {}] partial={"model"} -> [{"data"}, {"model"}] => reduce_scatter(model)
   rt::Buffer t3(1024, &mem);  // f32[4,256] [{"data"}, {"model"}]
   rt::reduce_scatter_dim(comm, dev.group_model, t2.data(), {4, 1024}, /*dim=*/1, t3.data(), rt::ReduceOp::kSum);
   t2 = rt::Buffer();  // last use of t2
+  timeline.comm_op("all_gather  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}] -> [{"data"}, {}] => all_gather(model)
   rt::Buffer y(4096, &mem);  // f32[4,1024] [{"data"}, {}]
   rt::all_gather_dim(comm, dev.group_model, t3.data(), {4, 256}, /*dim=*/1, y.data());

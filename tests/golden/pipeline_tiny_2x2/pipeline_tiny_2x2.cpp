@@ -187,6 +187,10 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   [[maybe_unused]] Device& dev = *devices_[rank];
   [[maybe_unused]] rt::Communicator& comm = world_.comm(rank);
   [[maybe_unused]] rt::DeviceMemory& mem = world_.memory(rank);
+  // Each statement is marked on the device's timeline: a trace event on the
+  // wall clock, its modelled cost on the virtual one; one branch when the
+  // world's clock is off (rt::ThreadWorld::set_clock).
+  [[maybe_unused]] rt::Timeline& timeline = world_.timeline(rank);
   // Pipeline over "pipe": 2 stages x 1 model chunk, 2 micro-batches, schedule 1f1b.
   // Each device runs its stage's program; stages pass activations forward and their
   // gradients back with send/recv to the device at the same place on the other axes.
@@ -197,75 +201,90 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   const auto stage_0 = [&] {
     // ==== F0: micro-batch 0 forward, model chunk 0 ====
     // ---- inputs ---------------------------------------------------------------
+    timeline.op("input  tests/pipeline/stack_programs.cpp:31", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:31: input "x" f32[8,4] [{"data"}, {}] => this device's block
     rt::Buffer x(16, &mem);  // f32[4,4] [{"data"}, {}]
     rt::strided_copy(in.x + dev.data_index * 4 * 4, {4, 4}, {4, 1}, x.data());
 
     // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
+    timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
     rt::Buffer t0(16, &mem);  // f32[2,2,4] [{"data"}, {}, {}]
     rt::copy(x.data(), t0.data(), 16);
+    timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [0, 1)
     rt::Buffer t1(8, &mem);  // f32[2,1,4] [{"data"}, {}, {}]
     rt::strided_copy(t0.data(), {2, 1, 4}, {8, 4, 1}, t1.data());
     t0 = rt::Buffer();  // last use of t0
+    timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
     rt::Buffer t2(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::copy(t1.data(), t2.data(), 8);
     t1 = rt::Buffer();  // last use of t1
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
     rt::Buffer t3(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t2.data(), false, dev.l0_kernel.data(), false, t3.data());
 
     // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
+    timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
     rt::Buffer t4(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) t4[i] = std::tanh(t3[i]);
     t3 = rt::Buffer();  // last use of t3
+    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 7)
     comm.send(t4.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 7);
 
     // ==== F1: micro-batch 1 forward, model chunk 0 ====
 
     // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
+    timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
     rt::Buffer t5(16, &mem);  // f32[2,2,4] [{"data"}, {}, {}]
     rt::copy(x.data(), t5.data(), 16);
     x = rt::Buffer();  // last use of x
+    timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [1, 2)
     rt::Buffer t6(8, &mem);  // f32[2,1,4] [{"data"}, {}, {}]
     rt::strided_copy(t5.data() + 4, {2, 1, 4}, {8, 4, 1}, t6.data());
     t5 = rt::Buffer();  // last use of t5
+    timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
     rt::Buffer t7(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::copy(t6.data(), t7.data(), 8);
     t6 = rt::Buffer();  // last use of t6
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
     rt::Buffer t8(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t7.data(), false, dev.l0_kernel.data(), false, t8.data());
 
     // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
+    timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
     rt::Buffer t9(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) t9[i] = std::tanh(t8[i]);
     t8 = rt::Buffer();  // last use of t8
+    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 36)
     comm.send(t9.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 36);
 
     // ==== B0: micro-batch 0 backward, model chunk 0 ====
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 25)
     rt::Buffer t10(8, &mem);  // f32[2,4] [{"data"}, {}]
     comm.recv(t10.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 25);
 
     // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
     rt::Buffer t11(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
@@ -277,6 +296,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t4 = rt::Buffer();  // last use of t4
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
     rt::Buffer t12(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
     rt::Buffer t12_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
@@ -290,11 +310,13 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ==== B1: micro-batch 1 backward, model chunk 0 ====
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 54)
     rt::Buffer t13(8, &mem);  // f32[2,4] [{"data"}, {}]
     comm.recv(t13.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 54);
 
     // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
     rt::Buffer t14(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
@@ -306,6 +328,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t9 = rt::Buffer();  // last use of t9
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
     rt::Buffer t15(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
     rt::Buffer t15_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
@@ -317,11 +340,13 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t14 = rt::Buffer();  // last use of t14
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
+    timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
     rt::Buffer t16(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
     for (int64_t i = 0; i < 16; ++i) t16[i] = t12[i] + t15[i];
     t12 = rt::Buffer();  // last use of t12
     t15 = rt::Buffer();  // last use of t15
+    timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
     rt::Buffer t17(16, &mem);  // f32[4,4] [{}, {}]
     rt::copy(t16.data(), t17.data(), 16);
@@ -331,30 +356,38 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ==== after the micro-batches: the optimizer step ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => mul
     rt::Buffer t18(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) t18[i] = t17[i] * 0.5f;
     t17 = rt::Buffer();  // last use of t17
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => mul
     rt::Buffer t19(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) t19[i] = t18[i] * t18[i];
+    timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
     rt::Buffer t20(1, &mem);  // f32[] []
     rt::reduce(t19.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, t20.data());
     t19 = rt::Buffer();  // last use of t19
+    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => send to stage 1 (message 73)
     comm.send(t20.data(), 1, world_.mesh().peer_on_axis(rank, 0, 1), 73);
     t20 = rt::Buffer();  // last use of t20
+    timeline.op("constant  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:32: [] => constant
     rt::Buffer t21(1, &mem);  // f32[] []
     rt::fill(t21.data(), 1, 0.100000001f);
+    timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => add
     rt::Buffer t22(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t22[i] = dev.opt_step[i] + 1.0f;
+    timeline.op("broadcast  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [] -> [{}, {}] => broadcast
     rt::Buffer t23(16, &mem);  // f32[4,4] [{}, {}]
     rt::broadcast(t21.data(), {1, 1}, {4, 4}, t23.data());
     t21 = rt::Buffer();  // last use of t21
+    timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 256});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, sub
     rt::Buffer t24(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {
@@ -377,35 +410,42 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   const auto stage_1 = [&] {
     // ==== F0: micro-batch 0 forward, model chunk 1 ====
     // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
+    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 7)
     rt::Buffer t0(8, &mem);  // f32[2,4] [{"data"}, {}]
     comm.recv(t0.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 7);
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
     rt::Buffer t1(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t0.data(), false, dev.l1_kernel.data(), false, t1.data());
 
     // ---- tanh (tests/pipeline/stack_programs.cpp:42) --------------------------
+    timeline.op("tanh  tests/pipeline/stack_programs.cpp:42", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:42: [{"data"}, {}] -> [{"data"}, {}] => tanh
     rt::Buffer t2(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) t2[i] = std::tanh(t1[i]);
     t1 = rt::Buffer();  // last use of t1
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => mul
     rt::Buffer t3(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) t3[i] = t2[i] * t2[i];
+    timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
     rt::Buffer t4(1, &mem);  // f32[] [] partial={"data"}
     rt::reduce(t3.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, t4.data());
     t3 = rt::Buffer();  // last use of t3
+    timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
     rt::Buffer t5(1, &mem);  // f32[] []
     rt::copy(t4.data(), t5.data(), 1);
     comm.all_reduce(t5.data(), 1, dev.group_data, rt::ReduceOp::kSum);
     t4 = rt::Buffer();  // last use of t4
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:44: [] -> [] => mul
     rt::Buffer t6(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t6[i] = t5[i] * 0.0625f;
@@ -414,15 +454,18 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ==== B0: micro-batch 0 backward, model chunk 1 ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:44: [] => mul
     rt::Buffer t7(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t7[i] = 1.0f * 0.0625f;
+    timeline.op("broadcast  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [] -> [{"data"}, {}] => broadcast
     rt::Buffer t8(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::broadcast(t7.data(), {1, 1}, {2, 4}, t8.data());
     t7 = rt::Buffer();  // last use of t7
 
     // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:42: [{"data"}, {}] -> [{"data"}, {}] => fused mul, mul, add, mul, sub, mul
     rt::Buffer t9(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
@@ -437,6 +480,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t2 = rt::Buffer();  // last use of t2
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 256});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
     rt::Buffer t10(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::Buffer t10_rhs(16, &mem);  // f32[4,4]: rhs as (batch, contract, free)
@@ -444,9 +488,11 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t9.data(), false, t10_rhs.data(), false, t10.data());
     t10_rhs = rt::Buffer();
+    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 25)
     comm.send(t10.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 25);
     t10 = rt::Buffer();  // last use of t10
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
     rt::Buffer t11(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
     rt::Buffer t11_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
@@ -460,30 +506,36 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ==== F1: micro-batch 1 forward, model chunk 1 ====
 
     // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
+    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 36)
     rt::Buffer t12(8, &mem);  // f32[2,4] [{"data"}, {}]
     comm.recv(t12.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 36);
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
     rt::Buffer t13(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t12.data(), false, dev.l1_kernel.data(), false, t13.data());
 
     // ---- tanh (tests/pipeline/stack_programs.cpp:42) --------------------------
+    timeline.op("tanh  tests/pipeline/stack_programs.cpp:42", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:42: [{"data"}, {}] -> [{"data"}, {}] => tanh
     rt::Buffer t14(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) t14[i] = std::tanh(t13[i]);
     t13 = rt::Buffer();  // last use of t13
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => mul
     rt::Buffer t15(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) t15[i] = t14[i] * t14[i];
+    timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
     rt::Buffer t16(1, &mem);  // f32[] [] partial={"data"}
     rt::reduce(t15.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, t16.data());
     t15 = rt::Buffer();  // last use of t15
+    timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
     rt::Buffer t17(1, &mem);  // f32[] []
     rt::copy(t16.data(), t17.data(), 1);
@@ -491,6 +543,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t16 = rt::Buffer();  // last use of t16
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
+    timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused mul, add
     rt::Buffer t18(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) {
@@ -503,15 +556,18 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ==== B1: micro-batch 1 backward, model chunk 1 ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:44: [] => mul
     rt::Buffer t19(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t19[i] = 1.0f * 0.0625f;
+    timeline.op("broadcast  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [] -> [{"data"}, {}] => broadcast
     rt::Buffer t20(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::broadcast(t19.data(), {1, 1}, {2, 4}, t20.data());
     t19 = rt::Buffer();  // last use of t19
 
     // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:42: [{"data"}, {}] -> [{"data"}, {}] => fused mul, mul, add, mul, sub, mul
     rt::Buffer t21(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
@@ -526,6 +582,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t14 = rt::Buffer();  // last use of t14
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 256});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
     rt::Buffer t22(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::Buffer t22_rhs(16, &mem);  // f32[4,4]: rhs as (batch, contract, free)
@@ -533,9 +590,11 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t21.data(), false, t22_rhs.data(), false, t22.data());
     t22_rhs = rt::Buffer();
+    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 54)
     comm.send(t22.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 54);
     t22 = rt::Buffer();  // last use of t22
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
     rt::Buffer t23(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
     rt::Buffer t23_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
@@ -547,11 +606,13 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t21 = rt::Buffer();  // last use of t21
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
+    timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
     rt::Buffer t24(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
     for (int64_t i = 0; i < 16; ++i) t24[i] = t11[i] + t23[i];
     t11 = rt::Buffer();  // last use of t11
     t23 = rt::Buffer();  // last use of t23
+    timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
     rt::Buffer t25(16, &mem);  // f32[4,4] [{}, {}]
     rt::copy(t24.data(), t25.data(), 16);
@@ -561,24 +622,30 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ==== after the micro-batches: the optimizer step ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => mul
     rt::Buffer t26(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) t26[i] = t25[i] * 0.5f;
     t25 = rt::Buffer();  // last use of t25
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => mul
     rt::Buffer loss(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) loss[i] = t18[i] * 0.5f;
     t18 = rt::Buffer();  // last use of t18
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => mul
     rt::Buffer t27(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) t27[i] = t26[i] * t26[i];
+    timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
     rt::Buffer t28(1, &mem);  // f32[] []
     rt::reduce(t27.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, t28.data());
     t27 = rt::Buffer();  // last use of t27
+    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [] => receive from stage 0 (message 73)
     rt::Buffer t29(1, &mem);  // f32[] []
     comm.recv(t29.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
+    timeline.op("sqrt  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused add, sqrt
     rt::Buffer grad_norm(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) {
@@ -587,12 +654,15 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     }  // fused loop of grad_norm
     t29 = rt::Buffer();  // last use of t29
     t28 = rt::Buffer();  // last use of t28
+    timeline.op("constant  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:32: [] => constant
     rt::Buffer lr(1, &mem);  // f32[] []
     rt::fill(lr.data(), 1, 0.100000001f);
+    timeline.op("broadcast  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [] -> [{}, {}] => broadcast
     rt::Buffer t30(16, &mem);  // f32[4,4] [{}, {}]
     rt::broadcast(lr.data(), {1, 1}, {4, 4}, t30.data());
+    timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 256});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, sub
     rt::Buffer t31(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {

@@ -1,0 +1,94 @@
+// The virtual clock's statement costs; see op_cost.h.
+#include "codegen/op_cost.h"
+
+#include <algorithm>
+
+#include "codegen/ring_plan.h"
+
+namespace sharc {
+
+using ir::Node;
+using ir::Op;
+
+namespace {
+
+double bytes_of(const Node& n) {
+  return static_cast<double>(ir::num_elements(n.shape)) * static_cast<double>(ir::dtype_size(n.dtype));
+}
+
+double elements(const ir::Shape& s) {
+  return static_cast<double>(ir::num_elements(s));
+}
+
+// A local GEMM of operands with shapes `lhs` and `rhs` (dot_general `d`).
+rt::OpCost gemm_cost(const ir::DotDims& d, const ir::Shape& lhs, const ir::Shape& rhs, const ir::Shape& out,
+                     double element_bytes) {
+  const LocalDotLayout l = local_dot_layout(d, lhs, rhs);
+  rt::OpCost c;
+  c.flops = 2.0 * static_cast<double>(l.B) * static_cast<double>(l.M) * static_cast<double>(l.N) *
+            static_cast<double>(l.K);
+  c.bytes = (elements(lhs) + elements(rhs) + elements(out)) * element_bytes;
+  // A transposed operand is copied first: read once more and written once.
+  if (l.transpose_lhs) c.bytes += 2 * elements(lhs) * element_bytes;
+  if (l.transpose_rhs) c.bytes += 2 * elements(rhs) * element_bytes;
+  return c;
+}
+
+}  // namespace
+
+bool is_comm_statement(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
+  if (!stmt.bucket.empty()) return true;
+  const Op op = g.nodes[stmt.node].op;
+  return ir::is_collective(op) || op == Op::kPPermute || op == Op::kSend || op == Op::kRecv ||
+         op == Op::kRingDot;
+}
+
+rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
+  const Node& n = g.nodes[stmt.node];
+  if (is_comm_statement(g, stmt)) return {};
+  if (n.op == Op::kDot)
+    return gemm_cost(n.dot, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, n.shape,
+                     static_cast<double>(ir::dtype_size(n.dtype)));
+  rt::OpCost c;
+  c.bytes = bytes_of(n);
+  for (int r : stmt.reads) c.bytes += bytes_of(g.nodes[r]);
+  if (n.op == Op::kInput) c.bytes *= 2;  // read from the caller's array, written to the block
+  if (n.op == Op::kReduce) {
+    c.flops = elements(g.nodes[n.args[0]].shape);
+  } else if (ir::is_elementwise(n.op)) {
+    int ops = 0;
+    for (int t : stmt.tree)
+      if (ir::is_elementwise(g.nodes[t].op)) ++ops;
+    c.flops = elements(n.shape) * std::max(ops, 1);
+  } else {
+    c.flops = elements(n.shape);
+  }
+  return c;
+}
+
+RingStepCost ring_step_cost(const ir::Graph& g, const Node& n, int ring) {
+  const RingPlan plan = ring_plan(n, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, ring);
+  const double es = static_cast<double>(ir::dtype_size(n.dtype));
+  const double H = plan.halves;
+  const rt::OpCost half = gemm_cost(n.dot, plan.step_operand[0], plan.step_operand[1], plan.step_result, es);
+  RingStepCost c;
+  c.gemm = {half.flops * H, half.bytes * H};
+  if (!plan.gather) c.add = {elements(plan.step_result), 3 * elements(plan.step_result) * es};
+  return c;
+}
+
+std::vector<double> statement_seconds(const ir::Graph& g, const rt::MachineModel& machine) {
+  std::vector<double> seconds(g.nodes.size(), 0.0);
+  for (const BufferPlan::Stmt& st : plan_buffers(g).stmts)
+    if (!is_comm_statement(g, st)) seconds[st.node] = machine.seconds(statement_cost(g, st));
+  return seconds;
+}
+
+std::string statement_label(const Node& n) {
+  std::string s = ir::op_name(n.op);
+  if (n.loc.known()) s += "  " + n.loc.str();
+  if (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput) s += " " + n.name;
+  return s;
+}
+
+}  // namespace sharc
