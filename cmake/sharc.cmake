@@ -29,9 +29,10 @@
 # the model's file:line, and no generated files are left behind.
 #
 # The function works from any directory of any project: it finds sharc's
-# templates next to this file (CMAKE_CURRENT_FUNCTION_LIST_DIR), not through a
+# templates next to this file (CMAKE_CURRENT_FUNCTION_LIST_DIR), or where an
+# installed sharc's config file put them (a global property), not through a
 # variable of the directory that included it, so add_subdirectory(),
-# FetchContent and (later) find_package() all give the same function. Its
+# FetchContent and find_package() all give the same function. Its
 # arguments are checked when CMake configures, so a mistake (a bad MESH, an
 # unknown keyword, a missing SOURCE, a NAME already taken) stops at the user's
 # CMakeLists.txt line, which CMake prints in the call stack under the message.
@@ -165,12 +166,17 @@ function(sharc_add_program NAME)
     _sharc_fail(${NAME} "NAMESPACE \"${ARG_NAMESPACE}\" is not a C++ namespace, e.g. my_models::mlp")
   endif()
 
-  # sharc's templates, found from this file whatever directory calls us.
-  set(templates_dir "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/../templates")
+  # sharc's templates: where an installed sharc's config file says they are
+  # (a global property, not a variable of the calling directory), else next
+  # to this file in sharc's source tree.
+  get_property(templates_dir GLOBAL PROPERTY SHARC_TEMPLATES_DIR)
+  if(NOT templates_dir)
+    set(templates_dir "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/../templates")
+  endif()
   cmake_path(NORMAL_PATH templates_dir)
   if(NOT IS_DIRECTORY "${templates_dir}")
     message(FATAL_ERROR "sharc: templates not found at ${templates_dir}; is sharc's source tree "
-                        "complete?")
+                        "or install complete?")
   endif()
   get_property(templates GLOBAL PROPERTY SHARC_TEMPLATE_FILES)
   if(NOT templates)

@@ -1,6 +1,8 @@
 # Builds examples/own_project from outside sharc's tree, the way a user would,
-# in a fresh folder, bringing sharc in by ROUTE (add_subdirectory or
-# FetchContent) with GoogleTest hidden from find_package; then runs its
+# in a fresh folder, bringing sharc in by ROUTE (add_subdirectory,
+# FetchContent, or find_package after configuring, building and installing
+# sharc alone into a fresh prefix) with GoogleTest hidden from find_package;
+# then runs its
 # driver, which trains one model on three meshes and exits 0 only when the
 # losses agree across meshes within 1e-5 relative and the model learned.
 # Also checks that sharc's tests, samples and benchmarks stayed off, and that
@@ -24,13 +26,42 @@ function(run what)
   set(output "${out}${err}" PARENT_SCOPE)
 endfunction()
 
+set(prefix_path)
+if(ROUTE STREQUAL "find_package")
+  # sharc on its own, as a packager would build it: no tests, samples or
+  # benchmarks; then `cmake --install` into a prefix nothing else uses.
+  set(sharc_build "${BUILD_DIR}-sharc")
+  set(prefix "${BUILD_DIR}-prefix")
+  file(REMOVE_RECURSE "${sharc_build}" "${prefix}")
+  run("configure sharc" ${CMAKE_COMMAND} -S "${SHARC_SOURCE_DIR}" -B "${sharc_build}" -G Ninja
+      -DSHARC_BUILD_TESTS=OFF -DSHARC_BUILD_SAMPLES=OFF -DSHARC_BUILD_BENCH=OFF
+      "-DCMAKE_INSTALL_PREFIX=${prefix}" ${compiler})
+  run("build sharc" ${CMAKE_COMMAND} --build "${sharc_build}")
+  run("install sharc" ${CMAKE_COMMAND} --install "${sharc_build}")
+  foreach(installed lib/cmake/sharc/sharcConfig.cmake share/sharc/templates/program.cpp
+                    include/sharc/dsl/sharc.h)
+    if(NOT EXISTS "${prefix}/${installed}")
+      message(FATAL_ERROR "the install has no ${installed}")
+    endif()
+  endforeach()
+  file(REMOVE_RECURSE "${sharc_build}")  # the project must need only the install
+  set(prefix_path "-DCMAKE_PREFIX_PATH=${prefix}")
+endif()
+
 run("configure" ${CMAKE_COMMAND} -S "${project_dir}" -B "${BUILD_DIR}" -G Ninja
     "-DSHARC_SOURCE_DIR=${SHARC_SOURCE_DIR}" "-DOWN_PROJECT_GET_SHARC=${ROUTE}"
-    -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON ${compiler})
-file(STRINGS "${BUILD_DIR}/CMakeCache.txt" off REGEX "^SHARC_BUILD_(TESTS|SAMPLES|BENCH):BOOL=OFF$")
-list(LENGTH off n)
-if(NOT n EQUAL 3)
-  message(FATAL_ERROR "sharc's tests, samples and benchmarks are not all off: ${off}")
+    -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON ${prefix_path} ${compiler})
+if(ROUTE STREQUAL "find_package")
+  file(STRINGS "${BUILD_DIR}/CMakeCache.txt" found REGEX "^sharc_DIR:PATH=")
+  if(NOT found MATCHES "${prefix}")
+    message(FATAL_ERROR "find_package(sharc) did not find the install in ${prefix}: ${found}")
+  endif()
+else()
+  file(STRINGS "${BUILD_DIR}/CMakeCache.txt" off REGEX "^SHARC_BUILD_(TESTS|SAMPLES|BENCH):BOOL=OFF$")
+  list(LENGTH off n)
+  if(NOT n EQUAL 3)
+    message(FATAL_ERROR "sharc's tests, samples and benchmarks are not all off: ${off}")
+  endif()
 endif()
 
 run("build" ${CMAKE_COMMAND} --build "${BUILD_DIR}")
@@ -46,4 +77,4 @@ foreach(want "largest relative loss difference across meshes: .* \\(PASS, tolera
     message(FATAL_ERROR "train printed no line matching '${want}'")
   endif()
 endforeach()
-file(REMOVE_RECURSE "${BUILD_DIR}")
+file(REMOVE_RECURSE "${BUILD_DIR}" "${BUILD_DIR}-prefix")

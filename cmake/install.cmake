@@ -1,0 +1,52 @@
+# `cmake --install` and find_package(sharc CONFIG): the libraries, their
+# headers, the templates and sharc_add_program(), so a project builds
+# against an install tree exactly as it does with add_subdirectory():
+#
+#   find_package(sharc 0.1 CONFIG REQUIRED)
+#   sharc_add_program(mlp_data4 SOURCE model.cpp PROGRAM mlp_train MESH "data=4")
+#   target_link_libraries(train PRIVATE mlp_data4 sharc::runtime)
+#
+# Layout under the prefix:
+#   include/sharc/{runtime,ir,dsl,codegen,codegen/passes}/*.h  (included as "dsl/sharc.h")
+#   lib/libsharc_{runtime,ir,dsl,codegen,generator_main}.a
+#   lib/cmake/sharc/   sharcConfig.cmake, its version file, the exported
+#                      targets (sharc::runtime, sharc::ir, sharc::dsl,
+#                      sharc::codegen, sharc::generator_main) and sharc.cmake
+#   share/sharc/templates/   what the generator fills in
+# tests/consumer installs sharc into a fresh prefix and builds
+# examples/own_project against it (ctest -L install).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(SHARC_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sharc")
+set(SHARC_INSTALL_TEMPLATESDIR "${CMAKE_INSTALL_DATADIR}/sharc/templates")
+
+set(_sharc_libraries sharc_runtime sharc_ir sharc_dsl sharc_codegen sharc_generator_main)
+foreach(lib IN LISTS _sharc_libraries)
+  string(REPLACE "sharc_" "" export_name ${lib})
+  set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})
+endforeach()
+# Headers are included by their path from sharc's root ("runtime/mesh.h"),
+# which under the prefix is include/sharc.
+foreach(lib sharc_runtime sharc_ir)
+  target_include_directories(${lib} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/sharc>)
+endforeach()
+
+install(TARGETS ${_sharc_libraries} EXPORT sharcTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(dir runtime ir dsl codegen codegen/passes)
+  file(GLOB headers CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/${dir}/*.h")
+  install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sharc/${dir})
+endforeach()
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/templates/" DESTINATION ${SHARC_INSTALL_TEMPLATESDIR})
+install(EXPORT sharcTargets NAMESPACE sharc:: DESTINATION ${SHARC_INSTALL_CMAKEDIR})
+
+configure_package_config_file("${CMAKE_CURRENT_LIST_DIR}/sharcConfig.cmake.in"
+  "${PROJECT_BINARY_DIR}/sharcConfig.cmake"
+  INSTALL_DESTINATION ${SHARC_INSTALL_CMAKEDIR}
+  PATH_VARS SHARC_INSTALL_TEMPLATESDIR)
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/sharcConfigVersion.cmake"
+  COMPATIBILITY SameMinorVersion)
+install(FILES "${PROJECT_BINARY_DIR}/sharcConfig.cmake" "${PROJECT_BINARY_DIR}/sharcConfigVersion.cmake"
+              "${CMAKE_CURRENT_LIST_DIR}/sharc.cmake"
+        DESTINATION ${SHARC_INSTALL_CMAKEDIR})
