@@ -3,20 +3,28 @@
 # what is already there. Runs apt-get as root, or through sudo when available.
 # zlib1g-dev and dataset-fashion-mnist (the real Fashion-MNIST, 30 MB, under
 # /usr/share/datasets/fashion-mnist/) are for samples/mlp_classifier;
-# nlohmann-json3-dev is for the tests that parse Chrome traces.
+# nlohmann-json3-dev is for checkpoints (their JSON index) and the tests that
+# parse Chrome traces; clang-14 builds the checkpoint reader fuzzer and
+# python3 with pip runs the test that reads an export with Python's
+# safetensors package, which is installed from PyPI (with numpy) when
+# missing.
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in cmake ninja-build g++ libgtest-dev libopenblas-dev ccache diffutils zlib1g-dev \
-         dataset-fashion-mnist nlohmann-json3-dev; do
+         dataset-fashion-mnist nlohmann-json3-dev clang-14 python3 python3-pip; do
   have "$p" || need+=("$p")
 done
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
+if [ ${#need[@]} -gt 0 ]; then
+  echo "sharc: installing ${need[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-echo "sharc: installing ${need[*]}"
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  echo "sharc: installing safetensors and numpy for python3 (pip)"
+  python3 -m pip install --quiet safetensors numpy 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages safetensors numpy
+fi

@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/mesh.h"
@@ -156,6 +157,10 @@ class Program {
   // an unknown path or rank.
   const float* parameter_shard(int rank, std::string_view path) const;
   size_t parameter_shard_size(std::string_view path) const;
+  // The same block, writable (a checkpoint restore fills each device's own).
+  float* parameter_shard(int rank, std::string_view path) {
+    return const_cast<float*>(std::as_const(*this).parameter_shard(rank, path));
+  }
 
  private:
   struct Device;  // per-device state: mesh coordinates, groups, parameter shards

@@ -1,0 +1,469 @@
+// Sharded checkpoints; see checkpoint.h. The index is JSON (nlohmann-json),
+// the shards safetensors (safetensors.h), the checksums zlib's CRC-32.
+#include "runtime/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc, _GNU_SOURCE)
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "runtime/safetensors.h"
+
+namespace sharc::rt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "sharc-checkpoint";
+constexpr int kVersion = 1;
+
+[[noreturn]] void fail(const std::string& why) {
+  throw CheckpointError(why);
+}
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string process_file(int process) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "process-%05d.safetensors", process);
+  return buf;
+}
+
+uint32_t crc32_of(const std::byte* data, size_t n) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
+    data += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(p.string() + ": cannot open to fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail(p.string() + ": fsync failed: " + std::strerror(errno));
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(p.string() + ": cannot create: " + std::strerror(errno));
+  const char* at = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, at, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      ::close(fd);
+      fail(p.string() + ": write failed: " + std::strerror(errno));
+    }
+    at += w;
+    left -= static_cast<size_t>(w);
+  }
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail(p.string() + ": fsync failed: " + std::strerror(errno));
+}
+
+[[noreturn]] void bad_index(const std::string& where, const std::string& why) {
+  fail(where + ": " + why);
+}
+
+std::string dtype_of(const TensorInfo& t) {
+  if (t.dtype != "f32")
+    fail("parameter \"" + std::string(t.name) + "\" is " + std::string(t.dtype) +
+         "; checkpoints hold f32 parameters (sharc keeps master weights in f32)");
+  return "F32";
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+// The distinct blocks of parameter `t` on `mesh`: offset -> the lowest rank
+// holding it (among those whose shard() is not null).
+std::map<std::vector<int64_t>, int> distinct_blocks(const CheckpointTarget& target, const TensorInfo& t,
+                                                    const std::vector<int>& ranks) {
+  std::map<std::vector<int64_t>, int> blocks;
+  for (int r : ranks) {
+    if (!target.shard(r, t.name)) continue;
+    blocks.emplace(block_offset(t, target.mesh, r), r);  // ranks ascend: the first is the lowest
+  }
+  return blocks;
+}
+
+}  // namespace
+
+std::vector<int64_t> block_offset(const TensorInfo& t, const MeshShape& mesh, int rank) {
+  const std::vector<int> coords = mesh.coords(rank);
+  std::vector<int64_t> offset(t.local_shape.size(), 0);
+  for (size_t d = 0; d < offset.size() && d < t.spec.size(); ++d) {
+    int64_t index = 0;
+    for (const std::string& axis : t.spec[d]) {
+      const int a = mesh.axis_index(axis);
+      if (a < 0) fail("parameter \"" + std::string(t.name) + "\" is split over axis '" + axis + "', not in mesh " +
+                      mesh.to_string());
+      index = index * mesh.axis_sizes[a] + coords[a];
+    }
+    offset[d] = index * t.local_shape[d];
+  }
+  return offset;
+}
+
+fs::path save_checkpoint(const CheckpointTarget& target, const fs::path& dir, const SaveOptions& options) {
+  if (options.step < 0) fail("save_checkpoint: negative step " + std::to_string(options.step));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail(dir.string() + ": cannot create the checkpoint folder: " + ec.message());
+  // Temporaries of saves that died (this process's or others').
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+
+  const std::string name = step_name(options.step);
+  const fs::path tmp = dir / (".tmp-" + name + "-" + std::to_string(::getpid()));
+  fs::create_directory(tmp, ec);
+  if (ec) fail(tmp.string() + ": cannot create: " + ec.message());
+
+  // The shards: every distinct block, once, from the lowest rank holding it.
+  SafetensorsWriter writer;
+  json tensors = json::object();
+  struct Pending {
+    std::string path, tensor;
+    std::vector<int64_t> offset, shape;
+    const float* data;
+  };
+  std::vector<Pending> pending;
+  for (const TensorInfo& t : target.parameters) {
+    const std::string dtype = dtype_of(t);
+    json entry = {{"dtype", dtype}, {"shape", t.shape}, {"spec", t.spec}, {"shards", json::array()}};
+    tensors[std::string(t.name)] = entry;
+    for (const auto& [offset, rank] : distinct_blocks(target, t, target.local_ranks)) {
+      const float* data = target.shard(rank, t.name);
+      const std::string tensor = std::string(t.name) + "@" + std::to_string(rank);
+      writer.add(tensor, dtype, t.local_shape,
+                 std::as_bytes(std::span<const float>(data, static_cast<size_t>(t.local_elements()))));
+      pending.push_back({std::string(t.name), tensor, offset, t.local_shape, data});
+    }
+  }
+  const std::string file = process_file(0);
+  for (const auto& [k, v] : options.metadata) writer.set_metadata(k, v);
+  const std::vector<SafetensorsTensor> written = writer.write(tmp / file);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const Pending& p = pending[i];
+    const SafetensorsTensor& w = written[i];
+    const uint32_t crc = crc32_of(reinterpret_cast<const std::byte*>(p.data), w.end - w.begin);
+    tensors[p.path]["shards"].push_back({{"file", file},
+                                         {"tensor", p.tensor},
+                                         {"offset", p.offset},
+                                         {"shape", p.shape},
+                                         {"bytes", {w.begin, w.end}},
+                                         {"crc32", crc}});
+  }
+  json index = {{"format", kFormat},
+                {"version", kVersion},
+                {"step", options.step},
+                {"mesh", {{"axes", target.mesh.axis_names}, {"sizes", target.mesh.axis_sizes}}},
+                {"processes", 1},
+                {"files", {file}},
+                {"metadata", options.metadata},
+                {"tensors", tensors}};
+  write_text(tmp / "index.json", index.dump(1) + "\n");
+  fsync_path(tmp);
+
+  // Publish: rename into place, or, when step-N exists already, exchange
+  // the two folders in one atomic renameat2 (the old copy then sits in the
+  // temporary and is removed), so no instant lacks a complete step-N; then
+  // make the rename durable.
+  const fs::path final_dir = dir / name;
+  if (fs::exists(final_dir)) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+      fail(final_dir.string() + ": cannot replace the previous copy: " + std::strerror(errno));
+    fsync_path(dir);
+    fs::remove_all(tmp, ec);
+  } else {
+    fs::rename(tmp, final_dir, ec);
+    if (ec) fail(final_dir.string() + ": cannot publish the checkpoint: " + ec.message());
+    fsync_path(dir);
+  }
+
+  if (options.keep > 0) {
+    std::vector<fs::path> all = list_checkpoints(dir);
+    for (size_t i = 0; i + static_cast<size_t>(options.keep) < all.size(); ++i) fs::remove_all(all[i], ec);
+  }
+  return final_dir;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& dir) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() == 13 && n.rfind("step-", 0) == 0 && fs::exists(e.path() / "index.json"))
+      found.push_back(e.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+CheckpointIndex parse_checkpoint_index(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(where + ": not valid JSON (" + e.what() + ")");
+  }
+  try {
+    if (!j.is_object() || j.value("format", "") != kFormat) bad_index(where, "not a sharc checkpoint index (no \"format\": \"sharc-checkpoint\")");
+    if (!j["version"].is_number_integer() || j["version"].get<int>() != kVersion)
+      bad_index(where, "index version " + j["version"].dump() + " is not " + std::to_string(kVersion));
+    CheckpointIndex index;
+    index.step = j.at("step").get<int64_t>();
+    const json& mesh = j.at("mesh");
+    index.mesh.axis_names = mesh.at("axes").get<std::vector<std::string>>();
+    index.mesh.axis_sizes = mesh.at("sizes").get<std::vector<int>>();
+    if (index.mesh.axis_names.size() != index.mesh.axis_sizes.size()) bad_index(where, "the mesh's axes and sizes differ in number");
+    for (int size : index.mesh.axis_sizes)
+      if (size < 1 || size > (1 << 20)) bad_index(where, "the mesh has an axis of size " + std::to_string(size));
+    if (j.contains("metadata")) index.metadata = j["metadata"].get<std::map<std::string, std::string>>();
+    index.files = j.at("files").get<std::vector<std::string>>();
+    for (const std::string& f : index.files)
+      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..") bad_index(where, "file name \"" + f + "\" is not a plain file name");
+    for (auto it = j.at("tensors").begin(); it != j.at("tensors").end(); ++it) {
+      const std::string name = it.key();
+      const std::string at = "tensor \"" + name + "\": ";
+      const json& v = it.value();
+      CheckpointTensor t;
+      t.dtype = v.at("dtype").get<std::string>();
+      const size_t es = safetensors_dtype_size(t.dtype);
+      if (es == 0) bad_index(where, at + "dtype " + t.dtype + " is not one sharc reads (F32, BF16, I32)");
+      t.shape = v.at("shape").get<std::vector<int64_t>>();
+      int64_t volume = 1;
+      for (int64_t d : t.shape) {
+        if (d < 0 || d > (int64_t{1} << 40)) bad_index(where, at + "shape " + shape_text(t.shape) + " has a bad size");
+        volume = d == 0 ? 0 : (volume > (int64_t{1} << 50) / d ? -1 : volume * d);
+        if (volume < 0) bad_index(where, at + "shape " + shape_text(t.shape) + " is too large");
+      }
+      int64_t covered = 0;
+      for (const json& sj : v.at("shards")) {
+        CheckpointShard sh;
+        sh.file = sj.at("file").get<std::string>();
+        if (std::find(index.files.begin(), index.files.end(), sh.file) == index.files.end())
+          bad_index(where, at + "a shard names file \"" + sh.file + "\", which the index does not list");
+        sh.tensor = sj.at("tensor").get<std::string>();
+        sh.offset = sj.at("offset").get<std::vector<int64_t>>();
+        sh.shape = sj.at("shape").get<std::vector<int64_t>>();
+        if (sh.offset.size() != t.shape.size() || sh.shape.size() != t.shape.size())
+          bad_index(where, at + "shard \"" + sh.tensor + "\" has the wrong rank");
+        int64_t n = 1;
+        for (size_t d = 0; d < t.shape.size(); ++d) {
+          if (sh.offset[d] < 0 || sh.shape[d] < 0 || sh.offset[d] > t.shape[d] || sh.shape[d] > t.shape[d] - sh.offset[d])
+            bad_index(where, at + "shard \"" + sh.tensor + "\" lies outside the tensor");
+          n *= sh.shape[d];
+        }
+        const auto bytes = sj.at("bytes").get<std::vector<uint64_t>>();
+        if (bytes.size() != 2 || bytes[0] > bytes[1] || bytes[1] - bytes[0] != static_cast<uint64_t>(n) * es)
+          bad_index(where, at + "shard \"" + sh.tensor + "\": its byte range does not hold its block");
+        sh.begin = bytes[0];
+        sh.end = bytes[1];
+        sh.crc32 = sj.at("crc32").get<uint32_t>();
+        for (const CheckpointShard& o : t.shards) {  // disjoint blocks
+          bool overlap = true;
+          for (size_t d = 0; d < t.shape.size(); ++d)
+            overlap = overlap && sh.offset[d] < o.offset[d] + o.shape[d] && o.offset[d] < sh.offset[d] + sh.shape[d];
+          if (overlap && n > 0) bad_index(where, at + "shards \"" + o.tensor + "\" and \"" + sh.tensor + "\" overlap");
+        }
+        covered += n;
+        t.shards.push_back(std::move(sh));
+      }
+      if (covered != volume)
+        bad_index(where, at + "its shards cover " + std::to_string(covered) + " of its " + std::to_string(volume) + " elements");
+      index.tensors.emplace(name, std::move(t));
+    }
+    return index;
+  } catch (const json::exception& e) {
+    bad_index(where, std::string("malformed index (") + e.what() + ")");
+  }
+}
+
+namespace {
+
+// Copies the part of saved block `sh` (in `file`) that overlaps the target
+// block [offset, offset + shape) into `out` (the target block, row-major),
+// reading only the overlapping runs of the last dimension.
+void copy_overlap(const SafetensorsFile& file, const CheckpointShard& sh, const std::vector<int64_t>& offset,
+                  const std::vector<int64_t>& shape, float* out) {
+  const size_t rank = shape.size();
+  std::vector<int64_t> lo(rank), hi(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    lo[d] = std::max(offset[d], sh.offset[d]);
+    hi[d] = std::min(offset[d] + shape[d], sh.offset[d] + sh.shape[d]);
+    if (lo[d] >= hi[d]) return;
+  }
+  if (rank == 0) {
+    file.read(sh.begin, std::as_writable_bytes(std::span<float>(out, 1)));
+    return;
+  }
+  // Strides of the saved block and of the target block.
+  std::vector<int64_t> src_stride(rank, 1), dst_stride(rank, 1);
+  for (size_t d = rank - 1; d-- > 0;) {
+    src_stride[d] = src_stride[d + 1] * sh.shape[d + 1];
+    dst_stride[d] = dst_stride[d + 1] * shape[d + 1];
+  }
+  const int64_t run = hi[rank - 1] - lo[rank - 1];
+  std::vector<int64_t> idx(lo.begin(), lo.end() - 1);  // over all but the last dimension
+  for (;;) {
+    int64_t src = lo[rank - 1] - sh.offset[rank - 1], dst = lo[rank - 1] - offset[rank - 1];
+    for (size_t d = 0; d + 1 < rank; ++d) {
+      src += (idx[d] - sh.offset[d]) * src_stride[d];
+      dst += (idx[d] - offset[d]) * dst_stride[d];
+    }
+    file.read(sh.begin + static_cast<uint64_t>(src) * sizeof(float),
+              std::as_writable_bytes(std::span<float>(out + dst, static_cast<size_t>(run))));
+    size_t d = rank - 1;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < hi[d]) break;
+      idx[d] = lo[d];
+      if (d == 0) return;
+    }
+    if (rank == 1) return;
+  }
+}
+
+}  // namespace
+
+RestoreResult restore_checkpoint(const CheckpointTarget& target, const fs::path& path) {
+  fs::path step_dir = path;
+  if (!fs::exists(path / "index.json")) {
+    const std::vector<fs::path> all = list_checkpoints(path);
+    if (all.empty()) fail(path.string() + ": no checkpoint here (no step-N folder with an index.json)");
+    step_dir = all.back();
+  }
+  const fs::path index_file = step_dir / "index.json";
+  std::ifstream in(index_file);
+  if (!in) fail(index_file.string() + ": cannot open the checkpoint index");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const CheckpointIndex index = parse_checkpoint_index(ss.str(), index_file.string());
+
+  // The same model: the same parameters, dtypes and global shapes.
+  std::set<std::string> wanted;
+  for (const TensorInfo& t : target.parameters) {
+    const std::string name(t.name);
+    wanted.insert(name);
+    auto it = index.tensors.find(name);
+    if (it == index.tensors.end())
+      fail(index_file.string() + ": no tensor \"" + name + "\", which the program has; is this checkpoint from "
+           "another model?");
+    if (it->second.shape != t.shape)
+      fail(index_file.string() + ": tensor \"" + name + "\" is " + it->second.dtype + shape_text(it->second.shape) +
+           " but the program's is " + std::string(t.dtype) + shape_text(t.shape));
+    if (it->second.dtype != dtype_of(t))
+      fail(index_file.string() + ": tensor \"" + name + "\" is " + it->second.dtype + ", the program's " +
+           std::string(t.dtype));
+  }
+  for (const auto& [name, t] : index.tensors)
+    if (!wanted.count(name))
+      fail(index_file.string() + ": tensor \"" + name + "\" is not a parameter of the program; is this checkpoint "
+           "from another model?");
+
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> files;
+  auto open = [&](const std::string& name) -> const SafetensorsFile& {
+    auto& f = files[name];
+    if (!f) {
+      const fs::path p = step_dir / name;
+      if (!fs::exists(p)) fail(index_file.string() + ": names file " + name + ", which is missing from " + step_dir.string());
+      f = std::make_unique<SafetensorsFile>(p);
+    }
+    return *f;
+  };
+  RestoreResult result;
+  result.dir = step_dir;
+  result.step = index.step;
+  result.metadata = index.metadata;
+  for (const TensorInfo& t : target.parameters) {
+    const CheckpointTensor& saved = index.tensors.at(std::string(t.name));
+    // Each distinct block once, then copied to every local device holding it.
+    for (const auto& block_and_rank : distinct_blocks(target, t, target.local_ranks)) {
+      const std::vector<int64_t>& offset = block_and_rank.first;
+      std::vector<float> block(static_cast<size_t>(t.local_elements()));
+      for (const CheckpointShard& sh : saved.shards) {
+        const SafetensorsFile& f = open(sh.file);
+        const SafetensorsTensor* st = f.find(sh.tensor);
+        if (!st || st->begin != sh.begin || st->end != sh.end)
+          fail((step_dir / sh.file).string() + ": tensor \"" + sh.tensor + "\" of \"" + std::string(t.name) +
+               "\" is not where the index says");
+        const bool whole = sh.offset == offset && sh.shape == t.local_shape;
+        if (whole) {  // read whole: check its CRC-32 too
+          f.read(sh.begin, std::as_writable_bytes(std::span<float>(block)));
+          if (crc32_of(reinterpret_cast<const std::byte*>(block.data()), sh.end - sh.begin) != sh.crc32)
+            fail((step_dir / sh.file).string() + ": tensor \"" + sh.tensor + "\" (a shard of \"" +
+                 std::string(t.name) + "\") fails its CRC-32 check: the file is corrupt");
+        } else {
+          copy_overlap(f, sh, offset, t.local_shape, block.data());
+        }
+      }
+      for (int r : target.local_ranks) {
+        float* dst = target.mutable_shard(r, t.name);
+        if (dst && block_offset(t, target.mesh, r) == offset) std::copy(block.begin(), block.end(), dst);
+      }
+    }
+  }
+  for (const auto& [name, f] : files) result.bytes_read += f->bytes_read();
+  return result;
+}
+
+void export_parameters(const CheckpointTarget& target, const fs::path& file) {
+  std::vector<std::vector<float>> values;
+  values.reserve(target.parameters.size());
+  SafetensorsWriter writer;
+  for (const TensorInfo& t : target.parameters) {
+    values.emplace_back(static_cast<size_t>(t.elements()));
+    target.get(t.name, values.back());
+    writer.add(std::string(t.name), dtype_of(t), t.shape, std::as_bytes(std::span<const float>(values.back())));
+  }
+  writer.set_metadata("format", "sharc-parameters");
+  writer.write(file);
+}
+
+void import_parameters(const CheckpointTarget& target, const fs::path& file) {
+  const SafetensorsFile f(file);
+  std::set<std::string> wanted;
+  for (const TensorInfo& t : target.parameters) {
+    const std::string name(t.name);
+    wanted.insert(name);
+    const SafetensorsTensor* st = f.find(name);
+    if (!st) fail(file.string() + ": no tensor \"" + name + "\", which the program has");
+    if (st->shape != t.shape || st->dtype != dtype_of(t))
+      fail(file.string() + ": tensor \"" + name + "\" is " + st->dtype + shape_text(st->shape) +
+           " but the program's is " + std::string(t.dtype) + shape_text(t.shape));
+    std::vector<float> v(static_cast<size_t>(t.elements()));
+    f.read(st->begin, std::as_writable_bytes(std::span<float>(v)));
+    target.set(t.name, v);
+  }
+  for (const SafetensorsTensor& st : f.tensors())
+    if (!wanted.count(st.name)) fail(file.string() + ": tensor \"" + st.name + "\" is not a parameter of the program");
+}
+
+}  // namespace sharc::rt

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Sanitizer builds of a representative subset, each in its own build folder
+# (CI runs this after the tests: .ci/run):
+#  - AddressSanitizer + UndefinedBehaviorSanitizer (any report fails): the
+#    runtime's tests (every collective, the thread world's failure paths,
+#    kernels, timelines), and end to end the generated training programs
+#    against the interpreter (emit_train_equivalence_test, data/FSDP/TP),
+#    the ring-overlapped ones (emit_ring_equivalence_test) and every
+#    pipeline schedule x mesh against the oracle (sharc_pipeline_tests);
+#  - ThreadSanitizer: the runtime's tests (the thread world's channels,
+#    collectives, asynchronous ppermute, abort and timeout paths, the
+#    timelines' per-device clocks).
+# The MPI world's tests join the TSan list when that backend lands.
+#   scripts/sanitize.sh [asan|tsan]...   (default: both)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${SHARC_JOBS:-$(nproc)}
+export OPENBLAS_NUM_THREADS=1  # OpenBLAS's own threads are not instrumented
+
+configure() {  # folder, flags
+  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARC_BUILD_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS="$2 -fno-omit-frame-pointer" -DCMAKE_EXE_LINKER_FLAGS="$2" >/dev/null
+}
+
+run_asan() {
+  local dir=${SHARC_ASAN_DIR:-build-asan}
+  configure "$dir" "-fsanitize=address,undefined -fno-sanitize-recover=all"
+  local tests=(tests/runtime/runtime_tests tests/emit/emit_train_equivalence_test
+               tests/emit/emit_ring_equivalence_test tests/pipeline/sharc_pipeline_tests)
+  cmake --build "$dir" -j "$jobs" --target runtime_tests emit_train_equivalence_test \
+    emit_ring_equivalence_test sharc_pipeline_tests
+  for t in "${tests[@]}"; do
+    echo "== ASan+UBSan: $t"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      "$dir/$t" --gtest_brief=1
+  done
+}
+
+run_tsan() {
+  local dir=${SHARC_TSAN_DIR:-build-tsan}
+  configure "$dir" "-fsanitize=thread"
+  cmake --build "$dir" -j "$jobs" --target runtime_tests
+  echo "== TSan: tests/runtime/runtime_tests"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$dir/tests/runtime/runtime_tests" --gtest_brief=1
+}
+
+modes=("$@")
+[ ${#modes[@]} -eq 0 ] && modes=(asan tsan)
+for m in "${modes[@]}"; do
+  case "$m" in
+    asan) run_asan ;;
+    tsan) run_tsan ;;
+    *) echo "usage: scripts/sanitize.sh [asan|tsan]..." >&2; exit 2 ;;
+  esac
+done
+echo "sanitizers: clean (${modes[*]})"

@@ -1,0 +1,172 @@
+// The safetensors writer and reader (runtime/safetensors.h): a round trip
+// with metadata and the reference layout (8-byte little-endian header
+// length, JSON, 8-byte aligned data), byte-range reads counted, and each
+// malformed file refused with the file and the tensor named. The checkpoint
+// index parser's refusals are here too.
+#include "runtime/safetensors.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint.h"
+
+namespace sharc::rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_file(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("sharc_safetensors_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+// A file of the given header text and `data` bytes after it.
+fs::path raw_file(const std::string& name, const std::string& header, size_t data) {
+  const fs::path p = temp_file(name);
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  bytes += header + std::string(data, '\x01');
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p;
+}
+
+std::string error_of(const fs::path& p) {
+  try {
+    SafetensorsFile f(p);
+  } catch (const SafetensorsError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << p << " was accepted";
+  return "";
+}
+
+TEST(Safetensors, RoundTripsWithMetadataAndCountsTheBytesItReads) {
+  const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f};
+  const std::vector<int32_t> b = {7, 8, 9};
+  SafetensorsWriter w;
+  w.add("layer/a", "F32", {2, 3}, std::as_bytes(std::span(a)));
+  w.add("b", "I32", {3}, std::as_bytes(std::span(b)));
+  w.set_metadata("step", "12");
+  const fs::path p = temp_file("round_trip.safetensors");
+  const std::vector<SafetensorsTensor> written = w.write(p);
+  ASSERT_EQ(written.size(), 2u);
+  EXPECT_EQ(written[0].begin % 8, 0u) << "data starts 8-byte aligned";
+  EXPECT_EQ(written[1].begin, written[0].end);
+
+  const SafetensorsFile f(p);
+  EXPECT_EQ(f.metadata().at("step"), "12");
+  EXPECT_EQ(f.tensor("layer/a").shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(f.tensor("b").dtype, "I32");
+  EXPECT_EQ(f.bytes_read(), 0u) << "the header is not counted";
+  const std::vector<std::byte> got = f.read_tensor("layer/a");
+  EXPECT_EQ(std::memcmp(got.data(), a.data(), got.size()), 0);
+  float second_row[3];
+  f.read(f.tensor("layer/a").begin + 12, std::as_writable_bytes(std::span(second_row)));
+  EXPECT_EQ(second_row[1], 7.0f);
+  EXPECT_EQ(f.bytes_read(), 24u + 12u);
+  EXPECT_NE(error_of(temp_file("none.safetensors")).find("none.safetensors: cannot open: No such file"),
+            std::string::npos);
+}
+
+TEST(Safetensors, MalformedFilesAreRefusedByName) {
+  struct Case {
+    std::string name, header;
+    size_t data;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"not_json", "{\"a\": ", 0, "the header is not valid JSON"},
+      {"dtype", R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8,
+       "tensor \"w\": dtype F64 is not one sharc reads (F32, BF16, I32)"},
+      {"short", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
+       "tensor \"w\": bytes [0, 16) are outside the 8 data bytes (truncated file?)"},
+      {"shape", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
+       "tensor \"w\": 8 bytes do not hold its shape of F32"},
+      {"overlap",
+       R"({"u":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12, "tensors \"u\" and \"w\" overlap"},
+      {"no_offsets", R"({"w":{"dtype":"F32","shape":[2]}})", 8, "tensor \"w\": data_offsets is not [begin, end]"},
+      {"metadata", R"({"__metadata__":{"k":3}})", 0, "__metadata__ \"k\" is not a string"},
+  };
+  for (const Case& c : cases) {
+    const fs::path p = raw_file(c.name + ".safetensors", c.header, c.data);
+    const std::string what = error_of(p);
+    EXPECT_EQ(what.rfind(p.string() + ": ", 0), 0u) << "names the file: " << what;
+    EXPECT_NE(what.find(c.message), std::string::npos) << c.name << ": " << what;
+  }
+  // A header length beyond the file.
+  const fs::path p = temp_file("length.safetensors");
+  std::ofstream(p, std::ios::binary) << std::string("\xff\xff\x00\x00\x00\x00\x00\x00{}", 10);
+  EXPECT_NE(error_of(p).find("the header length 65535 is larger than the file"), std::string::npos);
+}
+
+TEST(Safetensors, TheWriterRefusesWhatItCannotDescribe) {
+  const std::vector<float> a(4);
+  SafetensorsWriter w;
+  w.add("a", "F32", {4}, std::as_bytes(std::span(a)));
+  try {
+    w.add("a", "F32", {4}, std::as_bytes(std::span(a)));
+    ADD_FAILURE();
+  } catch (const SafetensorsError& e) {
+    EXPECT_STREQ(e.what(), "safetensors: tensor \"a\" added twice");
+  }
+  try {
+    w.add("b", "F32", {5}, std::as_bytes(std::span(a)));
+    ADD_FAILURE();
+  } catch (const SafetensorsError& e) {
+    EXPECT_STREQ(e.what(), "safetensors: tensor \"b\": 16 bytes do not match its shape");
+  }
+}
+
+TEST(CheckpointIndex, BadIndexesAreRefusedByName) {
+  const std::string head =
+      R"({"format":"sharc-checkpoint","version":1,"step":3,"mesh":{"axes":["data"],"sizes":[2]},"files":["p.safetensors"],)";
+  auto shard = [](const std::string& offset, const std::string& shape, const std::string& bytes,
+                  const std::string& file = "p.safetensors") {
+    return R"({"file":")" + file + R"(","tensor":"w@0","offset":)" + offset + R"(,"shape":)" + shape +
+           R"(,"bytes":)" + bytes + R"(,"crc32":1})";
+  };
+  struct Case {
+    std::string tensors, message;
+  };
+  const std::vector<Case> cases = {
+      {R"({"w":{"dtype":"F32","shape":[4],"shards":[)" + shard("[0]", "[2]", "[0,8]") + "]}}",
+       "tensor \"w\": its shards cover 2 of its 4 elements"},
+      {R"({"w":{"dtype":"F32","shape":[4],"shards":[)" + shard("[3]", "[2]", "[0,8]") + "]}}",
+       "tensor \"w\": shard \"w@0\" lies outside the tensor"},
+      {R"({"w":{"dtype":"F32","shape":[2],"shards":[)" + shard("[0]", "[2]", "[0,4]") + "]}}",
+       "tensor \"w\": shard \"w@0\": its byte range does not hold its block"},
+      {R"({"w":{"dtype":"F32","shape":[2],"shards":[)" + shard("[0]", "[2]", "[0,8]", "q.safetensors") + "]}}",
+       "tensor \"w\": a shard names file \"q.safetensors\", which the index does not list"},
+      {R"({"w":{"dtype":"F32","shape":[2],"shards":[)" + shard("[0]", "[2]", "[0,8]") + "," +
+           shard("[0]", "[1]", "[8,12]") + "]}}",
+       "tensor \"w\": shards \"w@0\" and \"w@0\" overlap"},
+      {R"({"w":{"dtype":"U8","shape":[2],"shards":[]}})", "tensor \"w\": dtype U8 is not one sharc reads"},
+  };
+  for (const Case& c : cases) {
+    try {
+      parse_checkpoint_index(head + R"("tensors":)" + c.tensors + "}", "ckpt/index.json");
+      ADD_FAILURE() << "accepted: " << c.tensors;
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind("ckpt/index.json: ", 0), 0u) << what;
+      EXPECT_NE(what.find(c.message), std::string::npos) << what;
+    }
+  }
+  try {
+    parse_checkpoint_index(R"({"format":"other"})", "x.json");
+    ADD_FAILURE();
+  } catch (const CheckpointError& e) {
+    EXPECT_STREQ(e.what(), "x.json: not a sharc checkpoint index (no \"format\": \"sharc-checkpoint\")");
+  }
+}
+
+}  // namespace
+}  // namespace sharc::rt
