@@ -7,12 +7,14 @@
 # parse Chrome traces; clang-14 builds the checkpoint reader fuzzer and
 # python3 with pip runs the test that reads an export with Python's
 # safetensors package, which is installed from PyPI (with numpy) when
-# missing.
+# missing. libopenmpi-dev and openmpi-bin are for MpiWorld and its mpirun
+# tests.
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in cmake ninja-build g++ libgtest-dev libopenblas-dev ccache diffutils zlib1g-dev \
-         dataset-fashion-mnist nlohmann-json3-dev clang-14 python3 python3-pip; do
+         dataset-fashion-mnist nlohmann-json3-dev clang-14 python3 python3-pip \
+         libopenmpi-dev openmpi-bin; do
   have "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

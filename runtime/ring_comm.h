@@ -1,0 +1,106 @@
+// RingComm: the collective algorithms every sharc backend runs, written once
+// over two transport operations a backend supplies: post a block to a device
+// under a tag, and receive the block a device posted under a tag. The ring
+// schedules make the bytes each device sends exactly what the cost model
+// predicts: reduce_scatter and all_gather send n-1 chunks, all_reduce is
+// reduce_scatter followed by all_gather on the same chunks, all_to_all posts
+// its n-1 blocks before receiving any. ThreadWorld's channels are one
+// transport; an MPI world's messages are another, so both reduce in the same
+// order and count the same bytes. Internal to the runtime's backends.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "runtime/communicator.h"
+
+namespace sharc::rt::detail {
+
+// Matching key for a message: which group's collective, and which call on
+// that group. Both ends derive it independently from the collective contract
+// (same group, same call order), so no handshake is needed.
+struct Tag {
+  uint64_t group_key = 0;
+  uint64_t seq = 0;
+  bool operator==(const Tag&) const = default;
+};
+
+using Bytes = std::vector<std::byte>;
+
+class RingComm : public Communicator {
+ public:
+  RingComm(int rank, int size) : rank_(rank), size_(size) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  // Tag sequences start again (a new run of the world).
+  void restart_sequences() { seq_.clear(); }
+
+  // The collectives (communicator.h), on post() and receive().
+  void do_all_reduce(void* data, size_t count, DType dtype, const Group& group,
+                     ReduceOp op) override;
+  void do_all_gather(const void* in, void* out, size_t count_per_rank, DType dtype,
+                     const Group& group) override;
+  void do_reduce_scatter(const void* in, void* out, size_t count_per_rank, DType dtype,
+                         const Group& group, ReduceOp op) override;
+  void do_all_to_all(const void* in, void* out, size_t count_per_rank, DType dtype,
+                     const Group& group) override;
+  PendingRecv do_ppermute_start(const void* in, void* out, size_t count, DType dtype,
+                                const Group& group, const Permutation& perm) override;
+  void ppermute_wait(PendingRecv& pending) override;
+  void do_send(const void* in, size_t count, DType dtype, int dst, uint64_t tag) override;
+  void do_recv(void* out, size_t count, DType dtype, int src, uint64_t tag) override;
+  void barrier(const Group& group) override;
+
+ protected:
+  // The transport. post() hands `block` to device `dst` and returns without
+  // waiting; receive() blocks until the block `src` posted under `tag` is
+  // here (blocks between two devices match by tag, and arrive in order among
+  // equal tags), or throws.
+  virtual void post(int dst, Tag tag, Bytes&& block) = 0;
+  virtual Bytes receive(int src, Tag tag) = 0;
+
+ private:
+  static std::vector<size_t> equal_offsets(int n, size_t count_per_rank);
+
+  void check(const Group& group, const char* what) const;
+
+  // The group key of point-to-point messages (collectives use a hash of
+  // their group's ranks).
+  static constexpr uint64_t kPointToPoint = 0x70326170ull;  // "p2p"
+
+  void check_rank(int peer, const char* what) const;
+
+  Tag next_tag(const Group& group);
+
+  // Member p ends with chunk p (elements `off[p]..off[p+1]`) reduced over the
+  // group, written to `out_chunk`. Step s sends chunk p-s-1 to the right
+  // neighbour and folds the partial sum of chunk p-s-2 from the left into it,
+  // so every chunk is reduced in one fixed order around the ring. `in` may
+  // contain `out_chunk`: chunk p of `in` is read before `out_chunk` is written.
+  void ring_reduce_scatter(const void* in, const std::vector<size_t>& off, void* out_chunk,
+                           DType dtype, const Group& group, Tag tag, ReduceOp op,
+                           CollectiveKind kind);
+
+  // `buf` holds this member's chunk at element off[p]; fills in all the
+  // others. Step s sends chunk p-s to the right and receives chunk p-s-1 from
+  // the left, which is then forwarded as-is at the next step.
+  void ring_all_gather(void* buf, const std::vector<size_t>& off, DType dtype, const Group& group,
+                       Tag tag, CollectiveKind kind);
+
+  void expect_size(const Bytes& block, size_t expected, DType dtype, int src) const;
+
+  void send(CollectiveKind kind, int dst, Tag tag, const std::byte* data, size_t bytes);
+
+  // Bytes to oneself never touch a link, so they are not counted.
+  void send(CollectiveKind kind, int dst, Tag tag, Bytes&& block);
+
+  void receive_into(int src, Tag tag, void* out, size_t count, DType dtype);
+
+  const int rank_, size_;
+  std::map<std::vector<int>, uint64_t> seq_;  // next call number per group
+};
+
+}  // namespace sharc::rt::detail
