@@ -8,11 +8,12 @@
 #
 # Layout under the prefix:
 #   include/sharc/{runtime,ir,dsl,codegen,codegen/passes}/*.h  (included as "dsl/sharc.h")
-#   lib/libsharc_{runtime,ir,dsl,codegen,generator_main,checkpoint}.a
+#   lib/libsharc_{runtime,ir,dsl,codegen,generator_main,checkpoint,mpi}.a
 #   lib/cmake/sharc/   sharcConfig.cmake, its version file, the exported
 #                      targets (sharc::runtime, sharc::ir, sharc::dsl,
 #                      sharc::codegen, sharc::generator_main and, when
-#                      built, sharc::checkpoint) and sharc.cmake
+#                      built, sharc::checkpoint and sharc::mpi) and
+#                      sharc.cmake
 #   share/sharc/templates/   what the generator fills in
 # tests/consumer installs sharc into a fresh prefix and builds
 # examples/own_project against it (ctest -L install).
@@ -23,9 +24,11 @@ set(SHARC_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sharc")
 set(SHARC_INSTALL_TEMPLATESDIR "${CMAKE_INSTALL_DATADIR}/sharc/templates")
 
 set(_sharc_libraries sharc_runtime sharc_ir sharc_dsl sharc_codegen sharc_generator_main)
-if(TARGET sharc_checkpoint)
-  list(APPEND _sharc_libraries sharc_checkpoint)
-endif()
+foreach(optional sharc_checkpoint sharc_mpi)
+  if(TARGET ${optional})
+    list(APPEND _sharc_libraries ${optional})
+  endif()
+endforeach()
 foreach(lib IN LISTS _sharc_libraries)
   string(REPLACE "sharc_" "" export_name ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})
@@ -45,11 +48,14 @@ endforeach()
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/templates/" DESTINATION ${SHARC_INSTALL_TEMPLATESDIR})
 install(EXPORT sharcTargets NAMESPACE sharc:: DESTINATION ${SHARC_INSTALL_CMAKEDIR})
 
-if(TARGET sharc_checkpoint)
-  set(SHARC_HAS_CHECKPOINT TRUE)
-else()
-  set(SHARC_HAS_CHECKPOINT FALSE)
-endif()
+foreach(optional checkpoint mpi)
+  string(TOUPPER ${optional} upper)
+  if(TARGET sharc_${optional})
+    set(SHARC_HAS_${upper} TRUE)
+  else()
+    set(SHARC_HAS_${upper} FALSE)
+  endif()
+endforeach()
 configure_package_config_file("${CMAKE_CURRENT_LIST_DIR}/sharcConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/sharcConfig.cmake"
   INSTALL_DESTINATION ${SHARC_INSTALL_CMAKEDIR}
