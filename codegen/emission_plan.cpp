@@ -49,9 +49,15 @@ void name_values(const ir::Graph& g, const ir::Graph& scope, EmissionPlan& p) {
   // The Inputs/Outputs fields: their own scope (members, not locals).
   cpp::Names in_fields(cpp::Names::Scope::kFields);
   for (const Node& v : scope.nodes)
-    if (v.op == Op::kInput && !p.input_field.count(v.name)) p.input_field[v.name] = in_fields.user(v.name);
+    if (v.op == Op::kInput && !p.input_field.count(v.name)) {
+      p.input_index[v.name] = static_cast<int>(p.input_field.size());
+      p.input_field[v.name] = in_fields.user(v.name);
+    }
   cpp::Names out_fields(cpp::Names::Scope::kFields);
-  for (auto& o : scope.outputs) p.output_field[o.name] = out_fields.user(o.name);
+  for (auto& o : scope.outputs) {
+    p.output_index[o.name] = static_cast<int>(p.output_field.size());
+    p.output_field[o.name] = out_fields.user(o.name);
+  }
 
   for (size_t i = 0; i < n; ++i) {
     const Node& v = g.nodes[i];

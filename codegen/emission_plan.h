@@ -61,6 +61,9 @@ struct EmissionPlan {
   std::map<std::string, std::string> axis_var;                // axis -> coordinate member
   std::map<std::vector<std::string>, std::string> group_var;  // axes -> rt::Group member
   std::map<std::string, std::string> input_field, output_field;
+  // Their rows in the program's kInputs and kOutputs tables (the scope's
+  // order), which index Inputs::blocks and Outputs::blocks.
+  std::map<std::string, int> input_index, output_index;
   // The names taken in the generated step function, for the renderer to add
   // its own temporaries to without a clash.
   cpp::Names locals;

@@ -115,6 +115,8 @@ class CpuEmitter {
                                    {"SHARC_INPUTS_SET_I32", io_set(true, ir::DType::kI32)},
                                    {"SHARC_OUTPUTS_SET", io_set(false)},
                                    {"SHARC_IO_CHECKS", io_checks()},
+                                   {"SHARC_COMPLETE_OUTPUTS", complete_outputs()},
+                                   {"SHARC_HOLDS_PARAMETER", holds_parameter()},
                                    {"SHARC_SET_PARAMETER", parameter_transfer(true)},
                                    {"SHARC_GET_PARAMETER", parameter_transfer(false)}}),
                              "templates/program.cpp");
@@ -335,18 +337,47 @@ class CpuEmitter {
     return w.str();
   }
 
-  // forward() refuses a null input or output field, naming it.
+  // forward() refuses an input or output with neither a global array nor
+  // a block for every local device, naming it (rt::check_bound).
   std::string io_checks() const {
     CodeWriter w(1);
     for (const bool inputs : {true, false}) {
       const std::string kind = inputs ? "input" : "output";
-      for (const Io& io : ios(inputs)) {
-        w.line("if (!" + std::string(inputs ? "in." : "out.") + io.field + ")");
-        w.line("  throw std::invalid_argument(\"forward: " +
-               std::string(inputs ? "Inputs::" : "Outputs::") + io.field + " is null; " + kind +
-               " \\\"" + io.name + "\\\" wants " + ir::shape_str(global_shape(g_[io.value])) +
-               "\");");
-      }
+      const std::string arg = inputs ? "in" : "out";
+      const std::vector<Io>& list = ios(inputs);
+      for (size_t k = 0; k < list.size(); ++k)
+        w.line("rt::check_bound(" + std::string(inputs ? "kInputs[" : "kOutputs[") + std::to_string(k) + "], " +
+               std::to_string(k) + ", " + arg + "." + list[k].field + ", " + arg + ".blocks, local_ranks_, \"" + kind +
+               "\", \"" + (inputs ? "Inputs::" : "Outputs::") + list[k].field + "\");");
+    }
+    return w.str();
+  }
+
+  // After a forward() on several processes: every bound global output array
+  // gets the blocks the other processes' devices wrote (rt::complete_global).
+  std::string complete_outputs() const {
+    CodeWriter w(1);
+    const std::vector<Io>& list = ios(false);
+    for (size_t k = 0; k < list.size(); ++k) {
+      const std::string field = "out." + list[k].field;
+      w.line("if (" + field + ")");
+      w.line("  rt::complete_global(world_, kOutputs[" + std::to_string(k) + "], {" + field + ", " +
+             std::to_string(ir::num_elements(global_shape(g_[list[k].value]))) + "}, out.blocks.marks(" +
+             std::to_string(k) + "));");
+    }
+    return w.str();
+  }
+
+  // Program::holds_parameter: in a pipeline, a parameter lives on the stages
+  // that read it; otherwise on every device.
+  std::string holds_parameter() const {
+    CodeWriter w(1);
+    if (stages_) w.line("const std::vector<int> coords = mesh_shape().coords(rank);");
+    for (const Node& v : g_.nodes) {
+      if (v.op != Op::kParameter) continue;
+      const std::string held =
+          stages_ ? held_on(v, "coords[" + std::to_string(mesh_.index(pipe_axis_)) + "]") : "";
+      w.line("if (path == " + quoted(v.name) + ") return " + (held.empty() ? "true" : held) + ";");
     }
     return w.str();
   }
@@ -1047,7 +1078,11 @@ class CpuEmitter {
                ir::shape_str(global_shape(v)) + " " + v.sharding->str() +
                " => this device's block");
         w.line(declare(id));
-        w.line(block_from_global(v, "in." + field_.at(v.name), var_[id] + ".data()"));
+        const std::string k = std::to_string(ep_.input_index.at(v.name));
+        w.line("if (const auto* block = in.blocks.get<" + elem_type(v.dtype) + ">(" + k + ", rank))  // set_block()");
+        w.line("  std::copy_n(block, " + std::to_string(ir::num_elements(v.shape)) + ", " + var_[id] + ".data());");
+        w.line("else");
+        w.line("  " + block_from_global(v, "in." + field_.at(v.name), var_[id] + ".data()"));
         return;
       }
       case Op::kConstant:
@@ -1210,14 +1245,20 @@ class CpuEmitter {
                    ir::shape_str(v.shape) + " at " + v.loc.str());
   }
 
-  // Each device writes its block of every output into the caller's global
-  // array. A block held by several devices (replicated over some axes) is
-  // written by the one at coordinate 0 on those axes only.
+  // Each device writes its block of every output into the block the caller
+  // bound for it, if any, and into the caller's global array, if any. A block
+  // held by several devices (replicated over some axes) is written into the
+  // global array by the one at coordinate 0 on those axes only, which marks
+  // it written (for rt::complete_global across processes).
   void emit_output(CodeWriter& w, const ir::Output& o) {
     const Node& v = g_[o.value];
+    const std::string k = std::to_string(ep_.output_index.at(o.name));
+    const std::string field = "out." + out_field_.at(o.name);
     w.line("// \"" + o.name + "\" (" + o.loc.str() + "): block " + shape_comment(v) +
            " of the global " + ir::shape_str(global_shape(v)) + replicated_note(v));
-    emit_block_to_global(w, v, ptr(o.value), "out." + out_field_.at(o.name), quoted(o.name));
+    w.line("if (float* block = out.blocks.get_mutable<float>(" + k + ", rank))  // set_block()");
+    w.line("  std::copy_n(" + ptr(o.value) + ", " + std::to_string(ir::num_elements(v.shape)) + ", block);");
+    emit_block_to_global(w, v, ptr(o.value), field, quoted(o.name), field, "out.blocks.mark(" + k + ", rank);");
   }
 
   // The mesh axes a value is replicated over (size > 1, used by no dimension):
@@ -1242,13 +1283,17 @@ class CpuEmitter {
   }
 
   // Copies this device's block of v (at `src`, local row-major) into its place
-  // in the global row-major array `dst`, guarded so that one replica writes.
+  // in the global row-major array `dst`, guarded so that one replica writes
+  // (and by `also`, when given); `mark` is a statement that records the write.
   void emit_block_to_global(CodeWriter& w, const Node& v, const std::string& src,
-                            const std::string& dst, const std::string& what) const {
+                            const std::string& dst, const std::string& what,
+                            const std::string& also = "", const std::string& mark = "") const {
     const Shape gs = global_shape(v);
-    const auto owner = replicas(v).first;
+    std::vector<std::string> owner = replicas(v).first;
+    if (!also.empty()) owner.insert(owner.begin(), also);
     const bool guarded = !owner.empty();
     if (guarded) w.open("if (" + join(owner, " && ") + ")");
+    if (!mark.empty()) w.line(mark);
     if (v.shape.empty()) {
       w.line(dst + "[0] = " + src + "[0];");
     } else {
@@ -1318,7 +1363,7 @@ class CpuEmitter {
       w.open(cond);
       w.line("// block " + shape_comment(v) + " of the global " + ir::shape_str(global_shape(v)) +
              replicated_note(v));
-      emit_block_to_global(w, v, buf, "global", "");
+      emit_block_to_global(w, v, buf, "global", "", "", "wrote[rank] = 1;");
       w.close(quoted(v.name));
     }
     return w.str();

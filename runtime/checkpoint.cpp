@@ -64,23 +64,12 @@ void fsync_path(const fs::path& p) {
 }
 
 void write_text(const fs::path& p, const std::string& text) {
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(p.string() + ": cannot create: " + std::strerror(errno));
-  const char* at = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t w = ::write(fd, at, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      ::close(fd);
-      fail(p.string() + ": write failed: " + std::strerror(errno));
-    }
-    at += w;
-    left -= static_cast<size_t>(w);
+  const std::span<const std::byte> piece = std::as_bytes(std::span(text.data(), text.size()));
+  try {
+    write_file(p, std::span(&piece, 1));
+  } catch (const SafetensorsError& e) {
+    fail(e.what());
   }
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) fail(p.string() + ": fsync failed: " + std::strerror(errno));
 }
 
 [[noreturn]] void bad_index(const std::string& where, const std::string& why) {
@@ -100,116 +89,145 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + "]";
 }
 
-// The distinct blocks of parameter `t` on `mesh`: offset -> the lowest rank
-// holding it (among those whose shard() is not null).
-std::map<std::vector<int64_t>, int> distinct_blocks(const CheckpointTarget& target, const TensorInfo& t,
-                                                    const std::vector<int>& ranks) {
-  std::map<std::vector<int64_t>, int> blocks;
-  for (int r : ranks) {
-    if (!target.shard(r, t.name)) continue;
-    blocks.emplace(block_offset(t, target.mesh, r), r);  // ranks ascend: the first is the lowest
-  }
+// The distinct blocks of parameter `t` held by `ranks`: offset -> the ranks
+// holding that block, ascending (so the first is the lowest).
+std::map<std::vector<int64_t>, std::vector<int>> distinct_blocks(const CheckpointTarget& target, const TensorInfo& t,
+                                                                 const std::vector<int>& ranks) {
+  std::map<std::vector<int64_t>, std::vector<int>> blocks;
+  for (int r : ranks)
+    if (target.holds(r, t.name)) blocks[block_offset(t, target.mesh, r)].push_back(r);
   return blocks;
+}
+
+// Every process's part of a collective step, through target.exchange: its
+// result text, or its error as "error: <what>". Throws on any process's
+// error (the first), so all of them fail alike rather than wait.
+std::vector<std::string> exchange_or_fail(const CheckpointTarget& target, const std::function<std::string()>& part) {
+  std::string mine;
+  try {
+    mine = part();
+  } catch (const std::exception& e) {
+    mine = std::string("error: ") + e.what();
+  }
+  const std::vector<std::string> all = target.exchange(mine);
+  for (size_t p = 0; p < all.size(); ++p)
+    if (all[p].rfind("error: ", 0) == 0)
+      fail(all[p].substr(7) + (static_cast<int>(p) == target.process ? "" : " (on process " + std::to_string(p) + ")"));
+  return all;
 }
 
 }  // namespace
 
-std::vector<int64_t> block_offset(const TensorInfo& t, const MeshShape& mesh, int rank) {
-  const std::vector<int> coords = mesh.coords(rank);
-  std::vector<int64_t> offset(t.local_shape.size(), 0);
-  for (size_t d = 0; d < offset.size() && d < t.spec.size(); ++d) {
-    int64_t index = 0;
-    for (const std::string& axis : t.spec[d]) {
-      const int a = mesh.axis_index(axis);
-      if (a < 0) fail("parameter \"" + std::string(t.name) + "\" is split over axis '" + axis + "', not in mesh " +
-                      mesh.to_string());
-      index = index * mesh.axis_sizes[a] + coords[a];
-    }
-    offset[d] = index * t.local_shape[d];
-  }
-  return offset;
-}
-
 fs::path save_checkpoint(const CheckpointTarget& target, const fs::path& dir, const SaveOptions& options) {
   if (options.step < 0) fail("save_checkpoint: negative step " + std::to_string(options.step));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail(dir.string() + ": cannot create the checkpoint folder: " + ec.message());
-  // Temporaries of saves that died (this process's or others').
-  for (const fs::directory_entry& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
-
+  const bool leader = target.process == 0;  // makes the folder, writes the index, publishes
   const std::string name = step_name(options.step);
-  const fs::path tmp = dir / (".tmp-" + name + "-" + std::to_string(::getpid()));
-  fs::create_directory(tmp, ec);
-  if (ec) fail(tmp.string() + ": cannot create: " + ec.message());
 
-  // The shards: every distinct block, once, from the lowest rank holding it.
-  SafetensorsWriter writer;
-  json tensors = json::object();
-  struct Pending {
-    std::string path, tensor;
-    std::vector<int64_t> offset, shape;
-    const float* data;
-  };
-  std::vector<Pending> pending;
-  for (const TensorInfo& t : target.parameters) {
-    const std::string dtype = dtype_of(t);
-    json entry = {{"dtype", dtype}, {"shape", t.shape}, {"spec", t.spec}, {"shards", json::array()}};
-    tensors[std::string(t.name)] = entry;
-    for (const auto& [offset, rank] : distinct_blocks(target, t, target.local_ranks)) {
-      const float* data = target.shard(rank, t.name);
-      const std::string tensor = std::string(t.name) + "@" + std::to_string(rank);
-      writer.add(tensor, dtype, t.local_shape,
-                 std::as_bytes(std::span<const float>(data, static_cast<size_t>(t.local_elements()))));
-      pending.push_back({std::string(t.name), tensor, offset, t.local_shape, data});
+  // 1. Process 0 prepares the temporary folder and tells the others its name.
+  const std::string tmp_name = exchange_or_fail(target, [&]() -> std::string {
+    if (!leader) return "";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail(dir.string() + ": cannot create the checkpoint folder: " + ec.message());
+    // Temporaries of saves that died (this job's or others').
+    for (const fs::directory_entry& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+    const std::string tmp = ".tmp-" + name + "-" + std::to_string(::getpid());
+    fs::create_directory(dir / tmp, ec);
+    if (ec) fail((dir / tmp).string() + ": cannot create: " + ec.message());
+    return tmp;
+  })[0];
+  const fs::path tmp = dir / tmp_name;
+
+  // 2. Every process writes the distinct blocks whose lowest holder is one
+  //    of its devices into its own file, and reports their shard entries.
+  const std::string file = process_file(target.process);
+  const std::vector<std::string> parts = exchange_or_fail(target, [&] {
+    SafetensorsWriter writer;
+    struct Pending {
+      std::string path, tensor;
+      std::vector<int64_t> offset;
+      const float* data;
+    };
+    std::vector<Pending> pending;
+    std::vector<int> all_ranks(static_cast<size_t>(target.mesh.num_devices()));
+    for (int r = 0; r < target.mesh.num_devices(); ++r) all_ranks[static_cast<size_t>(r)] = r;
+    const std::set<int> local(target.local_ranks.begin(), target.local_ranks.end());
+    for (const TensorInfo& t : target.parameters) {
+      for (const auto& [offset, holders] : distinct_blocks(target, t, all_ranks)) {
+        const int rank = holders.front();
+        if (!local.count(rank)) continue;
+        const float* data = target.shard(rank, t.name);
+        const std::string tensor = std::string(t.name) + "@" + std::to_string(rank);
+        writer.add(tensor, dtype_of(t), t.local_shape,
+                   std::as_bytes(std::span<const float>(data, static_cast<size_t>(t.local_elements()))));
+        pending.push_back({std::string(t.name), tensor, offset, data});
+      }
     }
-  }
-  const std::string file = process_file(0);
-  for (const auto& [k, v] : options.metadata) writer.set_metadata(k, v);
-  const std::vector<SafetensorsTensor> written = writer.write(tmp / file);
-  for (size_t i = 0; i < pending.size(); ++i) {
-    const Pending& p = pending[i];
-    const SafetensorsTensor& w = written[i];
-    const uint32_t crc = crc32_of(reinterpret_cast<const std::byte*>(p.data), w.end - w.begin);
-    tensors[p.path]["shards"].push_back({{"file", file},
-                                         {"tensor", p.tensor},
-                                         {"offset", p.offset},
-                                         {"shape", p.shape},
-                                         {"bytes", {w.begin, w.end}},
-                                         {"crc32", crc}});
-  }
-  json index = {{"format", kFormat},
-                {"version", kVersion},
-                {"step", options.step},
-                {"mesh", {{"axes", target.mesh.axis_names}, {"sizes", target.mesh.axis_sizes}}},
-                {"processes", 1},
-                {"files", {file}},
-                {"metadata", options.metadata},
-                {"tensors", tensors}};
-  write_text(tmp / "index.json", index.dump(1) + "\n");
-  fsync_path(tmp);
+    for (const auto& [k, v] : options.metadata) writer.set_metadata(k, v);
+    const std::vector<SafetensorsTensor> written = writer.write(tmp / file);
+    json shards = json::array();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Pending& p = pending[i];
+      const SafetensorsTensor& w = written[i];
+      const uint32_t crc = crc32_of(reinterpret_cast<const std::byte*>(p.data), w.end - w.begin);
+      shards.push_back({{"parameter", p.path},
+                        {"shard", {{"file", file},
+                                   {"tensor", p.tensor},
+                                   {"offset", p.offset},
+                                   {"shape", w.shape},
+                                   {"bytes", {w.begin, w.end}},
+                                   {"crc32", crc}}}});
+    }
+    return shards.dump();
+  });
 
-  // Publish: rename into place, or, when step-N exists already, exchange
-  // the two folders in one atomic renameat2 (the old copy then sits in the
-  // temporary and is removed), so no instant lacks a complete step-N; then
-  // make the rename durable.
+  // 3. Process 0 writes the index and publishes the folder; the others wait
+  //    for it, so every process returns once the checkpoint is complete.
   const fs::path final_dir = dir / name;
-  if (fs::exists(final_dir)) {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
-      fail(final_dir.string() + ": cannot replace the previous copy: " + std::strerror(errno));
-    fsync_path(dir);
-    fs::remove_all(tmp, ec);
-  } else {
-    fs::rename(tmp, final_dir, ec);
-    if (ec) fail(final_dir.string() + ": cannot publish the checkpoint: " + ec.message());
-    fsync_path(dir);
-  }
+  exchange_or_fail(target, [&]() -> std::string {
+    if (!leader) return "";
+    json tensors = json::object();
+    for (const TensorInfo& t : target.parameters)
+      tensors[std::string(t.name)] = {
+          {"dtype", dtype_of(t)}, {"shape", t.shape}, {"spec", t.spec}, {"shards", json::array()}};
+    std::vector<std::string> files;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      files.push_back(process_file(static_cast<int>(p)));
+      for (const json& s : json::parse(parts[p])) tensors[s.at("parameter").get<std::string>()]["shards"].push_back(s.at("shard"));
+    }
+    json index = {{"format", kFormat},
+                  {"version", kVersion},
+                  {"step", options.step},
+                  {"mesh", {{"axes", target.mesh.axis_names}, {"sizes", target.mesh.axis_sizes}}},
+                  {"processes", parts.size()},
+                  {"files", files},
+                  {"metadata", options.metadata},
+                  {"tensors", tensors}};
+    write_text(tmp / "index.json", index.dump(1) + "\n");
+    fsync_path(tmp);
 
-  if (options.keep > 0) {
-    std::vector<fs::path> all = list_checkpoints(dir);
-    for (size_t i = 0; i + static_cast<size_t>(options.keep) < all.size(); ++i) fs::remove_all(all[i], ec);
-  }
+    // Publish: rename into place, or, when step-N exists already, exchange
+    // the two folders in one atomic renameat2 (the old copy then sits in the
+    // temporary and is removed), so no instant lacks a complete step-N; then
+    // make the rename durable.
+    std::error_code ec;
+    if (fs::exists(final_dir)) {
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+        fail(final_dir.string() + ": cannot replace the previous copy: " + std::strerror(errno));
+      fsync_path(dir);
+      fs::remove_all(tmp, ec);
+    } else {
+      fs::rename(tmp, final_dir, ec);
+      if (ec) fail(final_dir.string() + ": cannot publish the checkpoint: " + ec.message());
+      fsync_path(dir);
+    }
+    if (options.keep > 0) {
+      std::vector<fs::path> all = list_checkpoints(dir);
+      for (size_t i = 0; i + static_cast<size_t>(options.keep) < all.size(); ++i) fs::remove_all(all[i], ec);
+    }
+    return "";
+  });
   return final_dir;
 }
 
@@ -405,8 +423,7 @@ RestoreResult restore_checkpoint(const CheckpointTarget& target, const fs::path&
   for (const TensorInfo& t : target.parameters) {
     const CheckpointTensor& saved = index.tensors.at(std::string(t.name));
     // Each distinct block once, then copied to every local device holding it.
-    for (const auto& block_and_rank : distinct_blocks(target, t, target.local_ranks)) {
-      const std::vector<int64_t>& offset = block_and_rank.first;
+    for (const auto& [offset, holders] : distinct_blocks(target, t, target.local_ranks)) {
       std::vector<float> block(static_cast<size_t>(t.local_elements()));
       for (const CheckpointShard& sh : saved.shards) {
         const SafetensorsFile& f = open(sh.file);
@@ -424,10 +441,7 @@ RestoreResult restore_checkpoint(const CheckpointTarget& target, const fs::path&
           copy_overlap(f, sh, offset, t.local_shape, block.data());
         }
       }
-      for (int r : target.local_ranks) {
-        float* dst = target.mutable_shard(r, t.name);
-        if (dst && block_offset(t, target.mesh, r) == offset) std::copy(block.begin(), block.end(), dst);
-      }
+      for (int r : holders) std::copy(block.begin(), block.end(), target.mutable_shard(r, t.name));
     }
   }
   for (const auto& [name, f] : files) result.bytes_read += f->bytes_read();
@@ -444,7 +458,11 @@ void export_parameters(const CheckpointTarget& target, const fs::path& file) {
     writer.add(std::string(t.name), dtype_of(t), t.shape, std::as_bytes(std::span<const float>(values.back())));
   }
   writer.set_metadata("format", "sharc-parameters");
-  writer.write(file);
+  // get() gathered every parameter on every process; process 0 writes.
+  exchange_or_fail(target, [&]() -> std::string {
+    if (target.process == 0) writer.write(file);
+    return "";
+  });
 }
 
 void import_parameters(const CheckpointTarget& target, const fs::path& file) {

@@ -3,14 +3,21 @@
 // mesh, and whole-parameter export/import as one plain safetensors file.
 //
 // A checkpoint is a folder <dir>/step-<8 digits>/ holding
-//  - process-<5 digits>.safetensors: the blocks this process saves, one
-//    tensor per distinct block ("dot1/kernel@3": the block device 3 holds);
-//    a block held by several devices (replication) is saved once, by the
-//    lowest rank that holds it;
+//  - process-<5 digits>.safetensors, one per process: the blocks that
+//    process saves, one tensor per distinct block ("dot1/kernel@3": the
+//    block device 3 holds); a block held by several devices (replication) is
+//    saved once, by the process of the lowest rank that holds it;
 //  - index.json: format and version, the step, the mesh, the user's
 //    metadata, and per parameter its dtype, global shape and spec and its
 //    shards: file, tensor, offset of the block in the global tensor, block
 //    shape, byte range in the file, CRC-32 of those bytes.
+//
+// With several processes (an MpiWorld) saving is collective: every process
+// calls save() alike; all of them write into one folder (a filesystem they
+// share), and process 0 writes the index from the byte ranges and CRCs the
+// others send it (World::all_gather_host), then publishes. An error on any
+// process makes save() throw on all of them. Restoring is per process: each
+// reads the blocks of its own devices.
 //
 // Saving is atomic: everything is written into <dir>/.tmp-step-N-<pid>/,
 // fsync'd, and renamed to step-N (exchanged with it in one renameat2 when
@@ -53,13 +60,20 @@ struct CheckpointTarget {
   MeshShape mesh;
   std::span<const TensorInfo> parameters;
   std::vector<int> local_ranks;  // the devices this process drives
-  // Device `rank`'s block of parameter `path`, or nullptr when that device
-  // holds none (a pipeline stage without the parameter).
+  int process = 0;               // this process, of all that save together
+  // Whether device `rank` (any, local or not) holds a block of `path` (not
+  // every pipeline stage does).
+  std::function<bool(int rank, std::string_view path)> holds;
+  // Local device `rank`'s block of parameter `path`, or nullptr when that
+  // device holds none.
   std::function<const float*(int rank, std::string_view path)> shard;
   std::function<float*(int rank, std::string_view path)> mutable_shard;
-  // Whole parameters (export/import).
+  // Whole parameters (export/import); with several processes, collective.
   std::function<void(std::string_view path, std::span<float> out)> get;
   std::function<void(std::string_view path, std::span<const float> in)> set;
+  // Every process's text, in process order (World::all_gather_host): how
+  // processes agree on a save. Also a barrier.
+  std::function<std::vector<std::string>(const std::string& mine)> exchange;
 };
 
 template <class Program>
@@ -67,7 +81,10 @@ CheckpointTarget checkpoint_target(Program& p) {
   CheckpointTarget t;
   t.mesh = Program::mesh_shape();
   t.parameters = Program::parameters();
-  for (int r = 0; r < t.mesh.num_devices(); ++r) t.local_ranks.push_back(r);
+  t.local_ranks = p.local_ranks();
+  t.process = p.world().process();
+  t.holds = [](int rank, std::string_view path) { return Program::holds_parameter(rank, path); };
+  t.exchange = [&p](const std::string& mine) { return p.world().all_gather_host(mine); };
   t.shard = [&p](int rank, std::string_view path) { return std::as_const(p).parameter_shard(rank, path); };
   t.mutable_shard = [&p](int rank, std::string_view path) { return p.parameter_shard(rank, path); };
   t.get = [&p](std::string_view path, std::span<float> out) { p.get_parameter(path, out); };
@@ -114,9 +131,6 @@ struct CheckpointIndex {
 // Throws CheckpointError naming `where` (the index file) and the tensor at
 // fault.
 CheckpointIndex parse_checkpoint_index(const std::string& json_text, const std::string& where);
-
-// The first global coordinate of device `rank`'s block of `t`.
-std::vector<int64_t> block_offset(const TensorInfo& t, const MeshShape& mesh, int rank);
 
 // Writes step `options.step` under `dir` (created if missing); returns the
 // step-N folder. Throws CheckpointError.

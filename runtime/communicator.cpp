@@ -27,6 +27,15 @@ const char* collective_kind_name(CollectiveKind kind) {
   return "unknown";
 }
 
+CommStats& CommStats::operator+=(const CommStats& other) {
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    bytes_sent[k] += other.bytes_sent[k];
+    calls[k] += other.calls[k];
+    seconds_in[k] += other.seconds_in[k];
+  }
+  return *this;
+}
+
 uint64_t CommStats::total_bytes() const {
   uint64_t t = 0;
   for (uint64_t b : bytes_sent) t += b;

@@ -48,6 +48,8 @@ struct CommStats {
   uint64_t total_bytes() const;
   uint64_t total_calls() const;
   double total_seconds() const;
+  // Adds `other`'s counts and seconds, kind by kind (a sum over devices).
+  CommStats& operator+=(const CommStats& other);
   // One line per kind that was called:
   // "all_reduce: 3 calls, 24576 bytes sent, 0.000125 s".
   std::string to_string() const;

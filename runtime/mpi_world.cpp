@@ -307,6 +307,20 @@ void MpiWorld::run(const std::function<void(int rank)>& fn) {
   for (auto& c : comms_) c->next_epoch();
   std::mutex mu;
   std::exception_ptr first;
+  // Keeps the first exception of this process; when that is a device's own
+  // failure (not an abort caused by another's), it is announced to every
+  // process.
+  auto record = [&](const char* failure, int r = -1) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (first) return;
+      first = std::current_exception();
+    }
+    if (!failure) return;
+    const std::string why = "rank " + std::to_string(r) + " (process " + std::to_string(process_) + ") " + failure;
+    fabric_->set_aborted(why);
+    fabric_->broadcast_abort(why);
+  };
   std::vector<std::thread> threads;
   for (int r : local_ranks()) {
     threads.emplace_back([&, r] {
@@ -314,30 +328,12 @@ void MpiWorld::run(const std::function<void(int rank)>& fn) {
       try {
         fn(r);
         comm.finish_sends();
+      } catch (const WorldAborted&) {
+        record(nullptr);  // stopped by another rank's failure, already broadcast
       } catch (const std::exception& e) {
-        bool original = false;
-        {
-          std::lock_guard<std::mutex> lk(mu);
-          if (!first) {
-            first = std::current_exception();
-            original = dynamic_cast<const WorldAborted*>(&e) == nullptr;
-          }
-        }
-        if (original) {
-          const std::string why = "rank " + std::to_string(r) + " (process " + std::to_string(process_) +
-                                  ") failed: " + e.what();
-          fabric_->set_aborted(why);
-          fabric_->broadcast_abort(why);
-        }
+        record(("failed: " + std::string(e.what())).c_str(), r);
       } catch (...) {
-        const std::string why = "rank " + std::to_string(r) + " (process " + std::to_string(process_) +
-                                ") failed with an exception that is not a std::exception";
-        {
-          std::lock_guard<std::mutex> lk(mu);
-          if (!first) first = std::current_exception();
-        }
-        fabric_->set_aborted(why);
-        fabric_->broadcast_abort(why);
+        record("failed with an exception that is not a std::exception", r);
       }
     });
   }
@@ -350,14 +346,53 @@ void MpiWorld::run(const std::function<void(int rank)>& fn) {
                            std::to_string(process_) + " but were never received");
 }
 
+namespace {
+
+// Waits for a nonblocking collective like a device's receive waits: never
+// past the timeout, and stopping when another process announced a failure.
+void wait_host(detail::MpiFabric& f, MPI_Request& request, const char* what) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(f.recv_timeout_s > 0 ? f.recv_timeout_s : 1e9);
+  for (int idle = 0;;) {
+    int done = 0;
+    detail::check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    f.poll_abort();
+    if (f.aborted.load())
+      throw WorldAborted("process " + std::to_string(f.process) + " stopped in " + what + ": " + f.reason());
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("process " + std::to_string(f.process) + " waited " +
+                               std::to_string(static_cast<int>(f.recv_timeout_s)) + " s in " + what +
+                               "; another process failed or did not call it");
+    if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    else std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> MpiWorld::all_gather_host(const std::string& mine) {
+  detail::MpiFabric& f = *fabric_;
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> sizes(static_cast<size_t>(processes_));
+  MPI_Request request;
+  detail::check_mpi(MPI_Iallgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, f.comm, &request), "MPI_Iallgather");
+  wait_host(f, request, "all_gather_host (sizes)");
+  std::vector<int> displs(sizes.size(), 0);
+  for (size_t p = 1; p < sizes.size(); ++p) displs[p] = displs[p - 1] + sizes[p - 1];
+  std::string all(static_cast<size_t>(displs.back() + sizes.back()), '\0');
+  detail::check_mpi(MPI_Iallgatherv(mine.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR,
+                                    f.comm, &request),
+                    "MPI_Iallgatherv");
+  wait_host(f, request, "all_gather_host (bytes)");
+  std::vector<std::string> out;
+  for (size_t p = 0; p < sizes.size(); ++p) out.push_back(all.substr(static_cast<size_t>(displs[p]), static_cast<size_t>(sizes[p])));
+  return out;
+}
+
 CommStats MpiWorld::local_stats() const {
   CommStats total;
-  for (const auto& c : comms_)
-    for (int k = 0; k < kNumCollectiveKinds; ++k) {
-      total.bytes_sent[k] += c->stats().bytes_sent[k];
-      total.calls[k] += c->stats().calls[k];
-      total.seconds_in[k] += c->stats().seconds_in[k];
-    }
+  for (const auto& c : comms_) total += c->stats();
   return total;
 }
 

@@ -25,8 +25,8 @@
 #include "runtime/communicator.h"
 #include "runtime/memory.h"
 #include "runtime/mesh.h"
-#include "runtime/thread_world.h"
 #include "runtime/trace.h"
+#include "runtime/world.h"
 
 namespace sharc::rt {
 
@@ -35,7 +35,7 @@ class MpiComm;
 struct MpiFabric;
 }  // namespace detail
 
-class MpiWorld {
+class MpiWorld final : public World {
  public:
   // Initialises MPI (MPI_THREAD_MULTIPLE) unless the caller did. Throws
   // std::invalid_argument when processes x local_devices is not the mesh's
@@ -45,19 +45,18 @@ class MpiWorld {
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
 
-  const MeshShape& mesh() const { return mesh_; }
-  int size() const { return mesh_.num_devices(); }
-  int process() const { return process_; }
-  int processes() const { return processes_; }
+  const MeshShape& mesh() const override { return mesh_; }
+  int process() const override { return process_; }
+  int processes() const override { return processes_; }
   int local_devices() const { return local_; }
   // This process's devices' global ranks, ascending.
-  std::vector<int> local_ranks() const;
-  bool is_local(int rank) const { return rank / local_ == process_; }
+  std::vector<int> local_ranks() const override;
+  bool is_local(int rank) const override { return rank >= 0 && rank / local_ == process_; }
 
   // Local devices only; throw std::out_of_range for another process's rank.
-  Communicator& comm(int rank);
-  DeviceMemory& memory(int rank);
-  Timeline& timeline(int rank);
+  Communicator& comm(int rank) override;
+  DeviceMemory& memory(int rank) override;
+  Timeline& timeline(int rank) override;
 
   void set_recv_timeout(double seconds);
 
@@ -66,10 +65,12 @@ class MpiWorld {
   // others stop (WorldAborted naming it) and run() rethrows: the original
   // exception in its process, the abort elsewhere. Tag sequences restart
   // with every run.
-  void run(const std::function<void(int rank)>& fn);
+  void run(const std::function<void(int rank)>& fn) override;
+  // MPI_Allgather of the sizes, then MPI_Allgatherv of the bytes.
+  std::vector<std::string> all_gather_host(const std::string& mine) override;
 
   // Sum of this process's devices' statistics.
-  CommStats local_stats() const;
+  CommStats local_stats() const override;
 
  private:
   MeshShape mesh_;

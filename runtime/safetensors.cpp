@@ -30,20 +30,6 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-// Writes all of `bytes` to `fd`, retrying short writes.
-void write_all(int fd, const void* bytes, size_t n, const std::string& file) {
-  const auto* p = static_cast<const char*>(bytes);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(file, "write failed: " + errno_text());
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
 // Elements of `shape`, or -1 when a dimension is negative or the product
 // overflows.
 int64_t elements_of(const std::vector<int64_t>& shape) {
@@ -62,6 +48,33 @@ size_t safetensors_dtype_size(const std::string& dtype) {
   if (dtype == "F32" || dtype == "I32") return 4;
   if (dtype == "BF16") return 2;
   return 0;
+}
+
+void write_file(const std::filesystem::path& path, std::span<const std::span<const std::byte>> pieces,
+                bool sync) {
+  const std::string file = path.string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(file, "cannot create: " + errno_text());
+  try {
+    for (std::span<const std::byte> piece : pieces) {
+      const std::byte* p = piece.data();
+      size_t n = piece.size();
+      while (n > 0) {
+        const ssize_t w = ::write(fd, p, n);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          fail(file, "write failed: " + errno_text());
+        }
+        p += w;
+        n -= static_cast<size_t>(w);
+      }
+    }
+    if (sync && ::fsync(fd) != 0) fail(file, "fsync failed: " + errno_text());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) fail(file, "close failed: " + errno_text());
 }
 
 void SafetensorsWriter::add(const std::string& name, const std::string& dtype,
@@ -88,7 +101,6 @@ void SafetensorsWriter::set_metadata(const std::string& key, const std::string& 
 }
 
 std::vector<SafetensorsTensor> SafetensorsWriter::write(const std::filesystem::path& path, bool sync) const {
-  const std::string file = path.string();
   json header = json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   std::vector<SafetensorsTensor> out;
@@ -111,18 +123,10 @@ std::vector<SafetensorsTensor> SafetensorsWriter::write(const std::filesystem::p
     t.end += 8 + n;
   }
 
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(file, "cannot create: " + errno_text());
-  try {
-    write_all(fd, len, 8, file);
-    write_all(fd, text.data(), text.size(), file);
-    for (const Entry& e : entries_) write_all(fd, e.data.data(), e.data.size(), file);
-    if (sync && ::fsync(fd) != 0) fail(file, "fsync failed: " + errno_text());
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) fail(file, "close failed: " + errno_text());
+  std::vector<std::span<const std::byte>> pieces = {std::as_bytes(std::span(len)),
+                                                    std::as_bytes(std::span(text.data(), text.size()))};
+  for (const Entry& e : entries_) pieces.push_back(e.data);
+  write_file(path, pieces, sync);
   return out;
 }
 

@@ -45,6 +45,12 @@ struct SafetensorsTensor {
   uint64_t begin = 0, end = 0;  // byte range in the file (absolute)
 };
 
+// Writes `pieces` back to back into `path` (created or truncated), retrying
+// short and interrupted writes, and fsyncs it before returning when `sync`.
+// Throws SafetensorsError naming the file. The checkpoint index uses it too.
+void write_file(const std::filesystem::path& path, std::span<const std::span<const std::byte>> pieces,
+                bool sync = true);
+
 class SafetensorsWriter {
  public:
   // `data` must stay valid until write(). Throws SafetensorsError on a

@@ -283,15 +283,15 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
   }
 }
 
+std::vector<int> ThreadWorld::local_ranks() const {
+  std::vector<int> ranks(static_cast<size_t>(size()));
+  for (int r = 0; r < size(); ++r) ranks[static_cast<size_t>(r)] = r;
+  return ranks;
+}
+
 CommStats ThreadWorld::total_stats() const {
   CommStats total;
-  for (const auto& c : comms_) {
-    for (int k = 0; k < kNumCollectiveKinds; ++k) {
-      total.bytes_sent[k] += c->stats().bytes_sent[k];
-      total.calls[k] += c->stats().calls[k];
-      total.seconds_in[k] += c->stats().seconds_in[k];
-    }
-  }
+  for (const auto& c : comms_) total += c->stats();
   return total;
 }
 

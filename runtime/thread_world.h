@@ -17,6 +17,7 @@
 #include "runtime/memory.h"
 #include "runtime/mesh.h"
 #include "runtime/trace.h"
+#include "runtime/world.h"
 
 namespace sharc::rt {
 
@@ -35,14 +36,8 @@ struct LinkModel {
   double bytes_per_s = 0;  // 0 = infinite bandwidth
 };
 
-// Thrown on devices that were blocked in a receive when another device failed;
-// run() reports the original failure, not these.
-class WorldAborted : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-class ThreadWorld {
+// Every device of the mesh is local: process 0 of 1.
+class ThreadWorld final : public World {
  public:
   // Throws std::invalid_argument on mismatched names/sizes, a size < 1 or a
   // repeated axis name.
@@ -51,10 +46,13 @@ class ThreadWorld {
   ThreadWorld(const ThreadWorld&) = delete;
   ThreadWorld& operator=(const ThreadWorld&) = delete;
 
-  const MeshShape& mesh() const { return mesh_; }
-  int size() const { return mesh_.num_devices(); }
-  Communicator& comm(int rank);
-  DeviceMemory& memory(int rank);
+  const MeshShape& mesh() const override { return mesh_; }
+  int process() const override { return 0; }
+  int processes() const override { return 1; }
+  std::vector<int> local_ranks() const override;
+  bool is_local(int rank) const override { return rank >= 0 && rank < size(); }
+  Communicator& comm(int rank) override;
+  DeviceMemory& memory(int rank) override;
 
   void set_link(const LinkModel& link);
   // Every device's timeline (trace.h): off (the default), the wall clock, or
@@ -62,7 +60,7 @@ class ThreadWorld {
   // timelines. Not while running.
   void set_clock(ClockMode mode, const MachineModel& machine = {});
   ClockMode clock() const { return clock_; }
-  Timeline& timeline(int rank);
+  Timeline& timeline(int rank) override;
   // Everything the timelines recorded since set_clock() (or clear_trace()),
   // one track per device named after its mesh coordinates.
   Trace trace() const;
@@ -81,11 +79,13 @@ class ThreadWorld {
   // ppermute_wait). Tag sequences restart with every run; statistics and
   // timelines do not. On the virtual clock every device starts the run at
   // the latest device's time (the host joins them between runs).
-  void run(const std::function<void(int rank)>& fn);
+  void run(const std::function<void(int rank)>& fn) override;
+  std::vector<std::string> all_gather_host(const std::string& mine) override { return {mine}; }
 
   // Sum of every device's statistics (seconds too: a sum over devices, not a
   // wall time), and a reset of all of them.
   CommStats total_stats() const;
+  CommStats local_stats() const override { return total_stats(); }
   void reset_stats();
 
  private:

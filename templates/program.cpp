@@ -43,16 +43,17 @@ struct Program::Device {
 @SHARC_DEVICE_FIELDS@
 };  // struct Program::Device
 
-Program::Program(rt::ThreadWorld& world) : world_(world) {
+Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ranks()) {
   if (world.mesh().to_string() != kMesh)
     throw std::invalid_argument("generated for mesh " + std::string(kMesh) + ", not " +
                                 world.mesh().to_string());
-  for (int rank = 0; rank < kNumDevices; ++rank) {
+  devices_.resize(kNumDevices);
+  for (int rank : local_ranks_) {
     auto dev = std::make_unique<Device>();
     [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
     const std::vector<int> coords = world.mesh().coords(rank);
 @SHARC_DEVICE_SETUP@
-    devices_.push_back(std::move(dev));
+    devices_[rank] = std::move(dev);
   }
 }
 
@@ -81,6 +82,22 @@ Program::Inputs& Program::Inputs::set(std::string_view name,
   return *this;
 }
 
+Program::Inputs& Program::Inputs::set_block(std::string_view name, int rank, std::span<const float> values) {
+  blocks.bind(kInputs, name, rank, kNumDevices, values.data(), values.size(), "f32", "Inputs::set_block", kProgram);
+  return *this;
+}
+
+Program::Inputs& Program::Inputs::set_block(std::string_view name, int rank, std::span<const int32_t> values) {
+  blocks.bind(kInputs, name, rank, kNumDevices, values.data(), values.size(), "i32", "Inputs::set_block", kProgram);
+  return *this;
+}
+
+Program::Outputs& Program::Outputs::set_block(std::string_view name, int rank, std::span<float> values) {
+  blocks.bind(kOutputs, name, rank, kNumDevices, values.data(), values.size(), "f32", "Outputs::set_block",
+              kProgram);
+  return *this;
+}
+
 Program::Outputs& Program::Outputs::set(std::string_view name,
                                         [[maybe_unused]] std::span<float> values) {
 @SHARC_OUTPUTS_SET@
@@ -90,7 +107,12 @@ Program::Outputs& Program::Outputs::set(std::string_view name,
 
 void Program::forward(const Inputs& in, Outputs& out) {
 @SHARC_IO_CHECKS@
+  out.blocks.clear_marks(kOutputs.size(), kNumDevices);
   world_.run([&](int rank) { forward_device(rank, in, out); });
+  if (world_.processes() == 1) return;
+  // Several processes: each global output array gets the blocks computed
+  // on the other processes.
+@SHARC_COMPLETE_OUTPUTS@
 }
 
 // The SPMD body: the same statements on every device.
@@ -106,8 +128,23 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
 @SHARC_FORWARD_BODY@
 }  // Program::forward_device
 
+const Program::Device& Program::device(int rank, std::string_view call) const {
+  if (rank >= 0 && rank < kNumDevices && devices_[rank]) return *devices_[rank];
+  std::string local;
+  for (int r : local_ranks_) local += (local.empty() ? "" : ", ") + std::to_string(r);
+  throw std::out_of_range(std::string(call) + ": device " + std::to_string(rank) + " is not one of this process's (" +
+                          "process " + std::to_string(world_.process()) + " of " + std::to_string(world_.processes()) +
+                          " drives " + local + ")");
+}
+
+bool Program::holds_parameter([[maybe_unused]] int rank, std::string_view path) {
+@SHARC_HOLDS_PARAMETER@
+  parameter_info(path);  // throws std::out_of_range: no such parameter
+  return false;
+}
+
 const float* Program::parameter_shard(int rank, std::string_view path) const {
-  [[maybe_unused]] const Device& dev = *devices_.at(rank);
+  [[maybe_unused]] const Device& dev = device(rank, "parameter_shard");
 @SHARC_PARAMETER_SHARD@
   parameter_info(path);  // throws std::out_of_range: no such parameter
   return nullptr;
@@ -122,8 +159,8 @@ size_t Program::parameter_shard_size(std::string_view path) const {
 void Program::set_parameter(std::string_view path, std::span<const float> values) {
   sharc::rt::check_elements(parameter_info(path), values.size(), "set_parameter", "parameter");
   [[maybe_unused]] const float* global = values.data();
-  for (auto& device : devices_) {
-    [[maybe_unused]] Device& dev = *device;
+  for (int rank : local_ranks_) {
+    [[maybe_unused]] Device& dev = *devices_[rank];
 @SHARC_SET_PARAMETER@
   }
 }
@@ -131,10 +168,12 @@ void Program::set_parameter(std::string_view path, std::span<const float> values
 void Program::get_parameter(std::string_view path, std::span<float> values) const {
   sharc::rt::check_elements(parameter_info(path), values.size(), "get_parameter", "parameter");
   [[maybe_unused]] float* global = values.data();
-  for (auto& device : devices_) {
-    [[maybe_unused]] const Device& dev = *device;
+  std::vector<uint8_t> wrote(kNumDevices, 0);  // the devices that wrote their block
+  for (int rank : local_ranks_) {
+    [[maybe_unused]] const Device& dev = *devices_[rank];
 @SHARC_GET_PARAMETER@
   }
+  rt::complete_global(world_, parameter_info(path), values, wrote);  // other processes' blocks
 }
 
 }  // namespace @SHARC_NAMESPACE@

@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -148,9 +150,86 @@ TEST(ProgramApi, WrongSizesAreErrorsNamingThePathAndBothSizes) {
   drd::Program::Outputs out;
   EXPECT_EQ(thrown<std::invalid_argument>([&] { out.set("y", small); }),
             "Outputs::set(\"y\"): got 1000 floats, but the output f32[8,1024] has 8192");
-  // A field left null is refused before any device runs.
+  // A field left null, with no per-device blocks either, is refused before
+  // any device runs.
   EXPECT_EQ(thrown<std::invalid_argument>([&] { program.forward(in, out); }),
-            "forward: Inputs::x is null; input \"x\" wants f32[8,1024]");
+            "forward: input \"x\" f32[8,1024] has no global array (Inputs::x) and no block for "
+            "device 0 (Inputs::set_block)");
+  // Blocks for only some devices are not enough either.
+  std::vector<float> block(drd::input_info("x").local_elements());
+  for (int r = 0; r < 7; ++r) in.set_block("x", r, block);
+  EXPECT_EQ(thrown<std::invalid_argument>([&] { program.forward(in, out); }),
+            "forward: input \"x\" f32[8,1024] has no global array (Inputs::x) and no block for "
+            "device 7 (Inputs::set_block)");
+  // A block is checked against the device's share, the device and the dtype.
+  EXPECT_EQ(thrown<std::invalid_argument>([&] { in.set_block("x", 0, small); }),
+            "Inputs::set_block(\"x\", device 0): got 1000 elements, but the device's block "
+            "f32[4,1024] has 4096");
+  EXPECT_EQ(thrown<std::out_of_range>([&] { in.set_block("x", 8, block); }),
+            "Inputs::set_block(\"x\", device 8): no such device; the mesh has 8");
+  std::vector<int32_t> ids(block.size());
+  EXPECT_EQ(thrown<std::invalid_argument>([&] { in.set_block("x", 1, ids); }),
+            "Inputs::set_block(\"x\", device 1): the block is f32; pass float values");
+  EXPECT_THAT(thrown<std::out_of_range>([&] { in.set_block("z", 1, block); }),
+              HasSubstr("no input \"z\" in program dot_relu_dot"));
+  EXPECT_EQ(thrown<std::out_of_range>([&] { program.parameter_shard(8, "w2"); }),
+            "parameter_shard: device 8 is not one of this process's (process 0 of 1 drives 0, 1, 2, 3, "
+            "4, 5, 6, 7)");
+}
+
+// Per-process loading, on one process: every device fed its own block of
+// the input (block_offset says which) and handing back its block of the
+// output computes what the global arrays do, bit for bit.
+TEST(ProgramApi, PerDeviceBlocksMatchGlobalArrays) {
+  rt::ThreadWorld world(drd::mesh_shape());
+  drd::Program program(world);
+  program.init(3);
+  const rt::TensorInfo& xi = drd::input_info("x");
+  const rt::TensorInfo& yi = drd::output_info("y");
+  std::vector<float> x(xi.elements());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * static_cast<float>(i));
+  std::vector<float> y(yi.elements(), -1.0f);
+  drd::Program::Inputs global_in;
+  drd::Program::Outputs global_out;
+  global_in.set("x", x);
+  global_out.set("y", y);
+  program.forward(global_in, global_out);
+
+  drd::Program::Inputs in;
+  drd::Program::Outputs out;
+  std::vector<std::vector<float>> xb(8), yb(8);
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_TRUE(drd::Program::holds_parameter(r, "w2"));
+    const std::vector<int64_t> off = drd::Program::block_offset(xi, r);
+    EXPECT_EQ(off, (std::vector<int64_t>{(r / 4) * 4, 0})) << r;  // data = r / 4
+    xb[r].resize(xi.local_elements());
+    rt::copy_block_from_global(xi, off, x.data(), xb[r].data());
+    in.set_block("x", r, xb[r]);
+    yb[r].assign(yi.local_elements(), -1.0f);
+    out.set_block("y", r, yb[r]);
+  }
+  program.forward(in, out);
+  std::vector<float> assembled(y.size(), -1.0f);
+  for (int r = 0; r < 8; ++r) rt::copy_block_to_global(yi, drd::Program::block_offset(yi, r), yb[r].data(), assembled.data());
+  EXPECT_EQ(std::memcmp(assembled.data(), y.data(), y.size() * sizeof(float)), 0);
+}
+
+// The runs a loader reads for one block: whole rows when only the first
+// dimension is split, one run per row otherwise.
+TEST(ProgramApi, BlockRunsCoverTheBlockInOrder) {
+  rt::TensorInfo t{"t", "f32", {4, 6}, {{"data"}, {"model"}}, {2, 3}, ""};
+  const std::vector<rt::BlockRun> runs = rt::block_runs(t, {2, 3});
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].global, 2 * 6 + 3);
+  EXPECT_EQ(runs[0].block, 0);
+  EXPECT_EQ(runs[0].elements, 3);
+  EXPECT_EQ(runs[1].global, 3 * 6 + 3);
+  EXPECT_EQ(runs[1].block, 3);
+  rt::TensorInfo rows{"r", "f32", {4, 6}, {{"data"}, {}}, {2, 6}, ""};
+  const std::vector<rt::BlockRun> whole = rt::block_runs(rows, {2, 0});
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].global, 12);
+  EXPECT_EQ(whole[0].elements, 12);
 }
 
 TEST(ProgramApi, SpansMoveWholeParametersAndBindInputs) {

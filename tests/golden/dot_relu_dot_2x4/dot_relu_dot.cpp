@@ -68,11 +68,12 @@ struct Program::Device {
   rt::Buffer w2;  // f32[256,1024] [{"model"}, {}] of "w2" f32[1024,1024]
 };  // struct Program::Device
 
-Program::Program(rt::ThreadWorld& world) : world_(world) {
+Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ranks()) {
   if (world.mesh().to_string() != kMesh)
     throw std::invalid_argument("generated for mesh " + std::string(kMesh) + ", not " +
                                 world.mesh().to_string());
-  for (int rank = 0; rank < kNumDevices; ++rank) {
+  devices_.resize(kNumDevices);
+  for (int rank : local_ranks_) {
     auto dev = std::make_unique<Device>();
     [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
     const std::vector<int> coords = world.mesh().coords(rank);
@@ -81,7 +82,7 @@ Program::Program(rt::ThreadWorld& world) : world_(world) {
     dev->group_model = rt::make_group(world.mesh(), rank, {1});  // "model"
     dev->dot1_kernel = rt::Buffer(262144, &mem);  // f32[1024,256]
     dev->w2 = rt::Buffer(262144, &mem);  // f32[256,1024]
-    devices_.push_back(std::move(dev));
+    devices_[rank] = std::move(dev);
   }
 }
 
@@ -129,6 +130,22 @@ Program::Inputs& Program::Inputs::set(std::string_view name,
   return *this;
 }
 
+Program::Inputs& Program::Inputs::set_block(std::string_view name, int rank, std::span<const float> values) {
+  blocks.bind(kInputs, name, rank, kNumDevices, values.data(), values.size(), "f32", "Inputs::set_block", kProgram);
+  return *this;
+}
+
+Program::Inputs& Program::Inputs::set_block(std::string_view name, int rank, std::span<const int32_t> values) {
+  blocks.bind(kInputs, name, rank, kNumDevices, values.data(), values.size(), "i32", "Inputs::set_block", kProgram);
+  return *this;
+}
+
+Program::Outputs& Program::Outputs::set_block(std::string_view name, int rank, std::span<float> values) {
+  blocks.bind(kOutputs, name, rank, kNumDevices, values.data(), values.size(), "f32", "Outputs::set_block",
+              kProgram);
+  return *this;
+}
+
 Program::Outputs& Program::Outputs::set(std::string_view name,
                                         [[maybe_unused]] std::span<float> values) {
   if (name == "y") {
@@ -141,11 +158,15 @@ Program::Outputs& Program::Outputs::set(std::string_view name,
 }
 
 void Program::forward(const Inputs& in, Outputs& out) {
-  if (!in.x)
-    throw std::invalid_argument("forward: Inputs::x is null; input \"x\" wants f32[8,1024]");
-  if (!out.y)
-    throw std::invalid_argument("forward: Outputs::y is null; output \"y\" wants f32[8,1024]");
+  rt::check_bound(kInputs[0], 0, in.x, in.blocks, local_ranks_, "input", "Inputs::x");
+  rt::check_bound(kOutputs[0], 0, out.y, out.blocks, local_ranks_, "output", "Outputs::y");
+  out.blocks.clear_marks(kOutputs.size(), kNumDevices);
   world_.run([&](int rank) { forward_device(rank, in, out); });
+  if (world_.processes() == 1) return;
+  // Several processes: each global output array gets the blocks computed
+  // on the other processes.
+  if (out.y)
+    rt::complete_global(world_, kOutputs[0], {out.y, 8192}, out.blocks.marks(0));
 }
 
 // The SPMD body: the same statements on every device.
@@ -162,7 +183,10 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   timeline.op("input  samples/dot_relu_dot/model.h:53", {.flops = 4096, .bytes = 32768});
   // samples/dot_relu_dot/model.h:53: input "x" f32[8,1024] [{"data"}, {}] => this device's block
   rt::Buffer x(4096, &mem);  // f32[4,1024] [{"data"}, {}]
-  rt::strided_copy(in.x + dev.data_index * 4 * 1024, {4, 1024}, {1024, 1}, x.data());
+  if (const auto* block = in.blocks.get<float>(0, rank))  // set_block()
+    std::copy_n(block, 4096, x.data());
+  else
+    rt::strided_copy(in.x + dev.data_index * 4 * 1024, {4, 1024}, {1024, 1}, x.data());
 
   // ---- dot1 (samples/dot_relu_dot/model.h:21) -------------------------------
   timeline.op("dot  samples/dot_relu_dot/model.h:21 dot1", {.flops = 2097152, .bytes = 1069056});
@@ -199,13 +223,32 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
 
   // ---- outputs --------------------------------------------------------------
   // "y" (samples/dot_relu_dot/model.h:53): block f32[4,1024] [{"data"}, {}] of the global f32[8,1024]; replicated over "model", so one copy writes it
-  if (dev.model_index == 0) {
+  if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
+    std::copy_n(y.data(), 4096, block);
+  if (out.y && dev.model_index == 0) {
+    out.blocks.mark(0, rank);
     std::copy_n(y.data(), 4096, out.y + dev.data_index * 4 * 1024);
   }  // "y"
 }  // Program::forward_device
 
+const Program::Device& Program::device(int rank, std::string_view call) const {
+  if (rank >= 0 && rank < kNumDevices && devices_[rank]) return *devices_[rank];
+  std::string local;
+  for (int r : local_ranks_) local += (local.empty() ? "" : ", ") + std::to_string(r);
+  throw std::out_of_range(std::string(call) + ": device " + std::to_string(rank) + " is not one of this process's (" +
+                          "process " + std::to_string(world_.process()) + " of " + std::to_string(world_.processes()) +
+                          " drives " + local + ")");
+}
+
+bool Program::holds_parameter([[maybe_unused]] int rank, std::string_view path) {
+  if (path == "dot1/kernel") return true;
+  if (path == "w2") return true;
+  parameter_info(path);  // throws std::out_of_range: no such parameter
+  return false;
+}
+
 const float* Program::parameter_shard(int rank, std::string_view path) const {
-  [[maybe_unused]] const Device& dev = *devices_.at(rank);
+  [[maybe_unused]] const Device& dev = device(rank, "parameter_shard");
   if (path == "dot1/kernel") return dev.dot1_kernel.data();
   if (path == "w2") return dev.w2.data();
   parameter_info(path);  // throws std::out_of_range: no such parameter
@@ -222,8 +265,8 @@ size_t Program::parameter_shard_size(std::string_view path) const {
 void Program::set_parameter(std::string_view path, std::span<const float> values) {
   sharc::rt::check_elements(parameter_info(path), values.size(), "set_parameter", "parameter");
   [[maybe_unused]] const float* global = values.data();
-  for (auto& device : devices_) {
-    [[maybe_unused]] Device& dev = *device;
+  for (int rank : local_ranks_) {
+    [[maybe_unused]] Device& dev = *devices_[rank];
     if (path == "dot1/kernel") rt::strided_copy(global + dev.model_index * 256, {1024, 256}, {1024, 1}, dev.dot1_kernel.data());
     if (path == "w2") rt::strided_copy(global + dev.model_index * 256 * 1024, {256, 1024}, {1024, 1}, dev.w2.data());
   }
@@ -232,11 +275,13 @@ void Program::set_parameter(std::string_view path, std::span<const float> values
 void Program::get_parameter(std::string_view path, std::span<float> values) const {
   sharc::rt::check_elements(parameter_info(path), values.size(), "get_parameter", "parameter");
   [[maybe_unused]] float* global = values.data();
-  for (auto& device : devices_) {
-    [[maybe_unused]] const Device& dev = *device;
+  std::vector<uint8_t> wrote(kNumDevices, 0);  // the devices that wrote their block
+  for (int rank : local_ranks_) {
+    [[maybe_unused]] const Device& dev = *devices_[rank];
     if (path == "dot1/kernel") {
       // block f32[1024,256] [{}, {"model"}] of the global f32[1024,1024]; replicated over "data", so one copy writes it
       if (dev.data_index == 0) {
+        wrote[rank] = 1;
         for (int64_t i0 = 0; i0 < 1024; ++i0) {
           std::copy_n(dev.dot1_kernel.data() + i0 * 256, 256, global + i0 * 1024 + dev.model_index * 256);
         }
@@ -245,10 +290,12 @@ void Program::get_parameter(std::string_view path, std::span<float> values) cons
     if (path == "w2") {
       // block f32[256,1024] [{"model"}, {}] of the global f32[1024,1024]; replicated over "data", so one copy writes it
       if (dev.data_index == 0) {
+        wrote[rank] = 1;
         std::copy_n(dev.w2.data(), 262144, global + dev.model_index * 256 * 1024);
       }
     }  // "w2"
   }
+  rt::complete_global(world_, parameter_info(path), values, wrote);  // other processes' blocks
 }
 
 }  // namespace sharc_gen::dot_relu_dot

@@ -77,11 +77,12 @@ struct Program::Device {
   rt::Buffer opt_step;  // f32[] [] of "opt/step" f32[]
 };  // struct Program::Device
 
-Program::Program(rt::ThreadWorld& world) : world_(world) {
+Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ranks()) {
   if (world.mesh().to_string() != kMesh)
     throw std::invalid_argument("generated for mesh " + std::string(kMesh) + ", not " +
                                 world.mesh().to_string());
-  for (int rank = 0; rank < kNumDevices; ++rank) {
+  devices_.resize(kNumDevices);
+  for (int rank : local_ranks_) {
     auto dev = std::make_unique<Device>();
     [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
     const std::vector<int> coords = world.mesh().coords(rank);
@@ -92,7 +93,7 @@ Program::Program(rt::ThreadWorld& world) : world_(world) {
     if (coords[0] == 0) dev->l0_kernel = rt::Buffer(16, &mem);  // f32[4,4]
     if (coords[0] == 1) dev->l1_kernel = rt::Buffer(16, &mem);  // f32[4,4]
     if (coords[0] == 0) dev->opt_step = rt::Buffer(1, &mem);  // f32[]
-    devices_.push_back(std::move(dev));
+    devices_[rank] = std::move(dev);
   }
 }
 
@@ -148,6 +149,22 @@ Program::Inputs& Program::Inputs::set(std::string_view name,
   return *this;
 }
 
+Program::Inputs& Program::Inputs::set_block(std::string_view name, int rank, std::span<const float> values) {
+  blocks.bind(kInputs, name, rank, kNumDevices, values.data(), values.size(), "f32", "Inputs::set_block", kProgram);
+  return *this;
+}
+
+Program::Inputs& Program::Inputs::set_block(std::string_view name, int rank, std::span<const int32_t> values) {
+  blocks.bind(kInputs, name, rank, kNumDevices, values.data(), values.size(), "i32", "Inputs::set_block", kProgram);
+  return *this;
+}
+
+Program::Outputs& Program::Outputs::set_block(std::string_view name, int rank, std::span<float> values) {
+  blocks.bind(kOutputs, name, rank, kNumDevices, values.data(), values.size(), "f32", "Outputs::set_block",
+              kProgram);
+  return *this;
+}
+
 Program::Outputs& Program::Outputs::set(std::string_view name,
                                         [[maybe_unused]] std::span<float> values) {
   if (name == "loss") {
@@ -170,15 +187,21 @@ Program::Outputs& Program::Outputs::set(std::string_view name,
 }
 
 void Program::forward(const Inputs& in, Outputs& out) {
-  if (!in.x)
-    throw std::invalid_argument("forward: Inputs::x is null; input \"x\" wants f32[8,4]");
-  if (!out.loss)
-    throw std::invalid_argument("forward: Outputs::loss is null; output \"loss\" wants f32[]");
-  if (!out.grad_norm)
-    throw std::invalid_argument("forward: Outputs::grad_norm is null; output \"grad_norm\" wants f32[]");
-  if (!out.lr)
-    throw std::invalid_argument("forward: Outputs::lr is null; output \"lr\" wants f32[]");
+  rt::check_bound(kInputs[0], 0, in.x, in.blocks, local_ranks_, "input", "Inputs::x");
+  rt::check_bound(kOutputs[0], 0, out.loss, out.blocks, local_ranks_, "output", "Outputs::loss");
+  rt::check_bound(kOutputs[1], 1, out.grad_norm, out.blocks, local_ranks_, "output", "Outputs::grad_norm");
+  rt::check_bound(kOutputs[2], 2, out.lr, out.blocks, local_ranks_, "output", "Outputs::lr");
+  out.blocks.clear_marks(kOutputs.size(), kNumDevices);
   world_.run([&](int rank) { forward_device(rank, in, out); });
+  if (world_.processes() == 1) return;
+  // Several processes: each global output array gets the blocks computed
+  // on the other processes.
+  if (out.loss)
+    rt::complete_global(world_, kOutputs[0], {out.loss, 1}, out.blocks.marks(0));
+  if (out.grad_norm)
+    rt::complete_global(world_, kOutputs[1], {out.grad_norm, 1}, out.blocks.marks(1));
+  if (out.lr)
+    rt::complete_global(world_, kOutputs[2], {out.lr, 1}, out.blocks.marks(2));
 }
 
 // The SPMD body: the same statements on every device.
@@ -204,7 +227,10 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     timeline.op("input  tests/pipeline/stack_programs.cpp:31", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:31: input "x" f32[8,4] [{"data"}, {}] => this device's block
     rt::Buffer x(16, &mem);  // f32[4,4] [{"data"}, {}]
-    rt::strided_copy(in.x + dev.data_index * 4 * 4, {4, 4}, {4, 1}, x.data());
+    if (const auto* block = in.blocks.get<float>(0, rank))  // set_block()
+      std::copy_n(block, 16, x.data());
+    else
+      rt::strided_copy(in.x + dev.data_index * 4 * 4, {4, 4}, {4, 1}, x.data());
 
     // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
@@ -674,15 +700,24 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
 
     // ---- outputs --------------------------------------------------------------
     // "loss" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
-    if (dev.data_index == 0) {
+    if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
+      std::copy_n(loss.data(), 1, block);
+    if (out.loss && dev.data_index == 0) {
+      out.blocks.mark(0, rank);
       out.loss[0] = loss.data()[0];
     }  // "loss"
     // "grad_norm" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
-    if (dev.data_index == 0) {
+    if (float* block = out.blocks.get_mutable<float>(1, rank))  // set_block()
+      std::copy_n(grad_norm.data(), 1, block);
+    if (out.grad_norm && dev.data_index == 0) {
+      out.blocks.mark(1, rank);
       out.grad_norm[0] = grad_norm.data()[0];
     }  // "grad_norm"
     // "lr" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
-    if (dev.data_index == 0) {
+    if (float* block = out.blocks.get_mutable<float>(2, rank))  // set_block()
+      std::copy_n(lr.data(), 1, block);
+    if (out.lr && dev.data_index == 0) {
+      out.blocks.mark(2, rank);
       out.lr[0] = lr.data()[0];
     }  // "lr"
 
@@ -698,8 +733,26 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // switch
 }  // Program::forward_device
 
+const Program::Device& Program::device(int rank, std::string_view call) const {
+  if (rank >= 0 && rank < kNumDevices && devices_[rank]) return *devices_[rank];
+  std::string local;
+  for (int r : local_ranks_) local += (local.empty() ? "" : ", ") + std::to_string(r);
+  throw std::out_of_range(std::string(call) + ": device " + std::to_string(rank) + " is not one of this process's (" +
+                          "process " + std::to_string(world_.process()) + " of " + std::to_string(world_.processes()) +
+                          " drives " + local + ")");
+}
+
+bool Program::holds_parameter([[maybe_unused]] int rank, std::string_view path) {
+  const std::vector<int> coords = mesh_shape().coords(rank);
+  if (path == "l0/kernel") return coords[0] == 0;
+  if (path == "l1/kernel") return coords[0] == 1;
+  if (path == "opt/step") return coords[0] == 0;
+  parameter_info(path);  // throws std::out_of_range: no such parameter
+  return false;
+}
+
 const float* Program::parameter_shard(int rank, std::string_view path) const {
-  [[maybe_unused]] const Device& dev = *devices_.at(rank);
+  [[maybe_unused]] const Device& dev = device(rank, "parameter_shard");
   if (path == "l0/kernel") return dev.l0_kernel.data();
   if (path == "l1/kernel") return dev.l1_kernel.data();
   if (path == "opt/step") return dev.opt_step.data();
@@ -718,8 +771,8 @@ size_t Program::parameter_shard_size(std::string_view path) const {
 void Program::set_parameter(std::string_view path, std::span<const float> values) {
   sharc::rt::check_elements(parameter_info(path), values.size(), "set_parameter", "parameter");
   [[maybe_unused]] const float* global = values.data();
-  for (auto& device : devices_) {
-    [[maybe_unused]] Device& dev = *device;
+  for (int rank : local_ranks_) {
+    [[maybe_unused]] Device& dev = *devices_[rank];
     if (path == "l0/kernel" && (dev.pipe_index == 0)) rt::strided_copy(global, {4, 4}, {4, 1}, dev.l0_kernel.data());
     if (path == "l1/kernel" && (dev.pipe_index == 1)) rt::strided_copy(global, {4, 4}, {4, 1}, dev.l1_kernel.data());
     if (path == "opt/step" && (dev.pipe_index == 0)) dev.opt_step[0] = global[0];
@@ -729,27 +782,32 @@ void Program::set_parameter(std::string_view path, std::span<const float> values
 void Program::get_parameter(std::string_view path, std::span<float> values) const {
   sharc::rt::check_elements(parameter_info(path), values.size(), "get_parameter", "parameter");
   [[maybe_unused]] float* global = values.data();
-  for (auto& device : devices_) {
-    [[maybe_unused]] const Device& dev = *device;
+  std::vector<uint8_t> wrote(kNumDevices, 0);  // the devices that wrote their block
+  for (int rank : local_ranks_) {
+    [[maybe_unused]] const Device& dev = *devices_[rank];
     if (path == "l0/kernel" && (dev.pipe_index == 0)) {
       // block f32[4,4] [{}, {}] of the global f32[4,4]; replicated over "data", so one copy writes it
       if (dev.data_index == 0) {
+        wrote[rank] = 1;
         std::copy_n(dev.l0_kernel.data(), 16, global);
       }
     }  // "l0/kernel"
     if (path == "l1/kernel" && (dev.pipe_index == 1)) {
       // block f32[4,4] [{}, {}] of the global f32[4,4]; replicated over "data", so one copy writes it
       if (dev.data_index == 0) {
+        wrote[rank] = 1;
         std::copy_n(dev.l1_kernel.data(), 16, global);
       }
     }  // "l1/kernel"
     if (path == "opt/step" && (dev.pipe_index == 0)) {
       // block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
       if (dev.data_index == 0) {
+        wrote[rank] = 1;
         global[0] = dev.opt_step.data()[0];
       }
     }  // "opt/step"
   }
+  rt::complete_global(world_, parameter_info(path), values, wrote);  // other processes' blocks
 }
 
 }  // namespace sharc_gen::pipeline_tiny_2x2
