@@ -9,11 +9,12 @@
 //       way (3 steps, dropout on), then the logits program fed the trained
 //       parameters: its global output completed on every process and its
 //       per-device blocks both bit for bit the thread world's;
-//   mpi_train_test <local devices> checkpoint <dir>    2 MLP steps, a
-//       collective save (one file per process, the index by process 0), 2
-//       more steps; a fresh program restored from it repeats those 2 steps
-//       bit for bit; and process 0 restores the same checkpoint into the
-//       fsdp=8 program on a one-process thread world: every parameter equal;
+//   mpi_train_test <local devices> checkpoint <dir>    a one-process save
+//       restores onto these processes; then 2 MLP steps, a collective save
+//       (one file per process, the index by process 0), 2 more steps; a
+//       fresh program restored from it repeats those 2 steps bit for bit;
+//       and process 0 restores the same checkpoint into the fsdp=8 program
+//       on a one-process thread world: every parameter equal;
 //   mpi_train_test <local devices> kill <dir>   process 1 SIGKILLs itself
 //       in the middle of training; the job must end, not hang (the ctest
 //       checks mpirun's exit and message).
@@ -276,6 +277,22 @@ float mlp_step(mlp::Program& p, int step) {
 }
 
 void checkpoint_case(MpiWorld& mpi, const fs::path& dir) {
+  // One process's save restores onto 2 processes: process 0 saves a
+  // thread-world program after 3 steps; every process trains the same
+  // program itself to know the values.
+  {
+    ThreadWorld threads(mlp::mesh_shape());
+    mlp::Program single(threads);
+    single.init(11);
+    for (int s = 0; s < 3; ++s) mlp_step(single, s);
+    if (mpi.process() == 0) save(single, dir / "single", {.step = 3});
+    mpi.all_gather_host("");  // saved
+    mlp::Program p(mpi);
+    restore(p, dir / "single");
+    const auto want = parameters_of(single), got = parameters_of(p);
+    for (const auto& [name, v] : want)
+      expect(same_bits(v, got.at(name)), "checkpoint: the one-process save restored onto 2 processes: " + name);
+  }
   std::vector<float> losses;
   {
     mlp::Program p(mpi);
