@@ -95,7 +95,8 @@ std::map<std::vector<int64_t>, std::vector<int>> distinct_blocks(const Checkpoin
                                                                  const std::vector<int>& ranks) {
   std::map<std::vector<int64_t>, std::vector<int>> blocks;
   for (int r : ranks)
-    if (target.holds(r, t.name)) blocks[block_offset(t, target.mesh, r)].push_back(r);
+    if (target.holds ? target.holds(r, t.name) : target.shard(r, t.name) != nullptr)
+      blocks[block_offset(t, target.mesh, r)].push_back(r);
   return blocks;
 }
 
@@ -109,7 +110,7 @@ std::vector<std::string> exchange_or_fail(const CheckpointTarget& target, const 
   } catch (const std::exception& e) {
     mine = std::string("error: ") + e.what();
   }
-  const std::vector<std::string> all = target.exchange(mine);
+  const std::vector<std::string> all = target.exchange ? target.exchange(mine) : std::vector<std::string>{mine};
   for (size_t p = 0; p < all.size(); ++p)
     if (all[p].rfind("error: ", 0) == 0)
       fail(all[p].substr(7) + (static_cast<int>(p) == target.process ? "" : " (on process " + std::to_string(p) + ")"));

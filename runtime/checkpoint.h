@@ -62,7 +62,8 @@ struct CheckpointTarget {
   std::vector<int> local_ranks;  // the devices this process drives
   int process = 0;               // this process, of all that save together
   // Whether device `rank` (any, local or not) holds a block of `path` (not
-  // every pipeline stage does).
+  // every pipeline stage does). Unset: shard() is not null, which serves a
+  // single process.
   std::function<bool(int rank, std::string_view path)> holds;
   // Local device `rank`'s block of parameter `path`, or nullptr when that
   // device holds none.
@@ -72,7 +73,7 @@ struct CheckpointTarget {
   std::function<void(std::string_view path, std::span<float> out)> get;
   std::function<void(std::string_view path, std::span<const float> in)> set;
   // Every process's text, in process order (World::all_gather_host): how
-  // processes agree on a save. Also a barrier.
+  // processes agree on a save. Also a barrier. Unset: one process.
   std::function<std::vector<std::string>(const std::string& mine)> exchange;
 };
 
