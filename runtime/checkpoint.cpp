@@ -11,6 +11,7 @@
 #include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc, _GNU_SOURCE)
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -74,6 +75,27 @@ void write_text(const fs::path& p, const std::string& text) {
 
 [[noreturn]] void bad_index(const std::string& where, const std::string& why) {
   fail(where + ": " + why);
+}
+
+// An integer in [lo, hi], or a bad index: a float ("1e300"), a string or an
+// out-of-range number never reaches a C++ integer conversion.
+int64_t int_in(const json& v, int64_t lo, int64_t hi, const std::string& where, const std::string& what) {
+  const std::string text = v.dump().substr(0, 40);
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(hi)) bad_index(where, what + " " + text + " is out of range");
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  if (!v.is_number_integer()) bad_index(where, what + " is not an integer: " + text);
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) bad_index(where, what + " " + text + " is out of range");
+  return x;
+}
+
+std::vector<int64_t> ints_in(const json& v, int64_t lo, int64_t hi, const std::string& where, const std::string& what) {
+  if (!v.is_array()) bad_index(where, what + " is not a list");
+  std::vector<int64_t> out;
+  for (const json& e : v) out.push_back(int_in(e, lo, hi, where, what));
+  return out;
 }
 
 std::string dtype_of(const TensorInfo& t) {
@@ -257,10 +279,12 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
     if (!j["version"].is_number_integer() || j["version"].get<int>() != kVersion)
       bad_index(where, "index version " + j["version"].dump() + " is not " + std::to_string(kVersion));
     CheckpointIndex index;
-    index.step = j.at("step").get<int64_t>();
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    index.step = int_in(j.at("step"), 0, kMax, where, "the step");
     const json& mesh = j.at("mesh");
     index.mesh.axis_names = mesh.at("axes").get<std::vector<std::string>>();
-    index.mesh.axis_sizes = mesh.at("sizes").get<std::vector<int>>();
+    for (int64_t size : ints_in(mesh.at("sizes"), 1, 1 << 20, where, "a mesh axis size"))
+      index.mesh.axis_sizes.push_back(static_cast<int>(size));
     if (index.mesh.axis_names.size() != index.mesh.axis_sizes.size()) bad_index(where, "the mesh's axes and sizes differ in number");
     for (int size : index.mesh.axis_sizes)
       if (size < 1 || size > (1 << 20)) bad_index(where, "the mesh has an axis of size " + std::to_string(size));
@@ -276,7 +300,7 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
       t.dtype = v.at("dtype").get<std::string>();
       const size_t es = safetensors_dtype_size(t.dtype);
       if (es == 0) bad_index(where, at + "dtype " + t.dtype + " is not one sharc reads (F32, BF16, I32)");
-      t.shape = v.at("shape").get<std::vector<int64_t>>();
+      t.shape = ints_in(v.at("shape"), 0, int64_t{1} << 40, where, at + "a shape's size");
       int64_t volume = 1;
       for (int64_t d : t.shape) {
         if (d < 0 || d > (int64_t{1} << 40)) bad_index(where, at + "shape " + shape_text(t.shape) + " has a bad size");
@@ -290,8 +314,8 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
         if (std::find(index.files.begin(), index.files.end(), sh.file) == index.files.end())
           bad_index(where, at + "a shard names file \"" + sh.file + "\", which the index does not list");
         sh.tensor = sj.at("tensor").get<std::string>();
-        sh.offset = sj.at("offset").get<std::vector<int64_t>>();
-        sh.shape = sj.at("shape").get<std::vector<int64_t>>();
+        sh.offset = ints_in(sj.at("offset"), 0, int64_t{1} << 40, where, at + "a shard's offset");
+        sh.shape = ints_in(sj.at("shape"), 0, int64_t{1} << 40, where, at + "a shard's shape");
         if (sh.offset.size() != t.shape.size() || sh.shape.size() != t.shape.size())
           bad_index(where, at + "shard \"" + sh.tensor + "\" has the wrong rank");
         int64_t n = 1;
@@ -300,12 +324,13 @@ CheckpointIndex parse_checkpoint_index(const std::string& text, const std::strin
             bad_index(where, at + "shard \"" + sh.tensor + "\" lies outside the tensor");
           n *= sh.shape[d];
         }
-        const auto bytes = sj.at("bytes").get<std::vector<uint64_t>>();
-        if (bytes.size() != 2 || bytes[0] > bytes[1] || bytes[1] - bytes[0] != static_cast<uint64_t>(n) * es)
+        const std::vector<int64_t> bytes = ints_in(sj.at("bytes"), 0, kMax, where, at + "a byte offset");
+        if (bytes.size() != 2 || bytes[0] > bytes[1] ||
+            static_cast<uint64_t>(bytes[1] - bytes[0]) != static_cast<uint64_t>(n) * es)
           bad_index(where, at + "shard \"" + sh.tensor + "\": its byte range does not hold its block");
         sh.begin = bytes[0];
         sh.end = bytes[1];
-        sh.crc32 = sj.at("crc32").get<uint32_t>();
+        sh.crc32 = static_cast<uint32_t>(int_in(sj.at("crc32"), 0, 0xffffffffLL, where, at + "a CRC-32"));
         for (const CheckpointShard& o : t.shards) {  // disjoint blocks
           bool overlap = true;
           for (size_t d = 0; d < t.shape.size(); ++d)

@@ -11,6 +11,12 @@
 //             [--seed 0] [--check] [--text FILE] [--prompt "The "]
 //   gpt2_main --mesh pipe=2,data=2,model=2 --schedule 1f1b --microbatches 8
 //   gpt2_main ... --trace step.json [--virtual-clock]
+//   mpirun -np 4 gpt2_main --mesh data=4,model=2 --local-devices 2 ...
+//
+// --local-devices L runs on an MpiWorld (built when MPI is found): P
+// processes under mpirun with L devices each, P x L the mesh's devices. Every
+// process draws the same windows; the run is bit for bit the one-process
+// run, and process 0 prints.
 //
 // --trace writes the last training step's timeline as a Chrome trace (open
 // it in ui.perfetto.dev): one track per device, every statement, collective,
@@ -35,6 +41,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -55,6 +62,9 @@
 #include "gpt2_train_pipe2_data2_model2.h"
 #include "runtime/trace.h"
 #include "samples/gpt2/model.h"
+#ifdef SHARC_HAVE_MPI
+#include "runtime/mpi_world.h"
+#endif
 
 namespace {
 
@@ -75,6 +85,7 @@ struct Options {
   int microbatches = 0;
   std::string trace;  // Chrome trace of the last step
   bool virtual_clock = false;
+  int local_devices = 0;  // > 0: an MpiWorld with this many devices per process
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -83,6 +94,7 @@ struct Options {
                "[--temperature T] [--seed S] [--check] [--text FILE] [--prompt P]\n"
                "       [--schedule S --microbatches M]   (with a pipe axis)\n"
                "       [--trace FILE [--virtual-clock]]\n"
+               "       [--local-devices L]   (under mpirun: L devices per process)\n"
                "meshes: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2,\n"
                "        pipe=2,data=2,model=2 (1f1b, 8 micro-batches)\n",
                why);
@@ -121,11 +133,18 @@ Options parse(int argc, char** argv) {
       o.trace = value();
     else if (a == "--virtual-clock")
       o.virtual_clock = true;
+    else if (a == "--local-devices")
+      o.local_devices = std::stoi(value());
     else
       usage(("unknown argument " + a).c_str());
   }
-  if (o.steps < 0 || o.sample < 0 || o.temperature < 0)
-    usage("negative --steps, --sample or --temperature");
+  if (o.steps < 0 || o.sample < 0 || o.temperature < 0 || o.local_devices < 0)
+    usage("negative --steps, --sample, --temperature or --local-devices");
+#ifndef SHARC_HAVE_MPI
+  if (o.local_devices) usage("--local-devices needs MPI, and this gpt2_main was built without it");
+#endif
+  if (o.local_devices && (!o.trace.empty() || o.virtual_clock))
+    usage("--trace and --virtual-clock need the one-process thread world (no --local-devices)");
   return o;
 }
 
@@ -213,6 +232,17 @@ double uniform(std::mt19937_64& rng) {
 
 template <class TrainProgram, class LogitsProgram>
 int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
+  // The world first: under mpirun it starts MPI, and only process 0 prints.
+  std::unique_ptr<sharc::rt::ThreadWorld> threads;
+  std::unique_ptr<sharc::rt::World> mpi;
+#ifdef SHARC_HAVE_MPI
+  if (o.local_devices) {
+    mpi = std::make_unique<sharc::rt::MpiWorld>(mesh, o.local_devices);
+    if (mpi->process() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
+  }
+#endif
+  if (!mpi) threads = std::make_unique<sharc::rt::ThreadWorld>(mesh);
+  sharc::rt::World& world = mpi ? *mpi : *threads;
   const sharc::GPTConfig cfg = gpt2::config();
   const int64_t batch = gpt2::kTrainBatch, context = cfg.context;
 
@@ -233,12 +263,13 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
               static_cast<long long>(cfg.layers), static_cast<long long>(cfg.heads),
               static_cast<long long>(cfg.embed), static_cast<long long>(context),
               static_cast<long long>(batch), mesh.to_string().c_str());
+  if (mpi)
+    std::printf("world: %d MPI processes x %d devices\n", world.processes(), o.local_devices);
   if (pipelined)
     std::printf("pipeline: %d stages, schedule %s, %d micro-batches of %lld windows\n",
                 mesh.axis_sizes[mesh.axis_index("pipe")], gpt2::kPipelineSchedule, gpt2::kPipelineMicrobatches,
                 static_cast<long long>(batch / gpt2::kPipelineMicrobatches));
 
-  sharc::rt::ThreadWorld world(mesh);
   TrainProgram train(world);
   train.init(o.seed);
 
@@ -259,8 +290,8 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
     fill_batch();
     if (step == o.steps - 1 && (!o.trace.empty() || o.virtual_clock)) {
       // The last step's timeline (set_clock clears what came before).
-      if (o.virtual_clock) world.set_link({.latency_s = 20e-6, .bytes_per_s = 2e9});
-      world.set_clock(o.virtual_clock ? sharc::rt::ClockMode::kVirtual : sharc::rt::ClockMode::kWall);
+      if (o.virtual_clock) threads->set_link({.latency_s = 20e-6, .bytes_per_s = 2e9});
+      threads->set_clock(o.virtual_clock ? sharc::rt::ClockMode::kVirtual : sharc::rt::ClockMode::kWall);
     }
     // Dropout masks: a new stream per step (floats are exact below 2^24).
     const float seed = static_cast<float>((o.seed * 100003 + step) % (1 << 24));
@@ -308,30 +339,30 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
         step + 1, o.steps, loss, lr, grad_norm, elapsed, 1e3 * elapsed / (step + 1), eta);
     std::fflush(stdout);
   }
-  if (world.clock() != sharc::rt::ClockMode::kOff) {
-    world.set_link({});
+  if (threads && threads->clock() != sharc::rt::ClockMode::kOff) {
+    threads->set_link({});
     if (o.virtual_clock) {
       double busy = 0, end = 0;
-      for (const sharc::rt::DeviceTime& t : world.device_times()) {
+      for (const sharc::rt::DeviceTime& t : threads->device_times()) {
         busy += t.busy_s;
         end = std::max(end, t.now_s);
       }
       std::printf("virtual clock (%.0f GFLOP/s, %.0f GB/s per device; link 20 us + 2 GB/s): last step %.3f ms, "
                   "devices idle %.1f%% of it\n",
                   sharc::rt::MachineModel{}.flops_per_s / 1e9, sharc::rt::MachineModel{}.bytes_per_s / 1e9,
-                  1e3 * end, 100 * (1 - busy / (world.size() * end)));
+                  1e3 * end, 100 * (1 - busy / (threads->size() * end)));
     }
     if (!o.trace.empty()) {
       std::ofstream f(o.trace);
-      f << sharc::rt::chrome_trace_json(world.trace());
+      f << sharc::rt::chrome_trace_json(threads->trace());
       if (!f) {
         std::fprintf(stderr, "gpt2_main: cannot write %s\n", o.trace.c_str());
         return 1;
       }
-      std::printf("trace of the last step (%s clock): %s\n", sharc::rt::clock_mode_name(world.clock()),
+      std::printf("trace of the last step (%s clock): %s\n", sharc::rt::clock_mode_name(threads->clock()),
                   o.trace.c_str());
     }
-    world.set_clock(sharc::rt::ClockMode::kOff);
+    threads->set_clock(sharc::rt::ClockMode::kOff);
   }
   if (!losses.empty()) {
     const size_t tail = std::min<size_t>(50, losses.size());

@@ -149,6 +149,15 @@ TEST(CheckpointIndex, BadIndexesAreRefusedByName) {
            shard("[0]", "[1]", "[8,12]") + "]}}",
        "tensor \"w\": shards \"w@0\" and \"w@0\" overlap"},
       {R"({"w":{"dtype":"U8","shape":[2],"shards":[]}})", "tensor \"w\": dtype U8 is not one sharc reads"},
+      // Numbers that are not integers never reach a C++ integer conversion
+      // (the fuzzer found a huge size parsed as a double).
+      {R"({"w":{"dtype":"F32","shape":[5555555555555555555555555555554],"shards":[]}})",
+       "tensor \"w\": a shape's size is not an integer: 5.555555555555556e+30"},
+      {R"({"w":{"dtype":"F32","shape":[4],"shards":[)" + shard("[0.5]", "[2]", "[0,8]") + "]}}",
+       "tensor \"w\": a shard's offset is not an integer: 0.5"},
+      {R"({"w":{"dtype":"F32","shape":[2],"shards":[)" + shard("[0]", "[2]", "[0,1e40]") + "]}}",
+       "tensor \"w\": a byte offset is not an integer: 1e+40"},
+      {R"({"w":{"dtype":"F32","shape":[-2],"shards":[]}})", "tensor \"w\": a shape's size -2 is out of range"},
   };
   for (const Case& c : cases) {
     try {
