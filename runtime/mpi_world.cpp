@@ -53,6 +53,23 @@ struct MpiFabric {
   std::mutex mu;
   std::string abort_reason;  // under mu
 
+  // When a wait that starts now gives up (recv_timeout_s; 0 waits forever),
+  // and the timeout as messages print it.
+  Clock::time_point deadline() const {
+    const double s = recv_timeout_s > 0 ? recv_timeout_s : 1e9;
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+  std::string timeout_text() const {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", recv_timeout_s);
+    return buf;
+  }
+  // Between polls of a wait: yields at first, then sleeps 20 us a turn.
+  static void back_off(int& idle) {
+    if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    else std::this_thread::yield();
+  }
+
   void set_aborted(const std::string& why) {
     std::lock_guard<std::mutex> lk(mu);
     if (!aborted.load()) abort_reason = why;
@@ -100,7 +117,7 @@ class MpiComm final : public RingComm {
   // Waits until every message this device posted has left (its buffer is
   // free), polling for aborts; throws on timeout.
   void finish_sends() {
-    const Clock::time_point deadline = Clock::now() + timeout();
+    const Clock::time_point deadline = fabric_.deadline();
     while (!pending_.empty()) {
       reap();
       if (pending_.empty()) break;
@@ -108,7 +125,7 @@ class MpiComm final : public RingComm {
       fabric_.poll_abort();
       if (Clock::now() > deadline)
         throw std::runtime_error("rank " + std::to_string(rank()) + ": a message to rank " +
-                                 std::to_string(pending_.front().dst) + " was not taken within " + seconds_text() +
+                                 std::to_string(pending_.front().dst) + " was not taken within " + fabric_.timeout_text() +
                                  " s");
       std::this_thread::yield();
     }
@@ -155,7 +172,7 @@ class MpiComm final : public RingComm {
         unexpected_.erase(it);
         return b;
       }
-    const Clock::time_point deadline = Clock::now() + timeout();
+    const Clock::time_point deadline = fabric_.deadline();
     const int my_tag = rank() % fabric_.local;
     for (int idle = 0;;) {
       int flag = 0;
@@ -181,13 +198,12 @@ class MpiComm final : public RingComm {
         throw WorldAborted("rank " + std::to_string(rank()) + " stopped while waiting for rank " +
                            std::to_string(src) + ": " + fabric_.reason());
       if (Clock::now() > deadline)
-        throw std::runtime_error("rank " + std::to_string(rank()) + " waited " + seconds_text() +
+        throw std::runtime_error("rank " + std::to_string(rank()) + " waited " + fabric_.timeout_text() +
                                  " s for a message from rank " +
                                  std::to_string(src) + " (process " + std::to_string(src / fabric_.local) +
                                  "); it failed, or the devices issued collectives in different orders");
       reap();
-      if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-      else std::this_thread::yield();
+      MpiFabric::back_off(idle);
     }
   }
 
@@ -204,15 +220,6 @@ class MpiComm final : public RingComm {
     Bytes data;
   };
 
-  std::string seconds_text() const {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", fabric_.recv_timeout_s);
-    return buf;
-  }
-  Clock::duration timeout() const {
-    const double s = fabric_.recv_timeout_s > 0 ? fabric_.recv_timeout_s : 1e9;
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-  }
   // Frees the buffers of sends that completed.
   void reap() {
     while (!pending_.empty()) {
@@ -351,8 +358,7 @@ namespace {
 // Waits for a nonblocking collective like a device's receive waits: never
 // past the timeout, and stopping when another process announced a failure.
 void wait_host(detail::MpiFabric& f, MPI_Request& request, const char* what) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(f.recv_timeout_s > 0 ? f.recv_timeout_s : 1e9);
+  const auto deadline = f.deadline();
   for (int idle = 0;;) {
     int done = 0;
     detail::check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
@@ -361,11 +367,9 @@ void wait_host(detail::MpiFabric& f, MPI_Request& request, const char* what) {
     if (f.aborted.load())
       throw WorldAborted("process " + std::to_string(f.process) + " stopped in " + what + ": " + f.reason());
     if (std::chrono::steady_clock::now() > deadline)
-      throw std::runtime_error("process " + std::to_string(f.process) + " waited " +
-                               std::to_string(static_cast<int>(f.recv_timeout_s)) + " s in " + what +
-                               "; another process failed or did not call it");
-    if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    else std::this_thread::yield();
+      throw std::runtime_error("process " + std::to_string(f.process) + " waited " + f.timeout_text() + " s in " +
+                               what + "; another process failed or did not call it");
+    detail::MpiFabric::back_off(idle);
   }
 }
 
