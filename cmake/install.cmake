@@ -15,6 +15,7 @@
 #                      built, sharc::checkpoint and sharc::mpi) and
 #                      sharc.cmake
 #   share/sharc/templates/   what the generator fills in
+#   bin/sharc-lift           where Clang LibTooling was found (sharc::lift)
 # tests/consumer installs sharc into a fresh prefix and builds
 # examples/own_project against it (ctest -L install).
 include(GNUInstallDirs)
@@ -41,6 +42,13 @@ endforeach()
 
 install(TARGETS ${_sharc_libraries} EXPORT sharcTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# sharc-lift, where it was built (lift/), as the imported executable
+# sharc::lift, which sharc_lift() runs for models with SHARC_ELEMENTWISE
+# functions.
+if(TARGET sharc-lift)
+  set_target_properties(sharc-lift PROPERTIES EXPORT_NAME lift)
+  install(TARGETS sharc-lift EXPORT sharcTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 foreach(dir runtime ir dsl codegen codegen/passes)
   file(GLOB headers CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/${dir}/*.h")
   install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sharc/${dir})

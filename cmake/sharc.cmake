@@ -5,6 +5,10 @@
 #   sharc_add_program(NAME SOURCE model.cpp [PROGRAM registered-name]
 #                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR])
 #
+#  0. when SOURCE marks functions SHARC_ELEMENTWISE (dsl/lift.h), or LIFT is
+#     given (for marked functions in a header SOURCE includes), runs sharc-lift
+#     on it first (sharc_lift below): the generator then finds the Tensor
+#     forms in "<SOURCE stem>.lifted.h";
 #  1. builds the generator executable from SOURCE (the model file, which
 #     registers programs with SHARC_PROGRAM) linked with sharc::generator_main.
 #     Calls with the same SOURCE share one generator (named after the first
@@ -37,6 +41,48 @@
 # unknown keyword, a missing SOURCE, a NAME already taken) stops at the user's
 # CMakeLists.txt line, which CMake prints in the call stack under the message.
 include_guard(GLOBAL)
+
+# sharc_lift(TARGET <target> SOURCE <file>): runs sharc-lift (lift/) on
+# <file>, a source of <target>, at build time, with <target>'s include
+# directories and definitions, and puts the header it writes,
+# <build>/sharc_lifted/<target>/<stem>.lifted.h (and the lifted IR, for
+# reading, in <stem>.lifted.ir beside it), on <target>'s include path:
+# the source includes "<stem>.lifted.h" for the Tensor forms of its
+# SHARC_ELEMENTWISE functions. The header is rewritten when the file, a
+# header the file includes, or the tool changes. sharc_add_program calls it;
+# tests and users may too. Without sharc-lift (no Clang LibTooling) it stops
+# configuring with what to install.
+function(sharc_lift)
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "" "TARGET;SOURCE" "")
+  get_property(tool GLOBAL PROPERTY SHARC_LIFT_TOOL)
+  if(NOT tool OR NOT TARGET ${tool})
+    message(FATAL_ERROR "sharc: ${ARG_SOURCE} marks functions SHARC_ELEMENTWISE, which needs "
+                        "sharc-lift, built on Clang LibTooling, and it is not installed: "
+                        "sudo apt-get install libclang-cpp14-dev llvm-14-dev "
+                        "(scripts/install_deps.sh does), then re-run cmake")
+  endif()
+  cmake_path(ABSOLUTE_PATH ARG_SOURCE BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} NORMALIZE
+             OUTPUT_VARIABLE source)
+  cmake_path(GET source STEM stem)
+  set(dir ${CMAKE_BINARY_DIR}/sharc_lifted/${ARG_TARGET})
+  set(header ${dir}/${stem}.lifted.h)
+  set(includes "$<TARGET_PROPERTY:${ARG_TARGET},INCLUDE_DIRECTORIES>")
+  set(defines "$<TARGET_PROPERTY:${ARG_TARGET},COMPILE_DEFINITIONS>")
+  file(MAKE_DIRECTORY ${dir})
+  add_custom_command(
+    OUTPUT ${header}
+    BYPRODUCTS ${dir}/${stem}.lifted.ir
+    COMMAND ${tool} ${source} --output ${header} --ir ${dir}/${stem}.lifted.ir
+            --source-root ${CMAKE_SOURCE_DIR} --depfile ${header}.d --
+            "$<$<BOOL:${includes}>:-I$<JOIN:${includes},;-I>>"
+            "$<$<BOOL:${defines}>:-D$<JOIN:${defines},;-D>>" -I${dir}
+    DEPENDS ${source} ${tool}
+    DEPFILE ${header}.d
+    COMMENT "sharc-lift: lifting the SHARC_ELEMENTWISE functions of ${ARG_SOURCE}"
+    COMMAND_EXPAND_LISTS VERBATIM)
+  target_sources(${ARG_TARGET} PRIVATE ${header})
+  target_include_directories(${ARG_TARGET} PRIVATE ${dir})
+endfunction()
 
 # Stops configuring with `sharc_add_program(NAME): <why>`; CMake's call stack
 # below the message names the caller's CMakeLists.txt:<line>.
@@ -116,7 +162,7 @@ function(_sharc_check_mesh name mesh devices out_devices)
 endfunction()
 
 function(sharc_add_program NAME)
-  set(options DUMP_IR)
+  set(options DUMP_IR LIFT)
   set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "")
   set(keywords "${one_value};${options}")
@@ -198,6 +244,10 @@ function(sharc_add_program NAME)
       target_compile_options(${generator} PRIVATE "-ffile-prefix-map=${CMAKE_SOURCE_DIR}/=")
     endif()
     set_property(GLOBAL PROPERTY SHARC_GENERATOR_${key} ${generator})
+    file(STRINGS "${source}" marked REGEX "SHARC_ELEMENTWISE" LIMIT_COUNT 1)
+    if(ARG_LIFT OR marked)
+      sharc_lift(TARGET ${generator} SOURCE ${source})
+    endif()
   endif()
 
   set(out_dir ${CMAKE_BINARY_DIR}/sharc_generated/${NAME})

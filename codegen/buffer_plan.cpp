@@ -20,11 +20,14 @@ void add_unique(std::vector<int>& v, int x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
 }
 
-void collect_tree(const ir::Graph& g, const BufferPlan& p, int v, std::vector<int>& tree,
+// The nodes of the loop that computes `v` (root `r`): operands that this
+// loop computes too (inlined, with root r) are collected recursively; others
+// are buffers it reads.
+void collect_tree(const ir::Graph& g, const BufferPlan& p, int r, int v, std::vector<int>& tree,
                   std::vector<int>& reads) {
   for (int a : g[v].args) {
-    if (p.inlined[a])
-      collect_tree(g, p, a, tree, reads);
+    if (p.inlined[a] && p.root[a] == r)
+      collect_tree(g, p, r, a, tree, reads);
     else if (g[a].op != Op::kConstant)
       add_unique(reads, a);
   }
@@ -115,18 +118,66 @@ BufferPlan plan_buffers(const ir::Graph& g) {
   // Fusion and constants (see buffer_plan.h).
   p.inlined.assign(n, false);
   p.needs_buffer.assign(n, true);
+  // root[i]: the statement (fused loop) that computes node i. Users come
+  // after their operands, so walking backwards decides every user first.
+  p.root.assign(n, -1);
+  p.kept.assign(n, false);
+  // Where the statement of a node that is not elementwise runs: itself, or
+  // for a bucketed all-reduce, its bucket's first member.
+  std::vector<int> runs_at(n);
+  for (int first = 0; first < static_cast<int>(n);) {
+    const int end = all_reduce_bucket_end(g, first);
+    for (int m = first; m < end; ++m) runs_at[m] = first;
+    first = end;
+  }
+  for (size_t i = n; i-- > 0;) {
+    const Node& v = g.nodes[i];
+    p.root[i] = static_cast<int>(i);
+    if (!ir::is_elementwise(v.op) || p.is_output[i] || p.is_update_value[i] || p.users[i].empty())
+      continue;
+    // Inlined: every user is elementwise, of this micro-batch, in one loop.
+    int r = -1;
+    bool fuse = true;
+    for (int u : p.users[i]) {
+      fuse = fuse && ir::is_elementwise(g[u].op) && g[u].micro_batch == v.micro_batch &&
+             (r < 0 || p.root[u] == r);
+      r = p.root[u];
+    }
+    if (fuse) {
+      p.inlined[i] = true;
+      p.root[i] = r;
+      continue;
+    }
+    // Kept: computed in the first loop that reads it (an elementwise user of
+    // this micro-batch) and also stored, for readers that run after that
+    // loop: later loops, and ops that are not elementwise (a dot, a
+    // reduction, the backward pass).
+    int host = -1;
+    for (int u : p.users[i])
+      if (ir::is_elementwise(g[u].op) && g[u].micro_batch == v.micro_batch &&
+          (host < 0 || p.root[u] < host))
+        host = p.root[u];
+    if (host < 0) continue;
+    bool after = true;
+    for (int u : p.users[i]) {
+      const int at = ir::is_elementwise(g[u].op) ? p.root[u] : runs_at[u];
+      after = after && (at > host || (at == host && g[u].micro_batch == v.micro_batch));
+    }
+    if (after) {
+      p.inlined[i] = true;
+      p.kept[i] = true;
+      p.root[i] = host;
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     const Node& v = g.nodes[i];
-    if (ir::is_elementwise(v.op) && p.users[i].size() == 1 && !p.is_output[i] &&
-        !p.is_update_value[i] && ir::is_elementwise(g[*p.users[i].begin()].op) &&
-        g[*p.users[i].begin()].micro_batch == v.micro_batch)
-      p.inlined[i] = true;
     if (v.op == Op::kConstant) {
       bool other = p.is_output[i] || p.is_update_value[i];
       for (int u : p.users[i]) other = other || !ir::is_elementwise(g[u].op);
       p.needs_buffer[i] = other;
     }
-    if (p.inlined[i] || v.op == Op::kParameter || v.op == Op::kSend) p.needs_buffer[i] = false;
+    if ((p.inlined[i] && !p.kept[i]) || v.op == Op::kParameter || v.op == Op::kSend)
+      p.needs_buffer[i] = false;
   }
 
   // Statements, in program order.
@@ -135,7 +186,7 @@ BufferPlan plan_buffers(const ir::Graph& g) {
     const int id = static_cast<int>(i);
     if (v.op == Op::kParameter || p.inlined[i] || (v.op == Op::kConstant && !p.needs_buffer[i]))
       continue;
-    BufferPlan::Stmt s{id, {}, {}, {}};
+    BufferPlan::Stmt s{id, {}, {}, {}, {}};
     const int bucket_end = all_reduce_bucket_end(g, id);
     if (bucket_end > id + 1) {
       for (int m = id; m < bucket_end; ++m) {
@@ -144,8 +195,10 @@ BufferPlan plan_buffers(const ir::Graph& g) {
       }
       i = bucket_end - 1;
     } else if (ir::is_elementwise(v.op)) {
-      collect_tree(g, p, id, s.tree, s.reads);
+      collect_tree(g, p, id, id, s.tree, s.reads);
       std::sort(s.tree.begin(), s.tree.end());
+      for (int t : s.tree)
+        if (p.kept[t]) s.stores.push_back(t);
     } else {
       for (int a : v.args) add_unique(s.reads, a);
     }
@@ -212,6 +265,7 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
       t.free(total);
     } else if (v.op != Op::kSend) {  // a send has no result
       t.alloc(bytes_of(v));  // the statement's result
+      for (int k : s.stores) t.alloc(bytes_of(g[k]));  // and the values its loop keeps
       if (v.op == Op::kDot)
         local_dot_temps(t, v.dot, g[v.args[0]].shape, g[v.args[1]].shape, v.dtype);
       else if (v.op == Op::kRingDot)
@@ -271,9 +325,10 @@ ActivationProfile simulate_activations(const ir::Graph& g, const BufferPlan& p) 
   };
   for (size_t k = 0; k < p.stmts.size(); ++k) {
     const BufferPlan::Stmt& s = p.stmts[k];
-    if (s.bucket.empty())
+    if (s.bucket.empty()) {
       add(s.node);
-    else
+      for (int k : s.stores) add(k);
+    } else
       for (int m : s.bucket) add(m);
     a.max_micro_batches = std::max(a.max_micro_batches, static_cast<int>(live_per_micro_batch.size()));
     a.max_bytes = std::max(a.max_bytes, live_bytes);

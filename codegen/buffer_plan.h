@@ -7,10 +7,17 @@
 // the prediction cannot drift from the generated code.
 //
 // The rules (all in plan_buffers):
-//  - fusion: an elementwise node is computed inside its user's loop when that
-//    user is its only one, is elementwise too and belongs to the same
-//    micro-batch (ir::Node::micro_batch), and the value is no output and no
-//    parameter's update (inlined). Fusing across micro-batches would move
+//  - fusion: an elementwise node is computed inside its users' loop when
+//    all its users are elementwise, belong to the same micro-batch
+//    (ir::Node::micro_batch) and are computed in one loop (a fused loop is a
+//    DAG: a value used twice in it, like x in a lifted function's branches,
+//    is one named scalar), and the value is no output and no parameter's
+//    update (inlined); an elementwise value also read after its loop (by
+//    a later loop or an op that is not elementwise, like the backward pass
+//    reading a forward activation) is computed in the first loop that
+//    reads it and stored from there as well (kept: a loop with several
+//    outputs), provided every such reader runs after that loop. Fusing
+//    across micro-batches would move
 //    work to the last one and keep every micro-batch's operands alive until
 //    then: a gradient accumulated over k micro-batches would hold k
 //    gradients;
@@ -37,6 +44,7 @@ struct BufferPlan {
   struct Stmt {
     int node;
     std::vector<int> tree;    // fused loop: the nodes computed in it, in order (root last)
+    std::vector<int> stores;  // fused loop: nodes of the tree it also stores (kept), in order
     std::vector<int> reads;   // buffers it reads
     std::vector<int> bucket;  // all-reduce bucket: its members
   };
@@ -45,6 +53,11 @@ struct BufferPlan {
   // is_update_value: the new value of some parameter (Graph::updates), kept to
   // the end of the step like an output.
   std::vector<bool> is_output, is_update_value, inlined, needs_buffer;
+  // kept: inlined into a loop and stored by it too (see the rules above);
+  // root: per node, the node whose statement computes it (itself unless
+  // inlined).
+  std::vector<bool> kept;
+  std::vector<int> root;
   std::vector<Stmt> stmts;
   // Per statement: the values whose buffers are released right after it
   // (their last read), in the order the emitter frees them.

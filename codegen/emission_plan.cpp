@@ -91,6 +91,7 @@ class Scheduler {
       else
         data_task(s, kind_of(v), stream_of(v));
       producer_[s.node] = last();
+      for (int k : s.stores) producer_[k] = last();
     }
   }
 

@@ -623,6 +623,16 @@ class CpuEmitter {
         return "std::sin(" + x + ")";
       case Op::kCos:
         return "std::cos(" + x + ")";
+      case Op::kAbs:
+        return "std::abs(" + x + ")";
+      case Op::kSigmoid:
+        return "rt::sigmoid(" + x + ")";
+      case Op::kErf:
+        return "std::erf(" + x + ")";
+      case Op::kLog1p:
+        return "std::log1p(" + x + ")";
+      case Op::kExpm1:
+        return "std::expm1(" + x + ")";
       case Op::kConvert:
         return x;  // the store (or the scalar's rounding) gives the node's type
       default:
@@ -640,6 +650,8 @@ class CpuEmitter {
         return a + " * " + b;
       case Op::kDiv:
         return a + " / " + b;
+      case Op::kPow:
+        return "std::pow(" + a + ", " + b + ")";
       case Op::kMax:
         return "std::max(" + a + ", " + b + ")";
       case Op::kMin:
@@ -660,8 +672,15 @@ class CpuEmitter {
     const Node& root = g_[s.node];
     std::vector<std::string> ops;
     for (int t : s.tree) ops.push_back(ir::op_name(g_[t].op));
-    w.line(describe(anchor(s), s.reads, (s.tree.size() > 1 ? "fused " : "") + join(ops, ", ")));
+    std::string what = (s.tree.size() > 1 ? "fused " : "") + join(ops, ", ");
+    if (!s.stores.empty()) {
+      std::vector<std::string> kept;
+      for (int t : s.stores) kept.push_back(var_[t]);
+      what += "; also keeps " + join(kept, ", ");
+    }
+    w.line(describe(anchor(s), s.reads, what));
     w.line(declare(s.node));
+    for (int t : s.stores) w.line(declare(t));
     std::map<int, std::string> scalar;
     auto operand = [&](int a) {
       if (scalar.count(a)) return scalar[a];
@@ -675,6 +694,9 @@ class CpuEmitter {
     };
     auto expr = [&](int t) {
       const Node& v = g_[t];
+      if (ir::is_ternary(v.op))
+        return "rt::select(" + operand(v.args[0]) + ", " + operand(v.args[1]) + ", " +
+               operand(v.args[2]) + ")";
       return ir::is_unary(v.op) ? unary_expr(v.op, operand(v.args[0]))
                                 : binary_expr(v.op, operand(v.args[0]), operand(v.args[1]));
     };
@@ -702,6 +724,9 @@ class CpuEmitter {
                                          : expr(t);
         w.line("const float " + name + " = " + e + ";" + where);
         scalar[t] = name;
+        // A kept value is also stored, for the readers after this loop.
+        if (std::count(s.stores.begin(), s.stores.end(), t))
+          w.line(var_[t] + "[i] = " + stored(v.dtype, name) + ";");
       }
     }
     w.close("fused loop of " + var_[s.node]);

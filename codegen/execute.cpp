@@ -79,6 +79,11 @@ float apply_unary(Op op, float x) {
     case Op::kSqrt: return std::sqrt(x);
     case Op::kSin: return std::sin(x);
     case Op::kCos: return std::cos(x);
+    case Op::kAbs: return std::abs(x);
+    case Op::kSigmoid: return rt::sigmoid(x);
+    case Op::kErf: return std::erf(x);
+    case Op::kLog1p: return std::log1p(x);
+    case Op::kExpm1: return std::expm1(x);
     case Op::kConvert: return x;  // rounded (bf16) or truncated (i32) after the op, like any result
     default: internal_error("not unary");
   }
@@ -90,6 +95,7 @@ float apply_binary(Op op, float a, float b) {
     case Op::kSub: return a - b;
     case Op::kMul: return a * b;
     case Op::kDiv: return a / b;
+    case Op::kPow: return std::pow(a, b);
     case Op::kMax: return std::max(a, b);
     case Op::kMin: return std::min(a, b);
     case Op::kGreater: return a > b ? 1.0f : 0.0f;
@@ -541,13 +547,17 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
         case Op::kConstant:
           rt::fill(out.data(), count, static_cast<float>(n.scalar));
           break;
-        case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kMin:
-        case Op::kGreater: case Op::kEqual:
+        case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kPow: case Op::kMax:
+        case Op::kMin: case Op::kGreater: case Op::kEqual:
           for (int64_t i = 0; i < count; ++i) out[i] = apply_binary(n.op, arg(0)[i], arg(1)[i]);
           break;
         case Op::kNeg: case Op::kRelu: case Op::kGelu: case Op::kTanh: case Op::kExp: case Op::kLog:
-        case Op::kSqrt: case Op::kSin: case Op::kCos: case Op::kConvert:
+        case Op::kSqrt: case Op::kSin: case Op::kCos: case Op::kAbs: case Op::kSigmoid: case Op::kErf:
+        case Op::kLog1p: case Op::kExpm1: case Op::kConvert:
           for (int64_t i = 0; i < count; ++i) out[i] = apply_unary(n.op, arg(0)[i]);
+          break;
+        case Op::kSelect:
+          for (int64_t i = 0; i < count; ++i) out[i] = rt::select(arg(0)[i], arg(1)[i], arg(2)[i]);
           break;
         case Op::kReshape:
         case Op::kShardingConstraint:

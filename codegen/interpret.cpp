@@ -54,6 +54,11 @@ double unary(Op op, double x) {
     case Op::kSqrt: return std::sqrt(x);
     case Op::kSin: return std::sin(x);
     case Op::kCos: return std::cos(x);
+    case Op::kAbs: return std::abs(x);
+    case Op::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case Op::kErf: return std::erf(x);
+    case Op::kLog1p: return std::log1p(x);
+    case Op::kExpm1: return std::expm1(x);
     // The oracle computes in fp64 whatever the declared types: the tests
     // bound each dtype's distance from it.
     case Op::kConvert: return x;
@@ -67,6 +72,7 @@ double binary(Op op, double a, double b) {
     case Op::kSub: return a - b;
     case Op::kMul: return a * b;
     case Op::kDiv: return a / b;
+    case Op::kPow: return std::pow(a, b);
     case Op::kMax: return std::max(a, b);
     case Op::kMin: return std::min(a, b);
     case Op::kGreater: return a > b ? 1.0 : 0.0;
@@ -202,6 +208,7 @@ void eval_node(const ir::Graph& g, size_t id, std::vector<Values>& val, const Ho
       case Op::kSub:
       case Op::kMul:
       case Op::kDiv:
+      case Op::kPow:
       case Op::kMax:
       case Op::kMin:
       case Op::kGreater:
@@ -218,8 +225,17 @@ void eval_node(const ir::Graph& g, size_t id, std::vector<Values>& val, const Ho
       case Op::kSqrt:
       case Op::kSin:
       case Op::kCos:
+      case Op::kAbs:
+      case Op::kSigmoid:
+      case Op::kErf:
+      case Op::kLog1p:
+      case Op::kExpm1:
         out.resize(count);
         for (int64_t i = 0; i < count; ++i) out[i] = unary(n.op, arg(0)[i]);
+        break;
+      case Op::kSelect:
+        out.resize(count);
+        for (int64_t i = 0; i < count; ++i) out[i] = arg(0)[i] != 0.0 ? arg(1)[i] : arg(2)[i];
         break;
       case Op::kConvert:
         // To i32 truncates; to a float type the fp64 value stays as it is.

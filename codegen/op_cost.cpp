@@ -51,6 +51,7 @@ rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
                      static_cast<double>(ir::dtype_size(n.dtype)));
   rt::OpCost c;
   c.bytes = bytes_of(n);
+  for (int k : stmt.stores) c.bytes += bytes_of(g.nodes[k]);
   for (int r : stmt.reads) c.bytes += bytes_of(g.nodes[r]);
   if (n.op == Op::kInput) c.bytes *= 2;  // read from the caller's array, written to the block
   if (n.op == Op::kReduce) {

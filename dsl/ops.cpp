@@ -62,20 +62,25 @@ Tensor broadcast_impl(Tensor x, const Shape& shape, const SrcLoc& loc) {
   return tracer_of(x, loc).add(std::move(n));
 }
 
-Shape broadcast_shapes(const Tensor& a, const Tensor& b, const SrcLoc& loc) {
-  const Shape &x = a.shape(), &y = b.shape();
+// The numpy broadcast of shapes x and y, which describe a and b.
+Shape broadcast_shape(const Shape& x, const std::string& a, const Shape& y, const std::string& b,
+                      const SrcLoc& loc) {
   const size_t r = std::max(x.size(), y.size());
   Shape out(r);
   for (size_t i = 0; i < r; ++i) {
     const int64_t dx = i < r - x.size() ? 1 : x[i - (r - x.size())];
     const int64_t dy = i < r - y.size() ? 1 : y[i - (r - y.size())];
     if (dx != dy && dx != 1 && dy != 1)
-      user_error(loc, "incompatible broadcast: " + a.describe() + " and " + b.describe() +
-                          ": dimension " + std::to_string(i) + " of the result would be both " +
+      user_error(loc, "incompatible broadcast: " + a + " and " + b + ": dimension " +
+                          std::to_string(i) + " of the result would be both " +
                           std::to_string(dx) + " and " + std::to_string(dy));
     out[i] = std::max(dx, dy);
   }
   return out;
+}
+
+Shape broadcast_shapes(const Tensor& a, const Tensor& b, const SrcLoc& loc) {
+  return broadcast_shape(a.shape(), a.describe(), b.shape(), b.describe(), loc);
 }
 
 // Element types must agree (no silent promotion: a bf16 activation meeting
@@ -87,7 +92,8 @@ void check_types(Op op, const Tensor& a, const Tensor* b, const SrcLoc& loc) {
                         ": the element types differ; convert one with astype()");
   const bool integer_ok = op == Op::kAdd || op == Op::kSub || op == Op::kMul || op == Op::kMax ||
                           op == Op::kMin || op == Op::kGreater || op == Op::kEqual ||
-                          op == Op::kNeg || op == Op::kConvert;
+                          op == Op::kNeg || op == Op::kAbs || op == Op::kSelect ||
+                          op == Op::kConvert;
   if (a.dtype() == ir::DType::kI32 && !integer_ok)
     user_error(loc, std::string(ir::op_name(op)) + " of " + a.describe() +
                         ": i32 holds ids and labels; convert it with astype(x, DType::kF32) first");
@@ -160,6 +166,12 @@ Tensor log(Tensor x, SrcLoc loc) { return unary(Op::kLog, x, loc); }
 Tensor sqrt(Tensor x, SrcLoc loc) { return unary(Op::kSqrt, x, loc); }
 Tensor sin(Tensor x, SrcLoc loc) { return unary(Op::kSin, x, loc); }
 Tensor cos(Tensor x, SrcLoc loc) { return unary(Op::kCos, x, loc); }
+Tensor abs(Tensor x, SrcLoc loc) { return unary(Op::kAbs, x, loc); }
+Tensor sigmoid(Tensor x, SrcLoc loc) { return unary(Op::kSigmoid, x, loc); }
+Tensor erf(Tensor x, SrcLoc loc) { return unary(Op::kErf, x, loc); }
+Tensor log1p(Tensor x, SrcLoc loc) { return unary(Op::kLog1p, x, loc); }
+Tensor expm1(Tensor x, SrcLoc loc) { return unary(Op::kExpm1, x, loc); }
+Tensor pow(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kPow, a, b, loc); }
 Tensor astype(Tensor x, ir::DType dtype, SrcLoc loc) {
   Tracer& t = tracer_of(x, loc);
   if (x.dtype() == dtype) return x;
@@ -176,6 +188,26 @@ Tensor maximum(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kMax, a, b, l
 Tensor minimum(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kMin, a, b, loc); }
 Tensor greater(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kGreater, a, b, loc); }
 Tensor equal(Tensor a, Tensor b, SrcLoc loc) { return binary(Op::kEqual, a, b, loc); }
+
+Tensor where(Tensor pred, Tensor on_true, Tensor on_false, SrcLoc loc) {
+  Tracer& t = tracer_of(pred, loc);
+  tracer_of(on_true, loc);
+  tracer_of(on_false, loc);
+  check_types(Op::kSelect, on_true, &on_false, loc);
+  const Shape out = broadcast_shape(pred.shape(), "the condition " + pred.describe(),
+                                    broadcast_shapes(on_true, on_false, loc),
+                                    "the branches " + on_true.describe() + ", " +
+                                        on_false.describe(),
+                                    loc);
+  pred = broadcast_impl(pred, out, loc);
+  on_true = broadcast_impl(on_true, out, loc);
+  on_false = broadcast_impl(on_false, out, loc);
+  return make(t, Op::kSelect, {pred.id(), on_true.id(), on_false.id()}, out, loc);
+}
+
+Tensor clamp(Tensor x, Tensor lo, Tensor hi, SrcLoc loc) {
+  return minimum(maximum(x, lo, loc), hi, loc);
+}
 
 Tensor full(std::vector<int64_t> shape, double value, SrcLoc loc) {
   for (auto d : shape)

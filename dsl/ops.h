@@ -29,11 +29,24 @@ Tensor log(Tensor x, SrcLoc loc = Here::current());
 Tensor sqrt(Tensor x, SrcLoc loc = Here::current());
 Tensor sin(Tensor x, SrcLoc loc = Here::current());
 Tensor cos(Tensor x, SrcLoc loc = Here::current());
+Tensor abs(Tensor x, SrcLoc loc = Here::current());
+Tensor sigmoid(Tensor x, SrcLoc loc = Here::current());
+Tensor erf(Tensor x, SrcLoc loc = Here::current());
+Tensor log1p(Tensor x, SrcLoc loc = Here::current());  // log(1 + x), exact near 0
+Tensor expm1(Tensor x, SrcLoc loc = Here::current());  // exp(x) - 1, exact near 0
+// a^b elementwise (std::pow's special cases). Its gradient in b is
+// a^b log(a), so differentiate through b only where a > 0.
+Tensor pow(Tensor a, Tensor b, SrcLoc loc = Here::current());
 Tensor maximum(Tensor a, Tensor b, SrcLoc loc = Here::current());
 Tensor minimum(Tensor a, Tensor b, SrcLoc loc = Here::current());
 // 1.0 where the comparison holds, else 0.0 (masks are floats in sharc).
 Tensor greater(Tensor a, Tensor b, SrcLoc loc = Here::current());
 Tensor equal(Tensor a, Tensor b, SrcLoc loc = Here::current());
+// jnp.where: on_true where pred != 0, else on_false, broadcast to one shape.
+// The gradient flows to the branch taken; pred gets none.
+Tensor where(Tensor pred, Tensor on_true, Tensor on_false, SrcLoc loc = Here::current());
+// min(max(x, lo), hi), as std::clamp for lo <= hi.
+Tensor clamp(Tensor x, Tensor lo, Tensor hi, SrcLoc loc = Here::current());
 // A constant of the given shape (a scalar when shape is empty).
 Tensor full(std::vector<int64_t> shape, double value, SrcLoc loc = Here::current());
 // Each element is its global index along `dim` (lax.broadcasted_iota).

@@ -6,12 +6,14 @@
 // Replicated/FSDPRule/PathRule/ShardingRules (sharding_rules.h),
 // Embedding/PositionalEmbedding/CausalSelfAttention/MLPBlock/
 // TransformerBlock/GPT and their logical rules (transformer.h), shard_map and
-// its per-device collectives (shard_map.h), TPDense/TPAsyncDense (tp_dense.h).
+// its per-device collectives (shard_map.h), TPDense/TPAsyncDense (tp_dense.h),
+// SHARC_ELEMENTWISE and the lifted functions' runtime (lift.h).
 #pragma once
 
 #include "ir/error.h"
 #include "ir/initializers.h"
 #include "ir/mesh.h"
+#include "dsl/lift.h"
 #include "dsl/module.h"
 #include "dsl/ops.h"
 #include "ir/partition_spec.h"

@@ -81,6 +81,11 @@ class Builder {
   int mul(int a, int b) { return binary(Op::kMul, a, b); }
   int div(int a, int b) { return binary(Op::kDiv, a, b); }
   int neg(int a) { return unary(Op::kNeg, a); }
+  int select(int pred, int a, int b) {
+    SHARC_CHECK(shape(pred) == shape(a) && shape(a) == shape(b),
+                "autodiff built a select over different shapes");
+    return node(Op::kSelect, {pred, a, b}, shape(a));
+  }
   // a * v for a scalar v (as a constant of a's shape).
   int scale(int a, double v) { return mul(a, constant_like(v, a)); }
 
@@ -302,6 +307,51 @@ class Sweep {
         if (wants(n, 1)) accumulate(y, b_.binary(Op::kSub, gy, gx));
         break;
       }
+      case Op::kPow: {
+        // d(x^y)/dx = y x^(y-1); d(x^y)/dy = x^y log(x), taken as 0 where
+        // x == 0 (where 0^y is flat in y for y > 0), as jax.lax.pow.
+        if (wants(n, 0)) {
+          const int ym1 = b_.binary(Op::kSub, y, b_.constant_like(1.0, y));
+          accumulate(x, b_.mul(gy, b_.mul(y, b_.binary(Op::kPow, x, ym1))));
+        }
+        if (wants(n, 1)) {
+          const int zero = b_.constant_like(0.0, x);
+          const int x_is_0 = b_.binary(Op::kEqual, x, zero);
+          const int safe_x = b_.select(x_is_0, b_.constant_like(1.0, x), x);
+          accumulate(y, b_.mul(gy, b_.mul(id, b_.unary(Op::kLog, safe_x))));
+        }
+        break;
+      }
+      case Op::kSelect:
+        // The branch taken gets the gradient, the other none; pred (a
+        // comparison's mask) is piecewise constant.
+        if (wants(n, 1)) accumulate(n.args[1], b_.select(x, gy, b_.constant_like(0.0, gy)));
+        if (wants(n, 2)) accumulate(n.args[2], b_.select(x, b_.constant_like(0.0, gy), gy));
+        break;
+      case Op::kAbs: {
+        // sign(x), 0 at x == 0 (as jax.numpy.abs).
+        const int zero = b_.constant_like(0.0, x);
+        const int sign = b_.binary(Op::kSub, b_.binary(Op::kGreater, x, zero),
+                                   b_.binary(Op::kGreater, zero, x));
+        accumulate(x, b_.mul(gy, sign));
+        break;
+      }
+      case Op::kSigmoid:
+        // s (1 - s), from the forward value.
+        accumulate(x, b_.mul(gy, b_.mul(id, b_.binary(Op::kSub, b_.constant_like(1.0, x), id))));
+        break;
+      case Op::kErf:
+        // 2/sqrt(pi) exp(-x^2).
+        accumulate(x, b_.mul(gy, b_.scale(b_.unary(Op::kExp, b_.neg(b_.mul(x, x))),
+                                          2.0 / std::sqrt(std::numbers::pi))));
+        break;
+      case Op::kLog1p:
+        accumulate(x, b_.div(gy, b_.add2(x, b_.constant_like(1.0, x))));
+        break;
+      case Op::kExpm1:
+        // exp(x) = expm1(x) + 1, from the forward value.
+        accumulate(x, b_.mul(gy, b_.add2(id, b_.constant_like(1.0, x))));
+        break;
       case Op::kNeg:
         accumulate(x, b_.neg(gy));
         break;

@@ -34,7 +34,8 @@ bool dtype_follows_operand(Op op) {
          op != Op::kAxisIndex && op != Op::kShardMap;
 }
 bool is_binary(Op op) { return op >= Op::kAdd && op <= Op::kEqual; }
-bool is_elementwise(Op op) { return is_unary(op) || is_binary(op); }
+bool is_ternary(Op op) { return op == Op::kSelect; }
+bool is_elementwise(Op op) { return is_unary(op) || is_binary(op) || is_ternary(op); }
 bool is_collective(Op op) { return op >= Op::kAllGather && op <= Op::kAllToAll; }
 bool is_source(Op op) { return op <= Op::kIota; }
 

@@ -64,6 +64,7 @@ namespace sharc::ir {
   X(Sub, "sub", 2)                                                             \
   X(Mul, "mul", 2)                                                             \
   X(Div, "div", 2)                                                             \
+  X(Pow, "pow", 2) /* a^b, std::pow's special cases */                          \
   X(Max, "max", 2)                                                             \
   X(Min, "min", 2)                                                             \
   X(Greater, "greater", 2) /* 1 where a > b, else 0 */                         \
@@ -78,7 +79,15 @@ namespace sharc::ir {
   X(Sqrt, "sqrt", 1)                                                           \
   X(Sin, "sin", 1)                                                             \
   X(Cos, "cos", 1)                                                             \
+  X(Abs, "abs", 1)                                                             \
+  X(Sigmoid, "sigmoid", 1) /* 1 / (1 + exp(-x)) */                             \
+  X(Erf, "erf", 1)                                                             \
+  X(Log1p, "log1p", 1) /* log(1 + x), exact near 0 */                          \
+  X(Expm1, "expm1", 1) /* exp(x) - 1, exact near 0 */                          \
   X(Convert, "convert", 1) /* to the node's dtype (bf16: nearest, ties even) */ \
+  /* Elementwise ternary: args = (pred, on_true, on_false), one shape; the   */ \
+  /* result is on_true where pred != 0, else on_false, of on_true's type.    */ \
+  X(Select, "select", 3)                                                       \
   /* Layout and contraction. */                                                \
   X(Broadcast, "broadcast", 1) /* ints = output dim of each operand dim */     \
   X(Reshape, "reshape", 1)                                                     \
@@ -125,9 +134,10 @@ enum class Op {
 
 const char* op_name(Op op);
 int op_arity(Op op);
-bool is_elementwise(Op op);   // unary or binary elementwise
+bool is_elementwise(Op op);   // unary, binary or ternary (select) elementwise
 bool is_unary(Op op);
 bool is_binary(Op op);
+bool is_ternary(Op op);       // select
 bool is_collective(Op op);    // AllGather ... AllToAll (not LocalSlice)
 bool is_source(Op op);        // Parameter, Input, Constant, Iota
 
@@ -164,10 +174,12 @@ using DType = rt::DType;
 using rt::dtype_name;
 using rt::dtype_size;
 
-// Ops whose result has the element type of their first operand: every op
-// but the sources, Convert, RandomUniform (f32), AxisIndex (f32) and
-// ShardMap (its body's). Graph::add sets their dtype; the others carry it.
+// Ops whose result has the element type of an operand (dtype_operand: the
+// first, on_true for Select): every op but the sources, Convert,
+// RandomUniform (f32), AxisIndex (f32) and ShardMap (its body's). Graph::add
+// sets their dtype; the others carry it.
 bool dtype_follows_operand(Op op);
+inline int dtype_operand(Op op) { return op == Op::kSelect ? 1 : 0; }
 
 using Shape = std::vector<int64_t>;
 int64_t num_elements(const Shape& s);
@@ -368,9 +380,10 @@ struct Graph {
   int tracing_micro_batch = -1;
 
   int add(Node n) {
-    if (dtype_follows_operand(n.op) && !n.args.empty() && n.args[0] >= 0 &&
-        n.args[0] < static_cast<int>(nodes.size()))
-      n.dtype = nodes[n.args[0]].dtype;
+    const int from = dtype_operand(n.op);
+    if (dtype_follows_operand(n.op) && static_cast<int>(n.args.size()) > from &&
+        n.args[from] >= 0 && n.args[from] < static_cast<int>(nodes.size()))
+      n.dtype = nodes[n.args[from]].dtype;
     if (n.micro_batch < 0) n.micro_batch = tracing_micro_batch;
     nodes.push_back(std::move(n));
     return static_cast<int>(nodes.size()) - 1;

@@ -130,18 +130,20 @@ struct Checker {
     // Constraints: element types. Ops that follow their operand's type have
     // it; binary ops and dots take operands of one type; i32 is only moved,
     // compared, added, multiplied and converted; random numbers are f32.
-    if (dtype_follows_operand(op) && !n.args.empty())
-      fail_if(n.dtype != arg(0).dtype, std::string("element type ") + dtype_name(n.dtype).data() +
-                                           " differs from its operand's " +
-                                           dtype_name(arg(0).dtype).data());
+    if (dtype_follows_operand(op) && static_cast<int>(n.args.size()) > dtype_operand(op))
+      fail_if(n.dtype != arg(dtype_operand(op)).dtype,
+              std::string("element type ") + dtype_name(n.dtype).data() +
+                  " differs from its operand's " + dtype_name(arg(dtype_operand(op)).dtype).data());
     if (is_binary(op) || op == Op::kDot || op == Op::kRingDot)
       fail_if(arg(0).dtype != arg(1).dtype, "operands of different element types");
-    if (n.dtype == DType::kI32 || (!n.args.empty() && arg(0).dtype == DType::kI32 &&
+    if (op == Op::kSelect)
+      fail_if(arg(1).dtype != arg(2).dtype, "select branches of different element types");
+    if (n.dtype == DType::kI32 || (!n.args.empty() && arg(dtype_operand(op)).dtype == DType::kI32 &&
                                    op != Op::kConvert)) {
       const bool integer_op =
           is_source(op) || op == Op::kConvert || op == Op::kAdd || op == Op::kSub ||
           op == Op::kMul || op == Op::kMax || op == Op::kMin || op == Op::kGreater ||
-          op == Op::kEqual || op == Op::kNeg || op == Op::kBroadcast || op == Op::kReshape ||
+          op == Op::kEqual || op == Op::kNeg || op == Op::kAbs || op == Op::kSelect || op == Op::kBroadcast || op == Op::kReshape ||
           op == Op::kTranspose || op == Op::kSlice || op == Op::kPad || op == Op::kReduce ||
           op == Op::kShardingConstraint || is_collective(op) || op == Op::kLocalSlice ||
           op == Op::kPPermute || op == Op::kShardMap || op == Op::kSend || op == Op::kRecv;
@@ -149,9 +151,10 @@ struct Checker {
     }
     fail_if(op == Op::kRandomUniform && n.dtype != DType::kF32, "random_uniform is f32");
 
-    if (is_binary(op)) {
-      // Constraints: binary elementwise operands and result have one shape.
-      fail_if(arg(0).shape != n.shape || arg(1).shape != n.shape, "elementwise shapes differ");
+    if (is_binary(op) || is_ternary(op)) {
+      // Constraints: binary and ternary elementwise operands and result have one shape.
+      for (size_t a = 0; a < n.args.size(); ++a)
+        fail_if(arg(static_cast<int>(a)).shape != n.shape, "elementwise shapes differ");
     } else if (is_unary(op) || op == Op::kShardingConstraint) {
       fail_if(arg(0).shape != n.shape, "shape differs from operand");
     }

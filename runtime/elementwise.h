@@ -14,4 +14,11 @@ inline float gelu(float x) {
   return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
 }
 
+// 1 / (1 + e^-x): 0 for very negative x (e^-x overflows to inf), 1 for large x.
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// select: on_true where the predicate (a comparison's 0/1 mask) is non-zero.
+inline float select(float pred, float on_true, float on_false) {
+  return pred != 0.0f ? on_true : on_false;
+}
+
 }  // namespace sharc::rt

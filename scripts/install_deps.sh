@@ -14,7 +14,7 @@ need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in cmake ninja-build g++ libgtest-dev libopenblas-dev ccache diffutils zlib1g-dev \
          dataset-fashion-mnist nlohmann-json3-dev clang-14 python3 python3-pip \
-         libopenmpi-dev openmpi-bin; do
+         libopenmpi-dev openmpi-bin libclang-cpp14-dev llvm-14-dev; do
   have "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -8,8 +8,8 @@
 // and a training step ends by handing each updated parameter its new value.
 // Every kernel and collective names the DSL line that caused it and the
 // layout change it makes; the statements match the per-device interpreter
-// (codegen/execute.cpp) call for call, except that elementwise chains are
-// fused into one loop.
+// (codegen/execute.cpp) call for call, except that elementwise ops are
+// fused into loops (a loop may also keep values that later statements read).
 //
 // The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
 // the program-specific parts.

@@ -341,6 +341,63 @@ TEST(Autodiff, Sin) {
 TEST(Autodiff, Cos) {
   check_unary(cos, -3, 3);
 }
+TEST(Autodiff, Abs) {
+  // fill("x") keeps every element away from the kink at 0 by more than a step.
+  check_unary(abs, -2, 2);
+}
+TEST(Autodiff, Sigmoid) {
+  check_unary(sigmoid, -4, 4);
+}
+TEST(Autodiff, Erf) {
+  check_unary(erf, -2, 2);
+}
+TEST(Autodiff, Log1p) {
+  check_unary(log1p, -0.5, 3);
+}
+TEST(Autodiff, Expm1) {
+  check_unary(expm1, -2, 2);
+}
+
+TEST(Autodiff, Pow) {
+  // Both operands differentiated; the base stays positive, where x^y log x is
+  // the derivative in y.
+  check_gradients(
+      [](ProgramBuilder& b) {
+        Param x = b.scope().param("x", {3, 4}, zeros()), y = b.scope().param("y", {3, 4}, zeros());
+        b.output("loss", weighted_sum(b, pow(x, y)));
+      },
+      {.params = {{"x", fill("x", 12, 0.3, 2.5)}, {"y", fill("y", 12, -1.5, 2.5)}}});
+}
+
+TEST(Autodiff, PowAtZeroBaseHasNoNaNGradient) {
+  // 0^2 = 0 with d/dx = 2 * 0 = 0 and d/dy taken as 0 (log 0 is not used).
+  const ProgramFn fn = [](ProgramBuilder& b) {
+    Param x = b.scope().param("x", {2}, zeros()), y = b.scope().param("y", {2}, zeros());
+    b.output("loss", weighted_sum(b, pow(x, y)));
+  };
+  const Result r =
+      check_gradients(fn, {.params = {{"x", {0.0, 1.5}}, {"y", {2.0, 2.0}}}});
+  EXPECT_EQ(r.values.at("y")[0], 0.0);
+  EXPECT_EQ(r.values.at("x")[0], 0.0);
+}
+
+TEST(Autodiff, Select) {
+  // The gradient goes to the branch taken; the condition gets none.
+  const Result r = check_gradients(
+      [](ProgramBuilder& b) {
+        Param x = b.scope().param("x", {3, 4}, zeros()), y = b.scope().param("y", {3, 4}, zeros());
+        Param c = b.scope().param("c", {3, 4}, zeros());
+        b.output("loss", weighted_sum(b, where(greater(c, full({}, 0.0)), mul(x, x), exp(y))));
+      },
+      {.zero = {"c"}});
+  const std::vector<double> c = fill("c", 12);
+  const std::vector<double>& dx = r.values.at("x");
+  const std::vector<double>& dy = r.values.at("y");
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(c[i] > 0 ? dy[i] : dx[i], 0.0) << "element " << i << " of the branch not taken";
+    EXPECT_NE(c[i] > 0 ? dx[i] : dy[i], 0.0) << "element " << i << " of the branch taken";
+  }
+}
 
 // ---- Layout ------------------------------------------------------------------
 

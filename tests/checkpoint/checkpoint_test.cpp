@@ -170,8 +170,11 @@ void restore_elsewhere_and_continue(const fs::path& dir, const std::map<std::str
   }
   EXPECT_EQ(t.parameters(), handed.parameters());
   // ... and the parameters to a few ulps of float after AdamW's
-  // normalisation (measured: at most 4.4e-6 of a tensor's largest value).
-  EXPECT_LE(max_rel_error(t.parameters(), final_params), 1e-5);
+  // normalisation, which amplifies rounding where gradients are tiny
+  // (measured: at most 4.4e-6 of a tensor's largest value on a machine whose
+  // OpenBLAS runs AVX2 kernels, 1.6e-5 where it runs AVX-512 ones: the GEMM
+  // kernels sum in machine-dependent orders).
+  EXPECT_LE(max_rel_error(t.parameters(), final_params), 5e-5);
 }
 
 TEST(Checkpoint, RestoresOntoOtherMeshesAndTrainsOn) {

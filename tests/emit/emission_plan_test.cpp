@@ -110,7 +110,7 @@ TEST(EmissionPlan, ReadsAreOrderedAfterWritesOnEveryProgram) {
 TEST(EmissionPlan, FusionGroupsOfATrainingStep) {
   const Planned p = plan_of("mlp_train", "data=4,model=2");
   const BufferPlan& b = p.plan.buffers;
-  int fused = 0, largest = 0;
+  int fused = 0, largest = 0, shared = 0, kept = 0;
   std::set<int> seen;
   for (size_t s = 0; s < b.stmts.size(); ++s) {
     const BufferPlan::Stmt& st = b.stmts[s];
@@ -124,19 +124,38 @@ TEST(EmissionPlan, FusionGroupsOfATrainingStep) {
       EXPECT_TRUE(ir::is_elementwise(p.graph[t].op)) << ir::op_name(p.graph[t].op);
       EXPECT_TRUE(seen.insert(t).second) << "node " << t << " is in two fusion groups";
       if (t == st.node) continue;
-      // Fused away: no buffer, one reader (inside this loop), not an output.
       EXPECT_TRUE(b.inlined[t]);
-      EXPECT_FALSE(b.needs_buffer[t]);
-      EXPECT_EQ(b.users[t].size(), 1u);
       EXPECT_FALSE(b.is_output[t] || b.is_update_value[t]);
+      const bool stored = std::count(st.stores.begin(), st.stores.end(), t) > 0;
+      EXPECT_EQ(stored, static_cast<bool>(b.kept[t]));
+      if (b.kept[t]) {
+        // Kept: computed here and stored for readers after this loop.
+        ++kept;
+        EXPECT_TRUE(b.needs_buffer[t]);
+        EXPECT_FALSE(p.plan.var[t].empty());
+        for (int u : b.users[t])
+          EXPECT_TRUE(std::count(st.tree.begin(), st.tree.end(), u) || b.root[u] > st.node)
+              << "node " << t << " is read before its loop";
+        continue;
+      }
+      // Fused away: no buffer, read only inside this loop (by one node, or
+      // by several: a loop is a DAG).
+      EXPECT_FALSE(b.needs_buffer[t]);
+      for (int u : b.users[t])
+        EXPECT_TRUE(std::count(st.tree.begin(), st.tree.end(), u)) << "node " << t << " is read outside its loop";
+      shared += b.users[t].size() > 1;
       EXPECT_TRUE(p.plan.var[t].empty());
     }
     if (st.tree.size() > 1) ++fused;
     largest = std::max(largest, static_cast<int>(st.tree.size()));
   }
-  // AdamW's update is one loop per parameter, several ops long.
+  // AdamW's update is one loop per parameter, several ops long; the
+  // learning-rate schedule's loop reads its warm-up mask twice; the forward
+  // loops keep the activations the backward pass reads.
   EXPECT_GE(fused, 4);
   EXPECT_GE(largest, 6);
+  EXPECT_GE(shared, 1);
+  EXPECT_GE(kept, 2);
 }
 
 // The RingDot statements of a plan.

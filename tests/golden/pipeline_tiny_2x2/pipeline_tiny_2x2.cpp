@@ -8,8 +8,8 @@
 // and a training step ends by handing each updated parameter its new value.
 // Every kernel and collective names the DSL line that caused it and the
 // layout change it makes; the statements match the per-device interpreter
-// (codegen/execute.cpp) call for call, except that elementwise chains are
-// fused into one loop.
+// (codegen/execute.cpp) call for call, except that elementwise ops are
+// fused into loops (a loop may also keep values that later statements read).
 //
 // The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
 // the program-specific parts.
@@ -382,15 +382,16 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ==== after the micro-batches: the optimizer step ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => mul
-    rt::Buffer t18(16, &mem);  // f32[4,4] [{}, {}]
-    for (int64_t i = 0; i < 16; ++i) t18[i] = t17[i] * 0.5f;
-    t17 = rt::Buffer();  // last use of t17
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => mul
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
+    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t18
     rt::Buffer t19(16, &mem);  // f32[4,4] [{}, {}]
-    for (int64_t i = 0; i < 16; ++i) t19[i] = t18[i] * t18[i];
+    rt::Buffer t18(16, &mem);  // f32[4,4] [{}, {}]
+    for (int64_t i = 0; i < 16; ++i) {
+      const float v0 = t17[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
+      t18[i] = v0;
+      t19[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
+    }  // fused loop of t19
+    t17 = rt::Buffer();  // last use of t17
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
     rt::Buffer t20(1, &mem);  // f32[] []
@@ -448,18 +449,17 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t0.data(), false, dev.l1_kernel.data(), false, t1.data());
 
-    // ---- tanh (tests/pipeline/stack_programs.cpp:42) --------------------------
-    timeline.op("tanh  tests/pipeline/stack_programs.cpp:42", {.flops = 8, .bytes = 64});
-    // tests/pipeline/stack_programs.cpp:42: [{"data"}, {}] -> [{"data"}, {}] => tanh
-    rt::Buffer t2(8, &mem);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) t2[i] = std::tanh(t1[i]);
-    t1 = rt::Buffer();  // last use of t1
-
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 64});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => mul
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
+    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t2
     rt::Buffer t3(8, &mem);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) t3[i] = t2[i] * t2[i];
+    rt::Buffer t2(8, &mem);  // f32[2,4] [{"data"}, {}]
+    for (int64_t i = 0; i < 8; ++i) {
+      const float v0 = std::tanh(t1[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+      t2[i] = v0;
+      t3[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
+    }  // fused loop of t3
+    t1 = rt::Buffer();  // last use of t1
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
     rt::Buffer t4(1, &mem);  // f32[] [] partial={"data"}
@@ -544,18 +544,17 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t12.data(), false, dev.l1_kernel.data(), false, t13.data());
 
-    // ---- tanh (tests/pipeline/stack_programs.cpp:42) --------------------------
-    timeline.op("tanh  tests/pipeline/stack_programs.cpp:42", {.flops = 8, .bytes = 64});
-    // tests/pipeline/stack_programs.cpp:42: [{"data"}, {}] -> [{"data"}, {}] => tanh
-    rt::Buffer t14(8, &mem);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) t14[i] = std::tanh(t13[i]);
-    t13 = rt::Buffer();  // last use of t13
-
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 64});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => mul
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
+    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t14
     rt::Buffer t15(8, &mem);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) t15[i] = t14[i] * t14[i];
+    rt::Buffer t14(8, &mem);  // f32[2,4] [{"data"}, {}]
+    for (int64_t i = 0; i < 8; ++i) {
+      const float v0 = std::tanh(t13[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+      t14[i] = v0;
+      t15[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
+    }  // fused loop of t15
+    t13 = rt::Buffer();  // last use of t13
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
     rt::Buffer t16(1, &mem);  // f32[] [] partial={"data"}
@@ -648,20 +647,21 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ==== after the micro-batches: the optimizer step ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => mul
-    rt::Buffer t26(16, &mem);  // f32[4,4] [{}, {}]
-    for (int64_t i = 0; i < 16; ++i) t26[i] = t25[i] * 0.5f;
-    t25 = rt::Buffer();  // last use of t25
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => mul
     rt::Buffer loss(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) loss[i] = t18[i] * 0.5f;
     t18 = rt::Buffer();  // last use of t18
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => mul
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
+    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t26
     rt::Buffer t27(16, &mem);  // f32[4,4] [{}, {}]
-    for (int64_t i = 0; i < 16; ++i) t27[i] = t26[i] * t26[i];
+    rt::Buffer t26(16, &mem);  // f32[4,4] [{}, {}]
+    for (int64_t i = 0; i < 16; ++i) {
+      const float v0 = t25[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
+      t26[i] = v0;
+      t27[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
+    }  // fused loop of t27
+    t25 = rt::Buffer();  // last use of t25
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
     rt::Buffer t28(1, &mem);  // f32[] []

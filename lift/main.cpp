@@ -1,0 +1,224 @@
+// sharc-lift: lowers a model source's SHARC_ELEMENTWISE functions to sharc IR
+// and writes the header that declares their Tensor forms (dsl/lift.h).
+//
+//   sharc-lift SOURCE --output HEADER [--ir FILE] [--source-root DIR]
+//              [--depfile FILE] [-- COMPILER FLAGS...]
+//
+// sharc_add_program runs it with the target's include paths and definitions.
+// The source is parsed as C++20 by Clang; function bodies other than the
+// marked ones are skipped (not type-checked), so the model's own calls of the
+// Tensor forms need no header yet. Errors come in Clang's form; on any error
+// nothing is written and the exit status is 1.
+#include <clang/AST/ASTConsumer.h>
+#include <clang/AST/ASTContext.h>
+#include <clang/Basic/FileManager.h>
+#include <clang/Basic/SourceManager.h>
+#include <clang/Frontend/CompilerInstance.h>
+#include <clang/Frontend/FrontendAction.h>
+#include <clang/Tooling/CompilationDatabase.h>
+#include <clang/Tooling/Tooling.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lift/lower.h"
+
+#ifndef SHARC_CLANG_RESOURCE_DIR
+#define SHARC_CLANG_RESOURCE_DIR ""
+#endif
+
+namespace {
+
+struct Options {
+  std::string source, output, ir, source_root, depfile;
+  std::vector<std::string> flags;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::cerr << "sharc-lift: " << problem << "\n"
+            << "usage: sharc-lift SOURCE --output HEADER [--ir FILE] [--source-root DIR] "
+               "[--depfile FILE] [-- COMPILER FLAGS...]\n";
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--") {
+      for (++i; i < argc; ++i) o.flags.push_back(argv[i]);
+    } else if (a == "--output") {
+      o.output = value();
+    } else if (a == "--ir") {
+      o.ir = value();
+    } else if (a == "--source-root") {
+      o.source_root = value();
+    } else if (a == "--depfile") {
+      o.depfile = value();
+    } else if (!a.empty() && a[0] == '-') {
+      usage("unknown option " + a);
+    } else if (o.source.empty()) {
+      o.source = a;
+    } else {
+      usage("one SOURCE only (got " + o.source + " and " + a + ")");
+    }
+  }
+  if (o.source.empty()) usage("no SOURCE given");
+  if (o.output.empty() && o.ir.empty()) usage("nothing to write: give --output or --ir");
+  return o;
+}
+
+// Writes through a temporary and a rename, so a failed run leaves the old
+// file (or none), never half of one.
+bool write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f.good()) {
+      std::cerr << "sharc-lift: cannot write " << tmp << "\n";
+      return false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::cerr << "sharc-lift: cannot write " << path << ": " << ec.message() << "\n";
+    return false;
+  }
+  return true;
+}
+
+// A fresh folder under the system's temporary directory, removed with it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    namespace fs = std::filesystem;
+    for (int i = 0;; ++i) {
+      path = fs::temp_directory_path() /
+             ("sharc-lift-" + std::to_string(::getpid()) + "-" + std::to_string(i));
+      if (fs::create_directory(path)) break;
+    }
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Skips every function body but the marked ones, then lowers them.
+class Consumer : public clang::ASTConsumer {
+ public:
+  Consumer(const sharc::lift::LowerOptions& options,
+           std::vector<sharc::lift::LiftedFunction>& out, std::set<std::string>& files)
+      : options_(options), out_(out), files_(files) {}
+  bool shouldSkipFunctionBody(clang::Decl* d) override {
+    const auto* f = llvm::dyn_cast<clang::FunctionDecl>(d);
+    return !(f && sharc::lift::is_lifted(*f));
+  }
+  void HandleTranslationUnit(clang::ASTContext& ctx) override {
+    if (ctx.getDiagnostics().hasErrorOccurred()) return;
+    out_ = sharc::lift::lower_translation_unit(ctx, options_);
+    const clang::SourceManager& sm = ctx.getSourceManager();
+    for (auto it = sm.fileinfo_begin(); it != sm.fileinfo_end(); ++it)
+      if (!sm.isInSystemHeader(sm.getLocForStartOfFile(sm.translateFile(it->first))))
+        files_.insert(it->first->getName().str());
+  }
+
+ private:
+  const sharc::lift::LowerOptions& options_;
+  std::vector<sharc::lift::LiftedFunction>& out_;
+  std::set<std::string>& files_;
+};
+
+class Action : public clang::ASTFrontendAction {
+ public:
+  Action(const sharc::lift::LowerOptions& options, std::vector<sharc::lift::LiftedFunction>& out,
+         std::set<std::string>& files)
+      : options_(options), out_(out), files_(files) {}
+  std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci,
+                                                        llvm::StringRef) override {
+    ci.getFrontendOpts().SkipFunctionBodies = true;
+    return std::make_unique<Consumer>(options_, out_, files_);
+  }
+
+ private:
+  const sharc::lift::LowerOptions& options_;
+  std::vector<sharc::lift::LiftedFunction>& out_;
+  std::set<std::string>& files_;
+};
+
+class Factory : public clang::tooling::FrontendActionFactory {
+ public:
+  Factory(const sharc::lift::LowerOptions& options, std::vector<sharc::lift::LiftedFunction>& out,
+          std::set<std::string>& files)
+      : options_(options), out_(out), files_(files) {}
+  std::unique_ptr<clang::FrontendAction> create() override {
+    return std::make_unique<Action>(options_, out_, files_);
+  }
+
+ private:
+  const sharc::lift::LowerOptions& options_;
+  std::vector<sharc::lift::LiftedFunction>& out_;
+  std::set<std::string>& files_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(o.source)) {
+    std::cerr << "sharc-lift: " << o.source << ": no such file\n";
+    return 1;
+  }
+  const std::string source = fs::absolute(o.source).lexically_normal().string();
+  std::vector<std::string> flags = {"-xc++", "-std=c++20", "-w"};
+  if (std::string(SHARC_CLANG_RESOURCE_DIR).size())
+    flags.push_back(std::string("-resource-dir=") + SHARC_CLANG_RESOURCE_DIR);
+  // The header this run writes is included by the source: while the source
+  // is read, an empty one stands in for it (the source's own calls of the
+  // Tensor forms are in skipped bodies), from a folder searched first.
+  TempDir stand_in;
+  if (!o.output.empty()) {
+    std::ofstream(stand_in.path / fs::path(o.output).filename()) << "// sharc-lift: being generated\n";
+    flags.push_back("-I" + stand_in.path.string());
+  }
+  flags.insert(flags.end(), o.flags.begin(), o.flags.end());
+  clang::tooling::FixedCompilationDatabase db(".", flags);
+  clang::tooling::ClangTool tool(db, {source});
+
+  sharc::lift::LowerOptions options;
+  options.source_root = o.source_root.empty()
+                            ? std::string()
+                            : fs::absolute(o.source_root).lexically_normal().string();
+  std::vector<sharc::lift::LiftedFunction> lifted;
+  std::set<std::string> files;
+  Factory factory(options, lifted, files);
+  const int rc = tool.run(&factory);
+  if (rc != 0) return 1;  // Clang printed the errors
+
+  std::string shown = source;
+  if (!options.source_root.empty() && shown.rfind(options.source_root, 0) == 0)
+    shown = fs::relative(source, options.source_root).string();
+  if (!o.output.empty() && !write_atomically(o.output, sharc::lift::write_header(lifted, shown)))
+    return 1;
+  if (!o.ir.empty() && !write_atomically(o.ir, sharc::lift::lifted_ir_text(lifted))) return 1;
+  if (!o.depfile.empty()) {
+    std::string d = (o.output.empty() ? o.ir : o.output) + ":";
+    for (const std::string& f : files) d += " " + f;
+    if (!write_atomically(o.depfile, d + "\n")) return 1;
+  }
+  return 0;
+}
