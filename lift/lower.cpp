@@ -481,13 +481,20 @@ class FunctionLowerer {
       }
     }
     const int x = to_float(a, where, "an operand"), y = to_float(b, where, "an operand");
+    // >=, <= and != are the negations of <, > and ==: the mask is made for
+    // those, and named so ("!(a <= b)" reads as the mask's meaning).
+    auto negated = [&](int mask) {
+      ir::Node& n = g().nodes[static_cast<size_t>(mask)];
+      if (n.name == text_of(at)) n.name = "!(" + n.name + ")";
+      return Val::cond(mask, true);
+    };
     switch (k) {
       case clang::BO_GT: return Val::cond(add(Op::kGreater, {x, y}, at, where), false);
       case clang::BO_LT: return Val::cond(add(Op::kGreater, {y, x}, at, where), false);
-      case clang::BO_GE: return Val::cond(add(Op::kGreater, {y, x}, at, where), true);
-      case clang::BO_LE: return Val::cond(add(Op::kGreater, {x, y}, at, where), true);
+      case clang::BO_GE: return negated(add(Op::kGreater, {y, x}, at, where));
+      case clang::BO_LE: return negated(add(Op::kGreater, {x, y}, at, where));
       case clang::BO_EQ: return Val::cond(add(Op::kEqual, {x, y}, at, where), false);
-      default: return Val::cond(add(Op::kEqual, {x, y}, at, where), true);
+      default: return negated(add(Op::kEqual, {x, y}, at, where));
     }
   }
 

@@ -194,6 +194,8 @@ TEST(RandomPartitioning, CasesCoverOpsCollectivesAndMeshes) {
         Op::kTanh,      Op::kExp,       Op::kLog,      Op::kSqrt,   Op::kBroadcast,
         Op::kReshape,   Op::kTranspose, Op::kDot,      Op::kReduce, Op::kShardingConstraint})
     EXPECT_GE(global_ops[op], 20) << ir::op_name(op);
+  for (Op op : {Op::kAbs, Op::kSigmoid, Op::kErf, Op::kSelect, Op::kExpm1, Op::kLog1p, Op::kPow})
+    EXPECT_GE(global_ops[op], 10) << ir::op_name(op);
   for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce, Op::kAllToAll, Op::kLocalSlice})
     EXPECT_GE(local_ops[op], 5) << ir::op_name(op);
   for (int n = 1; n <= 8; n *= 2) EXPECT_GE(devices[n], 10) << n << " devices";

@@ -427,7 +427,20 @@ class Generator {
   }
 
   std::optional<Value> activation(const Value& x) {
-    switch (rng_.below(4)) {
+    switch (rng_.below(8)) {
+      case 4:
+        note("abs");
+        return Value{abs(x.t), x.scale};
+      case 5:
+        note("sigmoid");
+        return Value{sigmoid(x.t), 1.0};
+      case 6:
+        note("erf");
+        return Value{erf(x.t), 1.0};
+      case 7:
+        // A lifted branch's shape: x where x > 0, else x / 2.
+        note("where(x>0)");
+        return Value{where(greater(x.t, full({}, 0.0)), x.t, mul(x.t, 0.5)), x.scale};
       case 0:
         note("relu");
         return Value{relu(x.t), x.scale};
@@ -444,16 +457,28 @@ class Generator {
   }
 
   std::optional<Value> exp_op(const Value& x) {
+    if (rng_.chance(0.3)) {
+      note("expm1(tanh)");
+      return Value{expm1(tanh(x.t)), 1.7};  // in (1/e - 1, e - 1)
+    }
     note("exp(tanh)");
     return Value{exp(tanh(x.t)), 1.5};  // in (1/e, e)
   }
 
   std::optional<Value> log_op(const Value& x) {
+    if (rng_.chance(0.3)) {
+      note("log1p(x*x)");
+      return Value{log1p(mul(x.t, x.t)), std::log1p(x.scale * x.scale) + 0.1};
+    }
     note("log(x*x+1)");
     return Value{log(add(mul(x.t, x.t), 1.0)), std::log(x.scale * x.scale + 1.0) + 0.1};
   }
 
   std::optional<Value> sqrt_op(const Value& x) {
+    if (rng_.chance(0.25)) {
+      note("pow(exp(tanh), 1.5)");
+      return Value{pow(exp(tanh(x.t)), full({}, 1.5)), 4.5};  // in (e^-1.5, e^1.5)
+    }
     if (rng_.chance(0.5)) {
       note("sqrt(exp)");
       return Value{sqrt(exp(tanh(x.t))), 1.2};

@@ -17,7 +17,7 @@ inline ::sharc::Tensor huber(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor x = sharc_call.arg(0);
   const ::sharc::Tensor delta = sharc_call.arg(1);
   const ::sharc::Tensor v0 = ::sharc::abs(x, {sharc_file, 18, 19});  // std::abs(x)
-  const ::sharc::Tensor v1 = ::sharc::greater(v0, delta, {sharc_file, 19, 9});  // a <= delta
+  const ::sharc::Tensor v1 = ::sharc::greater(v0, delta, {sharc_file, 19, 9});  // !(a <= delta)
   const ::sharc::Tensor c0 = sharc_call.constant(0.5);
   const ::sharc::Tensor v2 = ::sharc::mul(c0, x, {sharc_file, 19, 31});  // 0.5f * x
   const ::sharc::Tensor v3 = ::sharc::mul(v2, x, {sharc_file, 19, 35});  // 0.5f * x * x
@@ -71,7 +71,7 @@ inline ::sharc::Tensor soft_sign_gate(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor v6 = ::sharc::where(v3, v5, c0, {sharc_file, 40, 22});  // where taken: x / (1.0f + std::fabs(x))
   const ::sharc::Tensor v7 = ::sharc::div(x, v6, {sharc_file, 40, 22});  // x / (1.0f + std::fabs(x))
   const ::sharc::Tensor c1 = sharc_call.constant(0.0);
-  const ::sharc::Tensor v8 = ::sharc::greater(c1, x, {sharc_file, 40, 51});  // x >= 0.0f
+  const ::sharc::Tensor v8 = ::sharc::greater(c1, x, {sharc_file, 40, 51});  // !(x >= 0.0f)
   const ::sharc::Tensor c2 = sharc_call.constant(0.5);
   const ::sharc::Tensor v9 = ::sharc::mul(c2, x, {sharc_file, 40, 70});  // 0.5f * x
   const ::sharc::Tensor v10 = ::sharc::where(v8, v9, x, {sharc_file, 40, 59});  // x >= 0.0f ? x : 0.5f * x
