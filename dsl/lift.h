@@ -23,7 +23,8 @@
 // reassignment, loops of constant trip count (unrolled), early returns, calls
 // of other SHARC_ELEMENTWISE functions (inlined) and <cmath> calls (exp, log,
 // sqrt, tanh, sin, cos, pow, abs/fabs, erf, log1p, expm1, fmin/fmax,
-// std::min/max/clamp) plus sharc::scalar::sigmoid. What it cannot lower
+// std::min/max/clamp; exp2, log2, log10, fma, hypot composed of those) plus
+// sharc::scalar::sigmoid. What it cannot lower
 // (pointers, references, calls of other functions, data-dependent loops,
 // recursion, static or global state, I/O, other types) is an error in
 // clang's form, at the construct.

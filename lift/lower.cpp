@@ -413,6 +413,28 @@ class FunctionLowerer {
       return Val::float_node(
           add(Op::kMin, {add(Op::kMax, {x, lo}, e, e->getBeginLoc()), hi}, e, e->getBeginLoc()));
     }
+    if (math) {
+      // <cmath> functions sharc has no op for, composed from those it has.
+      std::string fn = base;
+      if (!fn.empty() && fn.back() == 'f' && fn != "erf") fn.pop_back();  // exp2f -> exp2
+      std::vector<int> v;
+      for (size_t i = 0; i < args.size(); ++i)
+        v.push_back(to_float(args[i], e->getArg(static_cast<unsigned>(i))->getBeginLoc(), "an argument"));
+      const clang::SourceLocation at = e->getBeginLoc();
+      if ((fn == "exp2") && v.size() == 1)  // e^(x ln 2)
+        return Val::float_node(add(Op::kExp, {add(Op::kMul, {v[0], constant(std::log(2.0))}, e, at)}, e, at));
+      if ((fn == "log2" || fn == "log10") && v.size() == 1)  // log(x) / log(base)
+        return Val::float_node(add(Op::kMul, {add(Op::kLog, {v[0]}, e, at),
+                                              constant(1.0 / std::log(fn == "log2" ? 2.0 : 10.0))},
+                                   e, at));
+      if (fn == "fma" && v.size() == 3)  // rounded after the product too
+        return Val::float_node(add(Op::kAdd, {add(Op::kMul, {v[0], v[1]}, e, at), v[2]}, e, at));
+      if (fn == "hypot" && v.size() == 2)  // sqrt(a^2 + b^2), without the overflow guard
+        return Val::float_node(add(
+            Op::kSqrt,
+            {add(Op::kAdd, {add(Op::kMul, {v[0], v[0]}, e, at), add(Op::kMul, {v[1], v[1]}, e, at)}, e, at)},
+            e, at));
+    }
     if (math && (base == "sigmoid" ? qname.rfind("sharc::scalar::", 0) == 0 : true)) {
       if (auto op = math_op(base, static_cast<int>(args.size()))) {
         std::vector<int> operands;

@@ -85,4 +85,11 @@ SHARC_ELEMENTWISE inline float halving(float x) {
   return y - std::sin(x) * 0.125f;
 }
 
+// <cmath> functions sharc composes from its ops: exp2, log2, log10, fma, hypot.
+SHARC_ELEMENTWISE inline float log_mix(float x) {
+  const float q = x * x;
+  return std::log2(1.0f + q) + std::exp2(-q) + std::fma(x, 0.5f, 1.0f) -
+         std::hypot(x, 1.0f) * 0.1f + std::log10(2.0f + q);
+}
+
 }  // namespace lifted

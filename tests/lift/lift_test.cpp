@@ -74,6 +74,8 @@ std::vector<Case> cases() {
        [](float x) { return lifted::gated_mix(x, -0.5f, 0.75f); }, {-0.5 - e, -0.5 + e, 0.75 - e, 0.75 + e}},
       {"halving", [](Tensor x) { return lifted::halving(x); },
        [](float x) { return lifted::halving(x); }, {1 - e, 1 + e, 8 - e, 8 + e}, -2, 12},
+      {"log_mix", [](Tensor x) { return lifted::log_mix(x); },
+       [](float x) { return lifted::log_mix(x); }, {0.0 + e, -e}},
   };
 }
 
@@ -170,6 +172,29 @@ TEST(Lift, CallWithoutATensorIsAnError) {
     EXPECT_NE(e.message().find("huber: no argument is a Tensor; on numbers, call the C++ function itself"),
               std::string::npos)
         << e.what();
+  }
+}
+
+TEST(Lift, DslErrorsInLiftedCodePointAtTheCxxWithACaret) {
+  // The DSL checks a lifted function's ops like any others; a mistake
+  // (softplus's exp on i32 ids) is reported at the C++ expression, with the
+  // source line and a caret under its column.
+  try {
+    trace("ids", [](ProgramBuilder& b) {
+      b.output("y", lifted::softplus(b.input("ids", {4}, P(), DType::kI32)));
+    });
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.loc().file, "tests/lift/functions.h") << e.what();
+    EXPECT_NE(e.message().find("i32 holds ids and labels"), std::string::npos) << e.what();
+    const std::string shown = render_diagnostic(e, {SHARC_SOURCE_DIR});
+    std::ifstream f(std::string(SHARC_SOURCE_DIR) + "/tests/lift/functions.h");
+    std::string line;
+    for (int k = 0; k < e.loc().line; ++k) std::getline(f, line);
+    EXPECT_NE(shown.find(line), std::string::npos) << shown;
+    EXPECT_NE(shown.find("| " + std::string(static_cast<size_t>(e.loc().column - 1), ' ') + "^\n"),
+              std::string::npos)
+        << shown;
   }
 }
 

@@ -251,4 +251,40 @@ inline ::sharc::Tensor halving(::sharc::lift::Arg x_arg,
   return sharc_call.result(v39);
 }
 
+// float log_mix(float x)  (tests/lift/functions.h:89)
+inline ::sharc::Tensor log_mix(::sharc::lift::Arg x_arg,
+    ::sharc::SrcLoc loc = ::sharc::Here::current()) {
+  const ::sharc::lift::Call sharc_call("log_mix", loc, {x_arg});
+  const char* const sharc_file = "tests/lift/functions.h";
+  const ::sharc::Tensor x = sharc_call.arg(0);
+  const ::sharc::Tensor v0 = ::sharc::mul(x, x, {sharc_file, 90, 21});  // x * x
+  const ::sharc::Tensor c0 = sharc_call.constant(1.0);
+  const ::sharc::Tensor v1 = ::sharc::add(c0, v0, {sharc_file, 91, 25});  // 1.0f + q
+  const ::sharc::Tensor v2 = ::sharc::log(v1, {sharc_file, 91, 10});  // std::log2(1.0f + q)
+  const ::sharc::Tensor c1 = sharc_call.constant(1.4426950408889634);
+  const ::sharc::Tensor v3 = ::sharc::mul(v2, c1, {sharc_file, 91, 10});  // std::log2(1.0f + q)
+  const ::sharc::Tensor v4 = ::sharc::neg(v0, {sharc_file, 91, 42});  // -q
+  const ::sharc::Tensor c2 = sharc_call.constant(0.69314718055994529);
+  const ::sharc::Tensor v5 = ::sharc::mul(v4, c2, {sharc_file, 91, 32});  // std::exp2(-q)
+  const ::sharc::Tensor v6 = ::sharc::exp(v5, {sharc_file, 91, 32});  // std::exp2(-q)
+  const ::sharc::Tensor v7 = ::sharc::add(v3, v6, {sharc_file, 91, 30});  // std::log2(1.0f + q) + std::exp2(-q)
+  const ::sharc::Tensor c3 = sharc_call.constant(0.5);
+  const ::sharc::Tensor v8 = ::sharc::mul(x, c3, {sharc_file, 91, 48});  // std::fma(x, 0.5f, 1.0f)
+  const ::sharc::Tensor v9 = ::sharc::add(v8, c0, {sharc_file, 91, 48});  // std::fma(x, 0.5f, 1.0f)
+  const ::sharc::Tensor v10 = ::sharc::add(v7, v9, {sharc_file, 91, 46});  // std::log2(1.0f + q) + std::exp2(-q) + std::fm...
+  const ::sharc::Tensor v11 = ::sharc::mul(c0, c0, {sharc_file, 92, 10});  // std::hypot(x, 1.0f)
+  const ::sharc::Tensor v12 = ::sharc::add(v0, v11, {sharc_file, 92, 10});  // std::hypot(x, 1.0f)
+  const ::sharc::Tensor v13 = ::sharc::sqrt(v12, {sharc_file, 92, 10});  // std::hypot(x, 1.0f)
+  const ::sharc::Tensor c4 = sharc_call.constant(0.10000000149011612);
+  const ::sharc::Tensor v14 = ::sharc::mul(v13, c4, {sharc_file, 92, 30});  // std::hypot(x, 1.0f) * 0.1f
+  const ::sharc::Tensor v15 = ::sharc::sub(v10, v14, {sharc_file, 91, 72});  // std::log2(1.0f + q) + std::exp2(-q) + std::fm...
+  const ::sharc::Tensor c5 = sharc_call.constant(2.0);
+  const ::sharc::Tensor v16 = ::sharc::add(c5, v0, {sharc_file, 92, 55});  // 2.0f + q
+  const ::sharc::Tensor v17 = ::sharc::log(v16, {sharc_file, 92, 39});  // std::log10(2.0f + q)
+  const ::sharc::Tensor c6 = sharc_call.constant(0.43429448190325176);
+  const ::sharc::Tensor v18 = ::sharc::mul(v17, c6, {sharc_file, 92, 39});  // std::log10(2.0f + q)
+  const ::sharc::Tensor v19 = ::sharc::add(v15, v18, {sharc_file, 92, 37});  // std::log2(1.0f + q) + std::exp2(-q) + std::fm...
+  return sharc_call.result(v19);
+}
+
 }  // namespace lifted
