@@ -21,9 +21,12 @@
 #include <clang/Basic/SourceManager.h>
 #include <clang/Lex/Lexer.h>
 
+#include <bit>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 namespace sharc::lift {
 namespace {
@@ -44,6 +47,12 @@ SrcLoc source_loc(const clang::SourceManager& sm, clang::SourceLocation at, cons
     while (!file.empty() && file[0] == '/') file.erase(0, 1);
   }
   return SrcLoc(file, static_cast<int>(p.getLine()), static_cast<int>(p.getColumn()));
+}
+
+// A parameter's name; an unnamed one is called after its position.
+std::string param_name(const clang::ParmVarDecl& p, int index) {
+  const std::string n = p.getNameAsString();
+  return n.empty() ? "arg" + std::to_string(index) : n;
 }
 
 struct Val {
@@ -81,7 +90,7 @@ class FunctionLowerer {
     for (const clang::ParmVarDecl* p : f.parameters()) {
       ir::Node n;
       n.op = Op::kInput;
-      n.name = p->getNameAsString();
+      n.name = param_name(*p, static_cast<int>(args.size()));
       n.loc = loc_of(p->getLocation());
       args.push_back(Val::float_node(g().add(std::move(n))));
     }
@@ -165,14 +174,17 @@ class FunctionLowerer {
   }
   // Both sides of a data-dependent branch run on every element, and the
   // select keeps one. An op that is undefined on part of its domain (pow of
-  // a negative base, sqrt or log of a negative, a division by zero) may then
-  // make a NaN on the elements where its branch is not taken: harmless to
-  // the value, fatal to the gradient (0 * NaN). So under a condition such an
+  // a negative base, sqrt or log of a negative, a division by zero) or
+  // overflows (exp of a large argument) may then make a NaN or an infinity
+  // on the elements where its branch is not taken: harmless to the value,
+  // fatal to the gradient (0 * NaN, 0 * inf). So under a condition such an
   // operand is replaced by 1 where the condition fails (the "double where"
   // of JAX users), which leaves the taken elements exactly as they were.
   void guard(Op op, std::vector<int>& args, const clang::Stmt* at, clang::SourceLocation where) {
     int operand = -1;
-    if (op == Op::kPow || op == Op::kSqrt || op == Op::kLog || op == Op::kLog1p) operand = 0;
+    if (op == Op::kPow || op == Op::kSqrt || op == Op::kLog || op == Op::kLog1p ||
+        op == Op::kExp || op == Op::kExpm1)
+      operand = 0;
     if (op == Op::kDiv) operand = 1;
     if (operand < 0 || path_.empty()) return;
     Val taken = Val::known(true);
@@ -206,12 +218,14 @@ class FunctionLowerer {
     if (add_it) path_.pop_back();
   }
 
+  // Keyed by the bits, so NaN and -0.0 are constants of their own.
   int constant(double v) {
-    if (auto it = constants_.find(v); it != constants_.end()) return it->second;
+    const uint64_t bits = std::bit_cast<uint64_t>(v);
+    if (auto it = constants_.find(bits); it != constants_.end()) return it->second;
     ir::Node n;
     n.op = Op::kConstant;
     n.scalar = v;
-    return constants_[v] = g().add(std::move(n));
+    return constants_[bits] = g().add(std::move(n));
   }
 
   int to_float(const Val& v, clang::SourceLocation at, const char* what) {
@@ -283,6 +297,23 @@ class FunctionLowerer {
     return Val::float_node(
         select(c, to_float(a, where, what.c_str()), to_float(b, where, what.c_str()), at, where));
   }
+  // After a data-dependent fork on c: s becomes c ? t : f. A side that has
+  // returned everywhere leaves its variables to the other (they matter only
+  // where the function still runs).
+  void merge_states(const Val& c, const State& t, const State& f, State& s, const clang::Stmt* at,
+                    clang::SourceLocation where) {
+    const bool t_returned = t.done.is_known_cond() && t.done.truth;
+    const bool f_returned = f.done.is_known_cond() && f.done.truth;
+    for (auto& [var, value] : s.env) {
+      const Val a = t.env.at(var), b = f.env.at(var);
+      value = t_returned   ? b
+              : f_returned ? a
+                           : merge(c, a, b, at, where, var->getNameAsString());
+    }
+    s.result = merge(c, t.result, f.result, at, where, "the result");
+    s.done = merge(c, t.done, f.done, at, where, "return");
+  }
+
   Val cond_and(const Val& a, const Val& b, const clang::Stmt* at, clang::SourceLocation where) {
     if (a.is_known_cond()) return a.truth ? b : a;
     if (b.is_known_cond()) return b.truth ? a : b;
@@ -337,7 +368,8 @@ class FunctionLowerer {
     stack_.push_back(def);
     State s;
     size_t i = 0;
-    for (const clang::ParmVarDecl* p : def->parameters()) s.env[p] = args.at(i++);
+    for (const clang::ParmVarDecl* p : def->parameters())
+      s.env[p] = Val::float_node(to_float(args.at(i++), at, "an argument"));  // float parameters
     statement(def->getBody(), s);
     if (!(s.done.is_known_cond() && s.done.truth))
       fail(def->getBody()->getEndLoc(),
@@ -566,9 +598,13 @@ class FunctionLowerer {
     if (const auto* c = llvm::dyn_cast<clang::ConditionalOperator>(e)) {
       const Val cond = to_cond(expr(c->getCond(), s), c->getCond());
       if (cond.is_known_cond()) return expr(cond.truth ? c->getTrueExpr() : c->getFalseExpr(), s);
+      // Each arm on its own copy of the state (an arm may assign), merged
+      // as an if's branches are.
       Val a, b;
-      under(cond, [&] { a = expr(c->getTrueExpr(), s); });
-      under(cond_not(cond), [&] { b = expr(c->getFalseExpr(), s); });
+      State t = s, f = s;
+      under(cond, [&] { a = expr(c->getTrueExpr(), t); });
+      under(cond_not(cond), [&] { b = expr(c->getFalseExpr(), f); });
+      merge_states(cond, t, f, s, c, c->getQuestionLoc());
       if (c->getType()->isBooleanType())
         return merge(cond, to_cond(a, c->getTrueExpr()), to_cond(b, c->getFalseExpr()), c,
                      c->getQuestionLoc(), "?:");
@@ -594,11 +630,21 @@ class FunctionLowerer {
       case clang::CK_IntegralToBoolean:
       case clang::CK_FloatingToBoolean:
         return to_cond(expr(sub, s), sub);
+      case clang::CK_IntegralToFloating: {
+        // An integer used as a float stops being an integer: 1 / 4 is 0 but
+        // float(1) / 4 is 0.25.
+        const Val v = expr(sub, s);
+        if (v.kind == Val::kInt) return Val::float_node(constant(static_cast<double>(v.i)));
+        return Val::float_node(to_float(v, c->getBeginLoc(), "a value"));
+      }
       case clang::CK_BooleanToSignedIntegral:
       case clang::CK_IntegralCast: {
+        // A bool promoted to int (a + b, a != b on bools) is its 0/1 mask,
+        // which float arithmetic and comparisons take as is.
         const Val v = expr(sub, s);
         if (v.is_known_cond()) return Val::integer(v.truth ? 1 : 0);
-        return v.kind == Val::kCond ? convert(v, c->getType(), c) : v;
+        if (v.kind == Val::kCond) return Val::float_node(to_float(v, c->getBeginLoc(), "a value"));
+        return v;
       }
       case clang::CK_PointerToBoolean:
       case clang::CK_ArrayToPointerDecay:
@@ -662,8 +708,20 @@ class FunctionLowerer {
       return expr(b->getRHS(), s);
     }
     if (k == clang::BO_LAnd || k == clang::BO_LOr) {
+      // The right side runs only where the left does not decide (as C++
+      // short-circuits): not at all when the left is known, else on a copy
+      // of the state merged under that condition.
       const Val l = to_cond(expr(b->getLHS(), s), b->getLHS());
-      const Val r = to_cond(expr(b->getRHS(), s), b->getRHS());
+      const Val runs = k == clang::BO_LAnd ? l : cond_not(l);
+      if (runs.is_known_cond()) {
+        if (!runs.truth) return l;
+        return to_cond(expr(b->getRHS(), s), b->getRHS());
+      }
+      Val r;
+      State t = s;
+      const State f = s;
+      under(runs, [&] { r = to_cond(expr(b->getRHS(), t), b->getRHS()); });
+      merge_states(runs, t, f, s, b, at);
       return k == clang::BO_LAnd ? cond_and(l, r, b, at) : cond_or(l, r, b, at);
     }
     const Val l = expr(b->getLHS(), s), r = expr(b->getRHS(), s);
@@ -706,12 +764,7 @@ class FunctionLowerer {
       State t = s, f = s;
       under(c, [&] { statement(i->getThen(), t); });
       if (i->getElse()) under(cond_not(c), [&] { statement(i->getElse(), f); });
-      for (auto& [var, value] : s.env) {
-        const Val a = t.env.at(var), b = f.env.at(var);
-        value = merge(c, a, b, i, i->getIfLoc(), var->getNameAsString());
-      }
-      s.result = merge(c, t.result, f.result, i, i->getIfLoc(), "the result");
-      s.done = merge(c, t.done, f.done, i, i->getIfLoc(), "return");
+      merge_states(c, t, f, s, i, i->getIfLoc());
       return;
     }
     if (const auto* f = llvm::dyn_cast<clang::ForStmt>(st)) {
@@ -736,6 +789,20 @@ class FunctionLowerer {
   void declare(const clang::Decl* d, State& s) {
     const auto* v = llvm::dyn_cast<clang::VarDecl>(d);
     if (!v) return;  // typedefs, using-declarations
+    if ((v->isStaticLocal() || v->hasGlobalStorage()) && v->getType().isConstQualified() &&
+        v->getInit()) {
+      // A static constant (static constexpr float k = ...) is no state.
+      if (const clang::APValue* c = v->evaluateValue()) {
+        if (c->isInt()) {
+          s.env[v] = Val::integer(c->getInt().getSExtValue());
+          return;
+        }
+        if (c->isFloat()) {
+          s.env[v] = Val::float_node(constant(c->getFloat().convertToDouble()));
+          return;
+        }
+      }
+    }
     if (v->isStaticLocal() || v->hasGlobalStorage())
       fail(v->getLocation(), "static or global state: '" + v->getNameAsString() +
                                  "' keeps its value between calls; a lifted function must be "
@@ -747,6 +814,7 @@ class FunctionLowerer {
   void loop(clang::SourceLocation at, const clang::Expr* cond, const clang::Stmt* body,
             const clang::Expr* inc, State& s) {
     for (int k = 0;; ++k) {
+      if (s.done.is_known_cond() && s.done.truth) return;  // returned on every path
       if (cond) {
         const Val c = to_cond(expr(cond, s), cond);
         if (!c.is_known_cond()) {
@@ -770,7 +838,7 @@ class FunctionLowerer {
   const LowerOptions& options_;
   LiftedFunction& out_;
   unsigned error_id_ = 0;
-  std::map<double, int> constants_;
+  std::map<uint64_t, int> constants_;
   std::map<std::pair<Op, std::vector<int>>, int> made_;
   std::vector<const clang::FunctionDecl*> stack_;
   std::vector<Val> path_;  // the conditions the code being lowered runs under
@@ -814,14 +882,30 @@ std::vector<LiftedFunction> lower_translation_unit(clang::ASTContext& ctx,
   Finder finder(ctx.getSourceManager());
   finder.TraverseDecl(ctx.getTranslationUnitDecl());
   std::vector<LiftedFunction> out;
+  clang::DiagnosticsEngine& diags = ctx.getDiagnostics();
+  const unsigned error = diags.getCustomDiagID(clang::DiagnosticsEngine::Error, "%0");
+  const unsigned note = diags.getCustomDiagID(clang::DiagnosticsEngine::Note, "%0");
+  // Tensor forms take Args, so they overload by arity only: float and
+  // double versions of one function would define one Tensor form twice.
+  std::map<std::tuple<std::vector<std::string>, std::string, size_t>, const clang::FunctionDecl*> forms;
   for (const clang::FunctionDecl* f : finder.found) {
     LiftedFunction lf;
     lf.name = f->getNameAsString();
     lf.signature = signature_of(*f);
-    for (const clang::ParmVarDecl* p : f->parameters()) lf.params.push_back(p->getNameAsString());
+    int index = 0;
+    for (const clang::ParmVarDecl* p : f->parameters()) lf.params.push_back(param_name(*p, index++));
     for (const clang::DeclContext* c = f->getDeclContext(); c; c = c->getParent())
       if (const auto* ns = llvm::dyn_cast<clang::NamespaceDecl>(c))
         lf.namespaces.insert(lf.namespaces.begin(), ns->getNameAsString());
+    const auto [it, fresh] = forms.try_emplace({lf.namespaces, lf.name, lf.params.size()}, f);
+    if (!fresh) {
+      diags.Report(f->getLocation(), error)
+          << "'" + lf.name + "' is lifted twice with " + std::to_string(lf.params.size()) +
+                 " parameters; its Tensor form takes Tensors or numbers whatever the C++ "
+                 "types, so mark one overload only";
+      diags.Report(it->second->getLocation(), note) << std::string("the other one is here");
+      continue;
+    }
     try {
       FunctionLowerer lowerer(ctx, options, lf);
       lf.loc = source_loc(ctx.getSourceManager(), f->getLocation(), options.source_root);
@@ -830,6 +914,10 @@ std::vector<LiftedFunction> lower_translation_unit(clang::ASTContext& ctx,
       out.push_back(std::move(lf));
     } catch (const Abandon&) {
       // Reported; the next function may still lower.
+    } catch (const std::exception& e) {
+      // A sharc bug: said at the function, not a crash.
+      diags.Report(f->getLocation(), error)
+          << std::string("internal error in sharc-lift (a bug; please report it): ") + e.what();
     }
   }
   return out;

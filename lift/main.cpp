@@ -25,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,13 @@ Options parse(int argc, char** argv) {
 // Writes through a temporary and a rename, so a failed run leaves the old
 // file (or none), never half of one.
 bool write_atomically(const std::string& path, const std::string& text) {
+  {
+    // Unchanged: left alone, so what includes it is not rebuilt.
+    std::ifstream old(path, std::ios::binary);
+    std::ostringstream was;
+    was << old.rdbuf();
+    if (old && was.str() == text) return true;
+  }
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -216,8 +224,10 @@ int main(int argc, char** argv) {
     return 1;
   if (!o.ir.empty() && !write_atomically(o.ir, sharc::lift::lifted_ir_text(lifted))) return 1;
   if (!o.depfile.empty()) {
+    // The files read, but not the stand-in (gone when this run ends).
     std::string d = (o.output.empty() ? o.ir : o.output) + ":";
-    for (const std::string& f : files) d += " " + f;
+    for (const std::string& f : files)
+      if (f.rfind(stand_in.path.string(), 0) != 0) d += " " + f;
     if (!write_atomically(o.depfile, d + "\n")) return 1;
   }
   return 0;

@@ -1,5 +1,6 @@
 // The header sharc-lift writes: the Tensor form of each lifted function, as
 // plain DSL calls, so a reader sees exactly which ops a model gets.
+#include <cmath>
 #include <map>
 #include <regex>
 #include <set>
@@ -45,6 +46,10 @@ const char* dsl_function(Op op) {
 }
 
 std::string number(double v) {
+  if (std::isnan(v)) return "std::numeric_limits<double>::quiet_NaN()";
+  if (std::isinf(v))
+    return v > 0 ? "std::numeric_limits<double>::infinity()"
+                 : "-std::numeric_limits<double>::infinity()";
   std::ostringstream os;
   os.precision(17);
   os << v;
@@ -55,35 +60,42 @@ std::string number(double v) {
 
 void write_function(std::ostream& os, const LiftedFunction& f) {
   const ir::Graph& g = f.graph;
-  // Names: the user's parameter names where they cannot clash with ours.
+  // Names. The tensors the arguments become are the user's parameter names
+  // (the body reads like the C++), the Arg parameters those plus "_arg";
+  // ours (sharc_*, loc, v<k>, c<k>) and the user's never clash.
   std::set<std::string> taken = {"sharc_call", "sharc_file", "loc"};
+  static const std::regex ours("^(v|c)[0-9]+$|^sharc_.*");
   std::vector<std::string> var(g.nodes.size());
-  static const std::regex ours("^(v|c)[0-9]+$");
-  std::vector<std::string> arg_names;
-  for (const std::string& p : f.params) {
-    std::string name = p;
+  auto fresh = [&](std::string name) {
     while (taken.count(name) || std::regex_match(name, ours)) name += "_";
     taken.insert(name);
-    arg_names.push_back(name);
-  }
-
+    return name;
+  };
+  std::vector<std::string> arg_names, tensor_names;
+  for (const std::string& p : f.params) tensor_names.push_back(fresh(p));
+  for (const std::string& p : f.params) arg_names.push_back(fresh(p + "_arg"));
   os << "// " << f.signature << "  (" << f.loc.str() << ")\n";
   os << "inline ::sharc::Tensor " << f.name << "(";
   for (size_t i = 0; i < f.params.size(); ++i)
-    os << "::sharc::lift::Arg " << arg_names[i] << "_arg,\n    ";
+    os << "::sharc::lift::Arg " << arg_names[i] << ",\n    ";
   os << "::sharc::SrcLoc loc = ::sharc::Here::current()) {\n";
   os << "  const ::sharc::lift::Call sharc_call(\"" << f.name << "\", loc, {";
-  for (size_t i = 0; i < f.params.size(); ++i) os << (i ? ", " : "") << arg_names[i] << "_arg";
+  for (size_t i = 0; i < f.params.size(); ++i) os << (i ? ", " : "") << arg_names[i];
   os << "});\n";
-  os << "  const char* const sharc_file = \"" << f.loc.file << "\";\n";
+  bool has_ops = false;  // else sharc_file goes unused
+  for (const ir::Node& n : g.nodes) has_ops = has_ops || (n.op != Op::kInput && n.op != Op::kConstant);
+  os << "  " << (has_ops ? "" : "[[maybe_unused]] ") << "const char* const sharc_file = \""
+     << f.loc.file << "\";\n";
 
   int input = 0, value = 0, constant = 0;
   for (size_t id = 0; id < g.nodes.size(); ++id) {
     const ir::Node& n = g.nodes[id];
     std::string rhs;
     if (n.op == Op::kInput) {
-      var[id] = arg_names.at(static_cast<size_t>(input));
-      os << "  const ::sharc::Tensor " << var[id] << " = sharc_call.arg(" << input++ << ");\n";
+      var[id] = tensor_names.at(static_cast<size_t>(input));
+      // A parameter the body ignores is still an argument (it broadcasts).
+      os << "  " << (g.users(static_cast<int>(id)).empty() ? "[[maybe_unused]] " : "")
+         << "const ::sharc::Tensor " << var[id] << " = sharc_call.arg(" << input++ << ");\n";
       continue;
     }
     if (n.op == Op::kConstant) {
@@ -114,7 +126,7 @@ std::string write_header(const std::vector<LiftedFunction>& functions, const std
      << "// rewrites it when the source changes). Each function is the Tensor form of\n"
      << "// the SHARC_ELEMENTWISE C++ function of the same name (dsl/lift.h): one DSL\n"
      << "// call per lifted expression, at that expression's line and column.\n"
-     << "#pragma once\n\n#include \"dsl/lift.h\"\n";
+     << "#pragma once\n\n#include <limits>\n\n#include \"dsl/lift.h\"\n";
   // The functions' namespaces, one block per run of functions in the same
   // one (an anonymous namespace is the source file's own: the header is
   // included there).

@@ -379,6 +379,19 @@ TEST(Autodiff, PowAtZeroBaseHasNoNaNGradient) {
       check_gradients(fn, {.params = {{"x", {0.0, 1.5}}, {"y", {2.0, 2.0}}}});
   EXPECT_EQ(r.values.at("y")[0], 0.0);
   EXPECT_EQ(r.values.at("x")[0], 0.0);
+  // 0^0 = 1, flat in x: d/dx is 0, not 0 * 0^-1 = 0 * inf.
+  Graph g = trace("pow00", fn);
+  int loss = -1, x = -1;
+  for (auto& o : g.outputs)
+    if (o.name == "loss") loss = o.value;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].name == "x" && g.nodes[i].op == Op::kParameter) x = static_cast<int>(i);
+  const int dx = append_gradients(g, loss, {x}, SrcLoc("autodiff_test.cpp", 1))[0];
+  g.outputs.push_back({"dx", dx, SrcLoc(), std::nullopt, std::nullopt});
+  HostValues state = {{"x", {0.0, 1.5}}, {"y", {0.0, 0.0}}};
+  const std::vector<double> got = interpret(g, {{"weights", {1.0, 1.0}}}, kSeed, &state).at("dx");
+  EXPECT_EQ(got[0], 0.0);
+  EXPECT_EQ(got[1], 0.0);
 }
 
 TEST(Autodiff, Select) {

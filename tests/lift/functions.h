@@ -92,4 +92,41 @@ SHARC_ELEMENTWISE inline float log_mix(float x) {
          std::hypot(x, 1.0f) * 0.1f + std::log10(2.0f + q);
 }
 
+// Compile-time integers made floats (k / 4 is 0, float(k) / 4 is not), an
+// int changed in a branch that returns, a static constant, bools added as
+// 0/1.
+SHARC_ELEMENTWISE inline float ramp_sum(float x) {
+  static constexpr float kScale = 0.5f;
+  int n = 2;
+  if (x > 4.0f) {
+    n = 3;
+    return kScale * x;
+  }
+  float s = 0.0f;
+  for (int k = 0; k <= n; ++k) s += x * (static_cast<float>(k) / 4);
+  return s + (x > 0.0f) + (x > 1.0f);
+}
+
+// Assignments inside ?: and && arms (each runs only where C++ runs it), and
+// an && whose left side keeps its right side from dividing by zero.
+SHARC_ELEMENTWISE inline float side_effects(float x) {
+  float y = 0.0f;
+  (x > 0.0f) ? (y = x) : (y = -2.0f * x);
+  float z = 1.0f;
+  const bool big = x > 2.0f && (z = x * 0.5f) > 1.2f;
+  float r = 0.0f;
+  for (int i = 0; i < 3; ++i)
+    if (i != 0 && 6 / i > 2) r += y;
+  return big ? y + z + r : y - z + r;
+}
+
+// A loop that ends by returning.
+SHARC_ELEMENTWISE inline float cube_by_loop(float x) {
+  float y = 1.0f;
+  for (int i = 0;; ++i) {
+    if (i == 3) return y;
+    y *= x;
+  }
+}
+
 }  // namespace lifted

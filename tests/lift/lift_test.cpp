@@ -76,6 +76,12 @@ std::vector<Case> cases() {
        [](float x) { return lifted::halving(x); }, {1 - e, 1 + e, 8 - e, 8 + e}, -2, 12},
       {"log_mix", [](Tensor x) { return lifted::log_mix(x); },
        [](float x) { return lifted::log_mix(x); }, {0.0 + e, -e}},
+      {"ramp_sum", [](Tensor x) { return lifted::ramp_sum(x); },
+       [](float x) { return lifted::ramp_sum(x); }, {-e, e, 1 - e, 1 + e, 4 - e, 4 + e}, -3, 6},
+      {"side_effects", [](Tensor x) { return lifted::side_effects(x); },
+       [](float x) { return lifted::side_effects(x); }, {-e, e, 2 - e, 2 + e, 2.4 - e, 2.4 + e}},
+      {"cube_by_loop", [](Tensor x) { return lifted::cube_by_loop(x); },
+       [](float x) { return lifted::cube_by_loop(x); }, {-e, e}},
   };
 }
 

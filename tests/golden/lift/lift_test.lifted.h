@@ -4,6 +4,8 @@
 // call per lifted expression, at that expression's line and column.
 #pragma once
 
+#include <limits>
+
 #include "dsl/lift.h"
 
 namespace lifted {
@@ -110,12 +112,13 @@ inline ::sharc::Tensor softplus(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor x = sharc_call.arg(0);
   const ::sharc::Tensor c0 = sharc_call.constant(20.0);
   const ::sharc::Tensor v0 = ::sharc::greater(x, c0, {sharc_file, 55, 12});  // x > 20.0f
-  const ::sharc::Tensor v1 = ::sharc::exp(x, {sharc_file, 55, 37});  // std::exp(x)
   const ::sharc::Tensor c1 = sharc_call.constant(1.0);
-  const ::sharc::Tensor v2 = ::sharc::where(v0, c1, v1, {sharc_file, 55, 26});  // where taken: std::log1p(std::exp(x))
-  const ::sharc::Tensor v3 = ::sharc::log1p(v2, {sharc_file, 55, 26});  // std::log1p(std::exp(x))
-  const ::sharc::Tensor v4 = ::sharc::where(v0, x, v3, {sharc_file, 55, 20});  // x > 20.0f ? x : std::log1p(std::exp(x))
-  return sharc_call.result(v4);
+  const ::sharc::Tensor v1 = ::sharc::where(v0, c1, x, {sharc_file, 55, 37});  // where taken: std::exp(x)
+  const ::sharc::Tensor v2 = ::sharc::exp(v1, {sharc_file, 55, 37});  // std::exp(x)
+  const ::sharc::Tensor v3 = ::sharc::where(v0, c1, v2, {sharc_file, 55, 26});  // where taken: std::log1p(std::exp(x))
+  const ::sharc::Tensor v4 = ::sharc::log1p(v3, {sharc_file, 55, 26});  // std::log1p(std::exp(x))
+  const ::sharc::Tensor v5 = ::sharc::where(v0, x, v4, {sharc_file, 55, 20});  // x > 20.0f ? x : std::log1p(std::exp(x))
+  return sharc_call.result(v5);
 }
 
 // float smooth_relu(float x, float beta)  (tests/lift/functions.h:59)
@@ -129,13 +132,14 @@ inline ::sharc::Tensor smooth_relu(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor v0 = ::sharc::mul(beta, x, {sharc_file, 60, 24});  // beta * x
   const ::sharc::Tensor c0 = sharc_call.constant(20.0);
   const ::sharc::Tensor v1 = ::sharc::greater(v0, c0, {sharc_file, 55, 12});  // x > 20.0f
-  const ::sharc::Tensor v2 = ::sharc::exp(v0, {sharc_file, 55, 37});  // std::exp(x)
   const ::sharc::Tensor c1 = sharc_call.constant(1.0);
-  const ::sharc::Tensor v3 = ::sharc::where(v1, c1, v2, {sharc_file, 55, 26});  // where taken: std::log1p(std::exp(x))
-  const ::sharc::Tensor v4 = ::sharc::log1p(v3, {sharc_file, 55, 26});  // std::log1p(std::exp(x))
-  const ::sharc::Tensor v5 = ::sharc::where(v1, v0, v4, {sharc_file, 55, 20});  // x > 20.0f ? x : std::log1p(std::exp(x))
-  const ::sharc::Tensor v6 = ::sharc::div(v5, beta, {sharc_file, 60, 29});  // softplus(beta * x) / beta
-  return sharc_call.result(v6);
+  const ::sharc::Tensor v2 = ::sharc::where(v1, c1, v0, {sharc_file, 55, 37});  // where taken: std::exp(x)
+  const ::sharc::Tensor v3 = ::sharc::exp(v2, {sharc_file, 55, 37});  // std::exp(x)
+  const ::sharc::Tensor v4 = ::sharc::where(v1, c1, v3, {sharc_file, 55, 26});  // where taken: std::log1p(std::exp(x))
+  const ::sharc::Tensor v5 = ::sharc::log1p(v4, {sharc_file, 55, 26});  // std::log1p(std::exp(x))
+  const ::sharc::Tensor v6 = ::sharc::where(v1, v0, v5, {sharc_file, 55, 20});  // x > 20.0f ? x : std::log1p(std::exp(x))
+  const ::sharc::Tensor v7 = ::sharc::div(v6, beta, {sharc_file, 60, 29});  // softplus(beta * x) / beta
+  return sharc_call.result(v7);
 }
 
 // float pow_elu(float x, float alpha)  (tests/lift/functions.h:64)
@@ -152,10 +156,11 @@ inline ::sharc::Tensor pow_elu(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor c2 = sharc_call.constant(1.0);
   const ::sharc::Tensor v1 = ::sharc::where(v0, x, c2, {sharc_file, 65, 24});  // where taken: std::pow(x, 1.5f)
   const ::sharc::Tensor v2 = ::sharc::pow(v1, c1, {sharc_file, 65, 24});  // std::pow(x, 1.5f)
-  const ::sharc::Tensor v3 = ::sharc::expm1(x, {sharc_file, 66, 18});  // std::expm1(x)
-  const ::sharc::Tensor v4 = ::sharc::mul(alpha, v3, {sharc_file, 66, 16});  // alpha * std::expm1(x)
-  const ::sharc::Tensor v5 = ::sharc::where(v0, v2, v4, {sharc_file, 66, 3});  // return alpha * std::expm1(x)
-  return sharc_call.result(v5);
+  const ::sharc::Tensor v3 = ::sharc::where(v0, c2, x, {sharc_file, 66, 18});  // where taken: std::expm1(x)
+  const ::sharc::Tensor v4 = ::sharc::expm1(v3, {sharc_file, 66, 18});  // std::expm1(x)
+  const ::sharc::Tensor v5 = ::sharc::mul(alpha, v4, {sharc_file, 66, 16});  // alpha * std::expm1(x)
+  const ::sharc::Tensor v6 = ::sharc::where(v0, v2, v5, {sharc_file, 66, 3});  // return alpha * std::expm1(x)
+  return sharc_call.result(v6);
 }
 
 // float gated_mix(float x, float lo, float hi)  (tests/lift/functions.h:70)
@@ -285,6 +290,80 @@ inline ::sharc::Tensor log_mix(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor v18 = ::sharc::mul(v17, c6, {sharc_file, 92, 39});  // std::log10(2.0f + q)
   const ::sharc::Tensor v19 = ::sharc::add(v15, v18, {sharc_file, 92, 37});  // std::log2(1.0f + q) + std::exp2(-q) + std::fm...
   return sharc_call.result(v19);
+}
+
+// float ramp_sum(float x)  (tests/lift/functions.h:98)
+inline ::sharc::Tensor ramp_sum(::sharc::lift::Arg x_arg,
+    ::sharc::SrcLoc loc = ::sharc::Here::current()) {
+  const ::sharc::lift::Call sharc_call("ramp_sum", loc, {x_arg});
+  const char* const sharc_file = "tests/lift/functions.h";
+  const ::sharc::Tensor x = sharc_call.arg(0);
+  const ::sharc::Tensor c0 = sharc_call.constant(0.5);
+  const ::sharc::Tensor c1 = sharc_call.constant(4.0);
+  const ::sharc::Tensor v0 = ::sharc::greater(x, c1, {sharc_file, 101, 9});  // x > 4.0f
+  const ::sharc::Tensor v1 = ::sharc::mul(c0, x, {sharc_file, 103, 19});  // kScale * x
+  const ::sharc::Tensor c2 = sharc_call.constant(0.0);
+  const ::sharc::Tensor c3 = sharc_call.constant(1.0);
+  const ::sharc::Tensor v2 = ::sharc::where(v0, c3, c1, {sharc_file, 106, 64});  // where taken: static_cast<float>(k) / 4
+  const ::sharc::Tensor v3 = ::sharc::div(c2, v2, {sharc_file, 106, 64});  // static_cast<float>(k) / 4
+  const ::sharc::Tensor v4 = ::sharc::mul(x, v3, {sharc_file, 106, 39});  // x * (static_cast<float>(k) / 4)
+  const ::sharc::Tensor v5 = ::sharc::add(c2, v4, {sharc_file, 106, 34});  // s += x * (static_cast<float>(k) / 4)
+  const ::sharc::Tensor v6 = ::sharc::div(c3, v2, {sharc_file, 106, 64});  // static_cast<float>(k) / 4
+  const ::sharc::Tensor v7 = ::sharc::mul(x, v6, {sharc_file, 106, 39});  // x * (static_cast<float>(k) / 4)
+  const ::sharc::Tensor v8 = ::sharc::add(v5, v7, {sharc_file, 106, 34});  // s += x * (static_cast<float>(k) / 4)
+  const ::sharc::Tensor c4 = sharc_call.constant(2.0);
+  const ::sharc::Tensor v9 = ::sharc::div(c4, v2, {sharc_file, 106, 64});  // static_cast<float>(k) / 4
+  const ::sharc::Tensor v10 = ::sharc::mul(x, v9, {sharc_file, 106, 39});  // x * (static_cast<float>(k) / 4)
+  const ::sharc::Tensor v11 = ::sharc::add(v8, v10, {sharc_file, 106, 34});  // s += x * (static_cast<float>(k) / 4)
+  const ::sharc::Tensor v12 = ::sharc::greater(x, c2, {sharc_file, 107, 17});  // x > 0.0f
+  const ::sharc::Tensor v13 = ::sharc::add(v11, v12, {sharc_file, 107, 12});  // s + (x > 0.0f)
+  const ::sharc::Tensor v14 = ::sharc::greater(x, c3, {sharc_file, 107, 30});  // x > 1.0f
+  const ::sharc::Tensor v15 = ::sharc::add(v13, v14, {sharc_file, 107, 25});  // s + (x > 0.0f) + (x > 1.0f)
+  const ::sharc::Tensor v16 = ::sharc::where(v0, v1, v15, {sharc_file, 107, 3});  // return s + (x > 0.0f) + (x > 1.0f)
+  return sharc_call.result(v16);
+}
+
+// float side_effects(float x)  (tests/lift/functions.h:112)
+inline ::sharc::Tensor side_effects(::sharc::lift::Arg x_arg,
+    ::sharc::SrcLoc loc = ::sharc::Here::current()) {
+  const ::sharc::lift::Call sharc_call("side_effects", loc, {x_arg});
+  const char* const sharc_file = "tests/lift/functions.h";
+  const ::sharc::Tensor x = sharc_call.arg(0);
+  const ::sharc::Tensor c0 = sharc_call.constant(0.0);
+  const ::sharc::Tensor v0 = ::sharc::greater(x, c0, {sharc_file, 114, 6});  // x > 0.0f
+  const ::sharc::Tensor c1 = sharc_call.constant(2.0);
+  const ::sharc::Tensor v1 = ::sharc::neg(c1, {sharc_file, 114, 31});  // -2.0f
+  const ::sharc::Tensor v2 = ::sharc::mul(v1, x, {sharc_file, 114, 37});  // -2.0f * x
+  const ::sharc::Tensor v3 = ::sharc::where(v0, x, v2, {sharc_file, 114, 14});  // (x > 0.0f) ? (y = x) : (y = -2.0f * x)
+  const ::sharc::Tensor c2 = sharc_call.constant(1.0);
+  const ::sharc::Tensor v4 = ::sharc::greater(x, c1, {sharc_file, 116, 22});  // x > 2.0f
+  const ::sharc::Tensor c3 = sharc_call.constant(0.5);
+  const ::sharc::Tensor v5 = ::sharc::mul(x, c3, {sharc_file, 116, 39});  // x * 0.5f
+  const ::sharc::Tensor c4 = sharc_call.constant(1.2000000476837158);
+  const ::sharc::Tensor v6 = ::sharc::greater(v5, c4, {sharc_file, 116, 47});  // (z = x * 0.5f) > 1.2f
+  const ::sharc::Tensor v7 = ::sharc::where(v4, v5, c2, {sharc_file, 116, 29});  // x > 2.0f && (z = x * 0.5f) > 1.2f
+  const ::sharc::Tensor v8 = ::sharc::mul(v4, v6, {sharc_file, 116, 29});  // x > 2.0f && (z = x * 0.5f) > 1.2f
+  const ::sharc::Tensor v9 = ::sharc::add(c0, v3, {sharc_file, 119, 32});  // r += y
+  const ::sharc::Tensor v10 = ::sharc::add(v9, v3, {sharc_file, 119, 32});  // r += y
+  const ::sharc::Tensor v11 = ::sharc::add(v3, v7, {sharc_file, 120, 18});  // y + z
+  const ::sharc::Tensor v12 = ::sharc::add(v11, v10, {sharc_file, 120, 22});  // y + z + r
+  const ::sharc::Tensor v13 = ::sharc::sub(v3, v7, {sharc_file, 120, 30});  // y - z
+  const ::sharc::Tensor v14 = ::sharc::add(v13, v10, {sharc_file, 120, 34});  // y - z + r
+  const ::sharc::Tensor v15 = ::sharc::where(v8, v12, v14, {sharc_file, 120, 14});  // big ? y + z + r : y - z + r
+  return sharc_call.result(v15);
+}
+
+// float cube_by_loop(float x)  (tests/lift/functions.h:124)
+inline ::sharc::Tensor cube_by_loop(::sharc::lift::Arg x_arg,
+    ::sharc::SrcLoc loc = ::sharc::Here::current()) {
+  const ::sharc::lift::Call sharc_call("cube_by_loop", loc, {x_arg});
+  const char* const sharc_file = "tests/lift/functions.h";
+  const ::sharc::Tensor x = sharc_call.arg(0);
+  const ::sharc::Tensor c0 = sharc_call.constant(1.0);
+  const ::sharc::Tensor v0 = ::sharc::mul(c0, x, {sharc_file, 128, 7});  // y *= x
+  const ::sharc::Tensor v1 = ::sharc::mul(v0, x, {sharc_file, 128, 7});  // y *= x
+  const ::sharc::Tensor v2 = ::sharc::mul(v1, x, {sharc_file, 128, 7});  // y *= x
+  return sharc_call.result(v2);
 }
 
 }  // namespace lifted
