@@ -1,6 +1,6 @@
-// Functions sharc-lift must refuse, one unsupported construct each; the
-// lift suite runs the tool on this file and asserts every diagnostic (line,
-// column, message, the source line and the caret). Valid C++: only the
+// Functions sharc-lift must refuse, one unsupported construct each, and a
+// float/double twin; lift_test runs the tool on this file and asserts every
+// diagnostic (line, column, message, source line, caret). Valid C++: only the
 // lifting fails. Keep the line numbers in lift_test.cpp in step.
 #include <cstdio>
 #include <iostream>
@@ -49,3 +49,6 @@ SHARC_ELEMENTWISE inline float as_array(float x) {
   float v[2] = {x, x};
   return v[0];
 }
+
+SHARC_ELEMENTWISE inline float twin(float x) { return x; }
+SHARC_ELEMENTWISE inline double twin(double x) { return x; }

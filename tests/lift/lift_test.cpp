@@ -288,6 +288,8 @@ TEST(LiftErrors, EveryUnsupportedConstructIsNamedAtItsColumnWithACaret) {
       {46, 56, "unsupported type 'int' of parameter 'n'; a SHARC_ELEMENTWISE function takes float "
                "or double"},
       {49, 9, "unsupported type 'float[2]' of local 'v'"},
+      {54, 33, "'twin' is lifted twice with 1 parameters; its Tensor form takes Tensors or "
+               "numbers whatever the C++ types, so mark one overload only"},
   };
   std::vector<std::string> lines;
   {
