@@ -552,6 +552,16 @@ class FunctionLowerer {
     }
   }
 
+  // The value of a const variable with a constant initializer (an int or a
+  // float), or nullopt.
+  std::optional<Val> compile_time_constant(const clang::VarDecl* v) {
+    if (!v->getType().isConstQualified() || !v->getInit()) return std::nullopt;
+    const clang::APValue* c = v->evaluateValue();
+    if (c && c->isInt()) return Val::integer(c->getInt().getSExtValue());
+    if (c && c->isFloat()) return Val::float_node(constant(c->getFloat().convertToDouble()));
+    return std::nullopt;
+  }
+
   Val var_value(const clang::VarDecl* v, const clang::Expr* at, const State& s) {
     if (auto it = s.env.find(v); it != s.env.end()) {
       if (it->second.kind == Val::kNone)
@@ -560,12 +570,7 @@ class FunctionLowerer {
     }
     if (v->hasGlobalStorage()) {
       // Constants are fine: constexpr or const with a constant initializer.
-      if (v->getType().isConstQualified() && v->getInit()) {
-        if (const clang::APValue* c = v->evaluateValue()) {
-          if (c->isInt()) return Val::integer(c->getInt().getSExtValue());
-          if (c->isFloat()) return Val::float_node(constant(c->getFloat().convertToDouble()));
-        }
-      }
+      if (const std::optional<Val> c = compile_time_constant(v)) return *c;
       fail(at->getBeginLoc(), std::string("static or global state: '") + v->getNameAsString() +
                                   "' is a " + (v->isStaticLocal() ? "static local" : "global") +
                                   " variable; a lifted function may read only its arguments, "
@@ -789,24 +794,16 @@ class FunctionLowerer {
   void declare(const clang::Decl* d, State& s) {
     const auto* v = llvm::dyn_cast<clang::VarDecl>(d);
     if (!v) return;  // typedefs, using-declarations
-    if ((v->isStaticLocal() || v->hasGlobalStorage()) && v->getType().isConstQualified() &&
-        v->getInit()) {
+    if (v->isStaticLocal() || v->hasGlobalStorage()) {
       // A static constant (static constexpr float k = ...) is no state.
-      if (const clang::APValue* c = v->evaluateValue()) {
-        if (c->isInt()) {
-          s.env[v] = Val::integer(c->getInt().getSExtValue());
-          return;
-        }
-        if (c->isFloat()) {
-          s.env[v] = Val::float_node(constant(c->getFloat().convertToDouble()));
-          return;
-        }
+      if (const std::optional<Val> c = compile_time_constant(v)) {
+        s.env[v] = *c;
+        return;
       }
-    }
-    if (v->isStaticLocal() || v->hasGlobalStorage())
       fail(v->getLocation(), "static or global state: '" + v->getNameAsString() +
                                  "' keeps its value between calls; a lifted function must be "
                                  "pure (make it a constexpr constant or a local)");
+    }
     check_local_type(v);
     s.env[v] = v->getInit() ? convert(expr(v->getInit(), s), v->getType(), v->getInit()) : Val{};
   }
