@@ -9,8 +9,8 @@
 // fixed random linear map of x (a teacher), so the loss must fall well below
 // log 4. --check runs the first three steps through the fp64 oracle too (the
 // global program interpreted in double precision, with its own parameter
-// state) and fails unless every loss and, after the third step, every
-// parameter agree within 1e-5 of the tensor's scale. Exit 1 when the check
+// state) and fails unless every loss agrees within 1e-5 and, after the third
+// step, every parameter within 5e-5 of the tensor's scale. Exit 1 when the check
 // fails or the loss does not fall by a third; 2 on bad flags.
 #include <cmath>
 #include <cstdio>
@@ -136,9 +136,13 @@ int train(const Options& o) {
           program.get_parameter(p.name, got);
           worst = std::max(worst, rel_error(got, oracle_state.at(std::string(p.name))));
         }
+        // AdamW's m / sqrt(v) turns the rounding of small gradients into
+        // rounding of whole updates (measured 3.9e-6 here; BLAS kernels sum
+        // in machine-dependent orders), so parameters get 5e-5; a wrong
+        // gradient is off by O(1).
         std::printf("check: %zu parameters after 3 steps, largest relative error %.1e: %s\n",
-                    Program::parameters().size(), worst, worst <= 1e-5 ? "PASS" : "FAIL");
-        if (worst > 1e-5) return 1;
+                    Program::parameters().size(), worst, worst <= 5e-5 ? "PASS" : "FAIL");
+        if (worst > 5e-5) return 1;
       }
     }
     if (step == 0) first = loss;
