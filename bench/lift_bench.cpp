@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
       const int status = std::system(cmd.c_str());
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (status != 0) {
-        std::fprintf(stderr, "bench_lift: sharc-lift failed on %s: %s\n", file.c_str(), cmd.c_str());
+        std::fprintf(stderr, "bench_lift: sharc-lift failed on %s: %s\n", file.c_str(),
+                     cmd.c_str());
         return 1;
       }
       total += s;

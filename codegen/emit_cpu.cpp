@@ -725,7 +725,7 @@ class CpuEmitter {
         w.line("const float " + name + " = " + e + ";" + where);
         scalar[t] = name;
         // A kept value is also stored, for the readers after this loop.
-        if (std::count(s.stores.begin(), s.stores.end(), t))
+        if (plan_.kept[t])
           w.line(var_[t] + "[i] = " + stored(v.dtype, name) + ";");
       }
     }

@@ -42,6 +42,7 @@
 
 #include "dsl/ops.h"
 #include "dsl/tensor.h"
+#include "runtime/elementwise.h"
 
 // Marks a scalar function for sharc-lift. Only the Clang front end reads the
 // annotation; to every other compiler the function is plain C++.
@@ -54,8 +55,12 @@
 namespace sharc::scalar {
 
 // Scalar functions sharc-lift knows besides <cmath>'s, for use on floats.
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline float sigmoid(float x) {
+  return rt::sigmoid(x);
+}  // what generated code computes
+inline double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 }  // namespace sharc::scalar
 

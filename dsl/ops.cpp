@@ -9,6 +9,22 @@
 
 namespace sharc {
 
+ir::Shape broadcast_shape(const ir::Shape& x, const std::string& a, const ir::Shape& y,
+                          const std::string& b, const SrcLoc& loc) {
+  const size_t r = std::max(x.size(), y.size());
+  ir::Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t dx = i < r - x.size() ? 1 : x[i - (r - x.size())];
+    const int64_t dy = i < r - y.size() ? 1 : y[i - (r - y.size())];
+    if (dx != dy && dx != 1 && dy != 1)
+      user_error(loc, "incompatible broadcast: " + a + " and " + b + ": dimension " +
+                          std::to_string(i) + " of the result would be both " +
+                          std::to_string(dx) + " and " + std::to_string(dy));
+    out[i] = std::max(dx, dy);
+  }
+  return out;
+}
+
 namespace {
 
 using ir::Node;
@@ -60,23 +76,6 @@ Tensor broadcast_impl(Tensor x, const Shape& shape, const SrcLoc& loc) {
   const int off = static_cast<int>(shape.size()) - static_cast<int>(in.size());
   for (int i = 0; i < static_cast<int>(in.size()); ++i) n.ints.push_back(off + i);
   return tracer_of(x, loc).add(std::move(n));
-}
-
-// The numpy broadcast of shapes x and y, which describe a and b.
-Shape broadcast_shape(const Shape& x, const std::string& a, const Shape& y, const std::string& b,
-                      const SrcLoc& loc) {
-  const size_t r = std::max(x.size(), y.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t dx = i < r - x.size() ? 1 : x[i - (r - x.size())];
-    const int64_t dy = i < r - y.size() ? 1 : y[i - (r - y.size())];
-    if (dx != dy && dx != 1 && dy != 1)
-      user_error(loc, "incompatible broadcast: " + a + " and " + b + ": dimension " +
-                          std::to_string(i) + " of the result would be both " +
-                          std::to_string(dx) + " and " + std::to_string(dy));
-    out[i] = std::max(dx, dy);
-  }
-  return out;
 }
 
 Shape broadcast_shapes(const Tensor& a, const Tensor& b, const SrcLoc& loc) {

@@ -47,6 +47,10 @@ Tensor equal(Tensor a, Tensor b, SrcLoc loc = Here::current());
 Tensor where(Tensor pred, Tensor on_true, Tensor on_false, SrcLoc loc = Here::current());
 // min(max(x, lo), hi), as std::clamp for lo <= hi.
 Tensor clamp(Tensor x, Tensor lo, Tensor hi, SrcLoc loc = Here::current());
+// The numpy broadcast of shapes x and y; `x_is` and `y_is` describe them in
+// the error that an incompatible pair raises at `loc`.
+ir::Shape broadcast_shape(const ir::Shape& x, const std::string& x_is, const ir::Shape& y,
+                          const std::string& y_is, const SrcLoc& loc);
 // A constant of the given shape (a scalar when shape is empty).
 Tensor full(std::vector<int64_t> shape, double value, SrcLoc loc = Here::current());
 // Each element is its global index along `dim` (lax.broadcasted_iota).

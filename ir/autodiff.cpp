@@ -312,7 +312,7 @@ class Sweep {
         // taken as 0 where x == 0 (where 0^y is flat in y for y > 0), as
         // jax.lax.pow.
         if (wants(n, 0)) {
-          // 0 where y == 0 (x^0 is flat), where y x^(y-1) would be 0 * inf at x == 0.
+          // (y x^(y-1) would be 0 * inf at x == 0, y == 0.)
           const int ym1 = b_.binary(Op::kSub, y, b_.constant_like(1.0, y));
           const int d = b_.mul(y, b_.binary(Op::kPow, x, ym1));
           const int y_is_0 = b_.binary(Op::kEqual, y, b_.constant_like(0.0, y));

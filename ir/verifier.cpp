@@ -143,7 +143,8 @@ struct Checker {
       const bool integer_op =
           is_source(op) || op == Op::kConvert || op == Op::kAdd || op == Op::kSub ||
           op == Op::kMul || op == Op::kMax || op == Op::kMin || op == Op::kGreater ||
-          op == Op::kEqual || op == Op::kNeg || op == Op::kAbs || op == Op::kSelect || op == Op::kBroadcast || op == Op::kReshape ||
+          op == Op::kEqual || op == Op::kNeg || op == Op::kAbs || op == Op::kSelect ||
+          op == Op::kBroadcast || op == Op::kReshape ||
           op == Op::kTranspose || op == Op::kSlice || op == Op::kPad || op == Op::kReduce ||
           op == Op::kShardingConstraint || is_collective(op) || op == Op::kLocalSlice ||
           op == Op::kPPermute || op == Op::kShardMap || op == Op::kSend || op == Op::kRecv;

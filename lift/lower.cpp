@@ -38,7 +38,8 @@ struct Abandon {};
 
 // A source position as sharc records it: the file relative to `root` when
 // under it, the line and the column.
-SrcLoc source_loc(const clang::SourceManager& sm, clang::SourceLocation at, const std::string& root) {
+SrcLoc source_loc(const clang::SourceManager& sm, clang::SourceLocation at,
+                  const std::string& root) {
   const clang::PresumedLoc p = sm.getPresumedLoc(sm.getFileLoc(at));
   if (p.isInvalid()) return SrcLoc();
   std::string file = p.getFilename();
@@ -110,7 +111,15 @@ class FunctionLowerer {
     throw Abandon{};
   }
 
-  SrcLoc loc_of(clang::SourceLocation at) const { return source_loc(sm_, at, options_.source_root); }
+  [[noreturn]] void fail_data_integer(clang::SourceLocation at) {
+    fail(at,
+         "an integer computed from data is not supported (only compile-time integers such "
+         "as loop counters); use a float");
+  }
+
+  SrcLoc loc_of(clang::SourceLocation at) const {
+    return source_loc(sm_, at, options_.source_root);
+  }
 
   // An expression's source text, on one line, shortened: the node's name.
   std::string text_of(const clang::Stmt* s) const {
@@ -133,8 +142,7 @@ class FunctionLowerer {
     if (llvm::isa<clang::CXXMethodDecl>(f))
       fail(f.getLocation(), "a member function cannot be SHARC_ELEMENTWISE; make '" +
                                 f.getNameAsString() + "' a free function");
-    if (f.isVariadic())
-      fail(f.getLocation(), "a variadic function cannot be SHARC_ELEMENTWISE");
+    if (f.isVariadic()) fail(f.getLocation(), "a variadic function cannot be SHARC_ELEMENTWISE");
     for (const clang::ParmVarDecl* p : f.parameters()) {
       const clang::QualType t = p->getType();
       if (t->isPointerType() || t->isReferenceType())
@@ -161,15 +169,19 @@ class FunctionLowerer {
   // A node for op(args), or the one made before for the same op and
   // operands (the ops are pure: an unrolled loop or an inlined call repeats
   // them), which keeps its first source position.
+  // Its name is the source text of `at`.
   int add(Op op, std::vector<int> args, const clang::Stmt* at, clang::SourceLocation where) {
-    guard(op, args, at, where);
+    return add_named(op, std::move(args), where, at ? text_of(at) : std::string());
+  }
+  int add_named(Op op, std::vector<int> args, clang::SourceLocation where, std::string name) {
+    guard(op, args, where, name);
     auto [it, fresh] = made_.try_emplace({op, args}, -1);
     if (!fresh) return it->second;
     ir::Node n;
     n.op = op;
     n.args = std::move(args);
     n.loc = loc_of(where);
-    if (at) n.name = text_of(at);
+    n.name = std::move(name);
     return it->second = g().add(std::move(n));
   }
   // Both sides of a data-dependent branch run on every element, and the
@@ -180,10 +192,10 @@ class FunctionLowerer {
   // fatal to the gradient (0 * NaN, 0 * inf). So under a condition such an
   // operand is replaced by 1 where the condition fails (the "double where"
   // of JAX users), which leaves the taken elements exactly as they were.
-  void guard(Op op, std::vector<int>& args, const clang::Stmt* at, clang::SourceLocation where) {
+  void guard(Op op, std::vector<int>& args, clang::SourceLocation where, const std::string& name) {
     int operand = -1;
-    if (op == Op::kPow || op == Op::kSqrt || op == Op::kLog || op == Op::kLog1p ||
-        op == Op::kExp || op == Op::kExpm1)
+    if (op == Op::kPow || op == Op::kSqrt || op == Op::kLog || op == Op::kLog1p || op == Op::kExp ||
+        op == Op::kExpm1)
       operand = 0;
     if (op == Op::kDiv) operand = 1;
     if (operand < 0 || path_.empty()) return;
@@ -196,18 +208,10 @@ class FunctionLowerer {
     }
     const int x = args[static_cast<size_t>(operand)];
     const int one = constant(1.0);
-    std::vector<int> sel = taken.negated ? std::vector<int>{taken.node, one, x}
-                                         : std::vector<int>{taken.node, x, one};
-    auto [it, fresh] = made_.try_emplace({Op::kSelect, sel}, -1);
-    if (fresh) {
-      ir::Node n;
-      n.op = Op::kSelect;
-      n.args = sel;
-      n.loc = loc_of(where);
-      n.name = "where taken: " + (at ? text_of(at) : std::string());
-      it->second = g().add(std::move(n));
-    }
-    args[static_cast<size_t>(operand)] = it->second;
+    args[static_cast<size_t>(operand)] = add_named(
+        Op::kSelect,
+        taken.negated ? std::vector<int>{taken.node, one, x} : std::vector<int>{taken.node, x, one},
+        where, "where taken: " + name);
   }
   // Runs f with condition c added to the path (see guard).
   template <class F>
@@ -237,21 +241,12 @@ class FunctionLowerer {
       case Val::kCond:
         if (v.node < 0) return constant(v.truth ? 1.0 : 0.0);
         if (!v.negated) return v.node;
-    if (auto it = made_.find({Op::kSub, {constant(1.0), v.node}}); it != made_.end())
-      return it->second;
-    return made_[{Op::kSub, {constant(1.0), v.node}}] = g().add(mask_not(v.node));
+        return add_named(Op::kSub, {constant(1.0), v.node}, at,  // 1 - mask
+                         "!(" + g().nodes[static_cast<size_t>(v.node)].name + ")");
       case Val::kNone:
         break;
     }
     fail(at, std::string("no value for ") + what);
-  }
-  ir::Node mask_not(int mask) {
-    ir::Node n;
-    n.op = Op::kSub;
-    n.args = {constant(1.0), mask};
-    n.loc = g().nodes[mask].loc;
-    n.name = "!(" + g().nodes[mask].name + ")";
-    return n;
   }
   Val to_cond(const Val& v, const clang::Stmt* at) {
     switch (v.kind) {
@@ -290,9 +285,9 @@ class FunctionLowerer {
         // c ? true : false is c; c ? false : true is !c.
         return a.truth ? c : Val::cond(c.node, !c.negated);
       }
-      return Val::cond(select(c, to_float(a, where, what.c_str()), to_float(b, where, what.c_str()),
-                              at, where),
-                       false);
+      return Val::cond(
+          select(c, to_float(a, where, what.c_str()), to_float(b, where, what.c_str()), at, where),
+          false);
     }
     return Val::float_node(
         select(c, to_float(a, where, what.c_str()), to_float(b, where, what.c_str()), at, where));
@@ -306,9 +301,7 @@ class FunctionLowerer {
     const bool f_returned = f.done.is_known_cond() && f.done.truth;
     for (auto& [var, value] : s.env) {
       const Val a = t.env.at(var), b = f.env.at(var);
-      value = t_returned   ? b
-              : f_returned ? a
-                           : merge(c, a, b, at, where, var->getNameAsString());
+      value = t_returned ? b : f_returned ? a : merge(c, a, b, at, where, var->getNameAsString());
     }
     s.result = merge(c, t.result, f.result, at, where, "the result");
     s.done = merge(c, t.done, f.done, at, where, "return");
@@ -336,8 +329,7 @@ class FunctionLowerer {
     if (t->isIntegerType()) {
       if (v.kind == Val::kInt) return v;
       if (v.is_known_cond()) return Val::integer(v.truth ? 1 : 0);
-      fail(at->getBeginLoc(), "an integer computed from data is not supported (only "
-                              "compile-time integers such as loop counters); use a float");
+      fail_data_integer(at->getBeginLoc());
     }
     if (t->isRealFloatingType()) return Val::float_node(to_float(v, at->getBeginLoc(), "a value"));
     fail(at->getBeginLoc(), "unsupported type '" + type_str(t) + "'");
@@ -382,17 +374,17 @@ class FunctionLowerer {
   // qualified name; nullopt when it is none of them.
   static std::optional<Op> math_op(const std::string& name, int arity) {
     static const std::map<std::string, Op> unary = {
-        {"exp", Op::kExp},     {"expf", Op::kExp},       {"log", Op::kLog},
-        {"logf", Op::kLog},    {"sqrt", Op::kSqrt},      {"sqrtf", Op::kSqrt},
-        {"tanh", Op::kTanh},   {"tanhf", Op::kTanh},     {"sin", Op::kSin},
-        {"sinf", Op::kSin},    {"cos", Op::kCos},        {"cosf", Op::kCos},
-        {"abs", Op::kAbs},     {"fabs", Op::kAbs},       {"fabsf", Op::kAbs},
-        {"erf", Op::kErf},     {"erff", Op::kErf},       {"log1p", Op::kLog1p},
-        {"log1pf", Op::kLog1p}, {"expm1", Op::kExpm1},   {"expm1f", Op::kExpm1},
+        {"exp", Op::kExp},        {"expf", Op::kExp},    {"log", Op::kLog},
+        {"logf", Op::kLog},       {"sqrt", Op::kSqrt},   {"sqrtf", Op::kSqrt},
+        {"tanh", Op::kTanh},      {"tanhf", Op::kTanh},  {"sin", Op::kSin},
+        {"sinf", Op::kSin},       {"cos", Op::kCos},     {"cosf", Op::kCos},
+        {"abs", Op::kAbs},        {"fabs", Op::kAbs},    {"fabsf", Op::kAbs},
+        {"erf", Op::kErf},        {"erff", Op::kErf},    {"log1p", Op::kLog1p},
+        {"log1pf", Op::kLog1p},   {"expm1", Op::kExpm1}, {"expm1f", Op::kExpm1},
         {"sigmoid", Op::kSigmoid}};
     static const std::map<std::string, Op> binary = {
-        {"pow", Op::kPow},  {"powf", Op::kPow}, {"fmin", Op::kMin}, {"fminf", Op::kMin},
-        {"fmax", Op::kMax}, {"fmaxf", Op::kMax}, {"min", Op::kMin}, {"max", Op::kMax}};
+        {"pow", Op::kPow},  {"powf", Op::kPow},  {"fmin", Op::kMin}, {"fminf", Op::kMin},
+        {"fmax", Op::kMax}, {"fmaxf", Op::kMax}, {"min", Op::kMin},  {"max", Op::kMax}};
     const std::map<std::string, Op>& table = arity == 1 ? unary : binary;
     if (auto it = table.find(name); it != table.end()) return it->second;
     return std::nullopt;
@@ -404,9 +396,10 @@ class FunctionLowerer {
 
   static bool is_io_name(const std::string& name) {
     static const std::set<std::string> io = {
-        "printf", "fprintf", "sprintf", "snprintf", "puts",  "fputs", "putchar", "fputc",
-        "scanf",  "fscanf",  "sscanf",  "getchar", "fgets", "fopen", "fclose",  "fwrite",
-        "fread",  "perror",  "write",   "read",    "std::printf", "std::fprintf", "std::puts"};
+        "printf",  "fprintf", "sprintf",     "snprintf",     "puts",     "fputs",
+        "putchar", "fputc",   "scanf",       "fscanf",       "sscanf",   "getchar",
+        "fgets",   "fopen",   "fclose",      "fwrite",       "fread",    "perror",
+        "write",   "read",    "std::printf", "std::fprintf", "std::puts"};
     return io.count(name) > 0;
   }
 
@@ -422,8 +415,9 @@ class FunctionLowerer {
     }
     const clang::FunctionDecl* f = e->getDirectCallee();
     if (!f)
-      fail(e->getBeginLoc(), "unsupported call through a pointer or function object; call "
-                             "a <cmath> or SHARC_ELEMENTWISE function by name");
+      fail(e->getBeginLoc(),
+           "unsupported call through a pointer or function object; call "
+           "a <cmath> or SHARC_ELEMENTWISE function by name");
     const std::string qname = f->getQualifiedNameAsString();
     const std::string name = f->getNameAsString();
     if (is_io_name(qname) || is_io_name(name))
@@ -435,46 +429,33 @@ class FunctionLowerer {
     if (is_lifted(*f)) return call(*f, args, e->getBeginLoc());
 
     const bool math = in_system_header(f) || qname.rfind("sharc::scalar::", 0) == 0;
-    std::string base = qname;
-    for (const char* prefix : {"std::", "sharc::scalar::", "__gnu_cxx::"})
-      if (base.rfind(prefix, 0) == 0) base = base.substr(std::string(prefix).size());
-    if (math && base == "clamp" && args.size() == 3) {
-      const int x = to_float(args[0], e->getBeginLoc(), "clamp's value");
-      const int lo = to_float(args[1], e->getBeginLoc(), "clamp's lower bound");
-      const int hi = to_float(args[2], e->getBeginLoc(), "clamp's upper bound");
-      return Val::float_node(
-          add(Op::kMin, {add(Op::kMax, {x, lo}, e, e->getBeginLoc()), hi}, e, e->getBeginLoc()));
-    }
     if (math) {
-      // <cmath> functions sharc has no op for, composed from those it has.
-      std::string fn = base;
-      if (!fn.empty() && fn.back() == 'f' && fn != "erf") fn.pop_back();  // exp2f -> exp2
+      std::string base = qname;
+      for (const char* prefix : {"std::", "sharc::scalar::", "__gnu_cxx::"})
+        if (base.rfind(prefix, 0) == 0) base = base.substr(std::string(prefix).size());
       std::vector<int> v;
       for (size_t i = 0; i < args.size(); ++i)
-        v.push_back(to_float(args[i], e->getArg(static_cast<unsigned>(i))->getBeginLoc(), "an argument"));
+        v.push_back(
+            to_float(args[i], e->getArg(static_cast<unsigned>(i))->getBeginLoc(), "an argument"));
       const clang::SourceLocation at = e->getBeginLoc();
-      if ((fn == "exp2") && v.size() == 1)  // e^(x ln 2)
-        return Val::float_node(add(Op::kExp, {add(Op::kMul, {v[0], constant(std::log(2.0))}, e, at)}, e, at));
+      if (auto op = math_op(base, static_cast<int>(v.size())))
+        return Val::float_node(add(*op, v, e, at));
+      // Those sharc has no op for, composed from those it has.
+      auto op = [&](Op o, std::vector<int> operands) { return add(o, std::move(operands), e, at); };
+      std::string fn = base;
+      if (!fn.empty() && fn.back() == 'f' && fn != "erf") fn.pop_back();  // exp2f -> exp2
+      if (fn == "clamp" && v.size() == 3)
+        return Val::float_node(op(Op::kMin, {op(Op::kMax, {v[0], v[1]}), v[2]}));
+      if (fn == "exp2" && v.size() == 1)  // e^(x ln 2)
+        return Val::float_node(op(Op::kExp, {op(Op::kMul, {v[0], constant(std::log(2.0))})}));
       if ((fn == "log2" || fn == "log10") && v.size() == 1)  // log(x) / log(base)
-        return Val::float_node(add(Op::kMul, {add(Op::kLog, {v[0]}, e, at),
-                                              constant(1.0 / std::log(fn == "log2" ? 2.0 : 10.0))},
-                                   e, at));
+        return Val::float_node(op(
+            Op::kMul, {op(Op::kLog, {v[0]}), constant(1.0 / std::log(fn == "log2" ? 2.0 : 10.0))}));
       if (fn == "fma" && v.size() == 3)  // rounded after the product too
-        return Val::float_node(add(Op::kAdd, {add(Op::kMul, {v[0], v[1]}, e, at), v[2]}, e, at));
+        return Val::float_node(op(Op::kAdd, {op(Op::kMul, {v[0], v[1]}), v[2]}));
       if (fn == "hypot" && v.size() == 2)  // sqrt(a^2 + b^2), without the overflow guard
-        return Val::float_node(add(
-            Op::kSqrt,
-            {add(Op::kAdd, {add(Op::kMul, {v[0], v[0]}, e, at), add(Op::kMul, {v[1], v[1]}, e, at)}, e, at)},
-            e, at));
-    }
-    if (math && (base == "sigmoid" ? qname.rfind("sharc::scalar::", 0) == 0 : true)) {
-      if (auto op = math_op(base, static_cast<int>(args.size()))) {
-        std::vector<int> operands;
-        for (size_t i = 0; i < args.size(); ++i)
-          operands.push_back(to_float(args[i], e->getArg(static_cast<unsigned>(i))->getBeginLoc(),
-                                      "an argument"));
-        return Val::float_node(add(*op, operands, e, e->getBeginLoc()));
-      }
+        return Val::float_node(op(
+            Op::kSqrt, {op(Op::kAdd, {op(Op::kMul, {v[0], v[0]}), op(Op::kMul, {v[1], v[1]})})}));
     }
     fail(e->getBeginLoc(), "call to '" + qname +
                                "', which is neither a <cmath> function sharc knows nor a "
@@ -498,25 +479,37 @@ class FunctionLowerer {
     using clang::BinaryOperatorKind;
     if (a.kind == Val::kInt && b.kind == Val::kInt) {
       switch (k) {
-        case clang::BO_Add: return Val::integer(a.i + b.i);
-        case clang::BO_Sub: return Val::integer(a.i - b.i);
-        case clang::BO_Mul: return Val::integer(a.i * b.i);
+        case clang::BO_Add:
+          return Val::integer(a.i + b.i);
+        case clang::BO_Sub:
+          return Val::integer(a.i - b.i);
+        case clang::BO_Mul:
+          return Val::integer(a.i * b.i);
         case clang::BO_Div:
         case clang::BO_Rem:
           if (b.i == 0) fail(where, "integer division by zero");
           return Val::integer(k == clang::BO_Div ? a.i / b.i : a.i % b.i);
-        default: break;
+        default:
+          break;
       }
     }
     Op op;
     switch (k) {
-      case clang::BO_Add: op = Op::kAdd; break;
-      case clang::BO_Sub: op = Op::kSub; break;
-      case clang::BO_Mul: op = Op::kMul; break;
-      case clang::BO_Div: op = Op::kDiv; break;
+      case clang::BO_Add:
+        op = Op::kAdd;
+        break;
+      case clang::BO_Sub:
+        op = Op::kSub;
+        break;
+      case clang::BO_Mul:
+        op = Op::kMul;
+        break;
+      case clang::BO_Div:
+        op = Op::kDiv;
+        break;
       default:
-        fail(where, "unsupported operator '" +
-                        clang::BinaryOperator::getOpcodeStr(k).str() + "' on floats");
+        fail(where, "unsupported operator '" + clang::BinaryOperator::getOpcodeStr(k).str() +
+                        "' on floats");
     }
     return Val::float_node(
         add(op, {to_float(a, where, "an operand"), to_float(b, where, "an operand")}, at, where));
@@ -526,29 +519,37 @@ class FunctionLowerer {
               clang::SourceLocation where) {
     if (a.kind == Val::kInt && b.kind == Val::kInt) {
       switch (k) {
-        case clang::BO_LT: return Val::known(a.i < b.i);
-        case clang::BO_GT: return Val::known(a.i > b.i);
-        case clang::BO_LE: return Val::known(a.i <= b.i);
-        case clang::BO_GE: return Val::known(a.i >= b.i);
-        case clang::BO_EQ: return Val::known(a.i == b.i);
-        default: return Val::known(a.i != b.i);
+        case clang::BO_LT:
+          return Val::known(a.i < b.i);
+        case clang::BO_GT:
+          return Val::known(a.i > b.i);
+        case clang::BO_LE:
+          return Val::known(a.i <= b.i);
+        case clang::BO_GE:
+          return Val::known(a.i >= b.i);
+        case clang::BO_EQ:
+          return Val::known(a.i == b.i);
+        default:
+          return Val::known(a.i != b.i);
       }
     }
     const int x = to_float(a, where, "an operand"), y = to_float(b, where, "an operand");
     // >=, <= and != are the negations of <, > and ==: the mask is made for
     // those, and named so ("!(a <= b)" reads as the mask's meaning).
-    auto negated = [&](int mask) {
-      ir::Node& n = g().nodes[static_cast<size_t>(mask)];
-      if (n.name == text_of(at)) n.name = "!(" + n.name + ")";
-      return Val::cond(mask, true);
-    };
+    const std::string text = text_of(at), negated = "!(" + text + ")";
     switch (k) {
-      case clang::BO_GT: return Val::cond(add(Op::kGreater, {x, y}, at, where), false);
-      case clang::BO_LT: return Val::cond(add(Op::kGreater, {y, x}, at, where), false);
-      case clang::BO_GE: return negated(add(Op::kGreater, {y, x}, at, where));
-      case clang::BO_LE: return negated(add(Op::kGreater, {x, y}, at, where));
-      case clang::BO_EQ: return Val::cond(add(Op::kEqual, {x, y}, at, where), false);
-      default: return negated(add(Op::kEqual, {x, y}, at, where));
+      case clang::BO_GT:
+        return Val::cond(add_named(Op::kGreater, {x, y}, where, text), false);
+      case clang::BO_LT:
+        return Val::cond(add_named(Op::kGreater, {y, x}, where, text), false);
+      case clang::BO_GE:
+        return Val::cond(add_named(Op::kGreater, {y, x}, where, negated), true);
+      case clang::BO_LE:
+        return Val::cond(add_named(Op::kGreater, {x, y}, where, negated), true);
+      case clang::BO_EQ:
+        return Val::cond(add_named(Op::kEqual, {x, y}, where, text), false);
+      default:
+        return Val::cond(add_named(Op::kEqual, {x, y}, where, negated), true);
     }
   }
 
@@ -581,8 +582,10 @@ class FunctionLowerer {
 
   Val expr(const clang::Expr* e, State& s) {
     e = e->IgnoreParens();
-    if (const auto* c = llvm::dyn_cast<clang::ImplicitCastExpr>(e)) return cast(c, c->getSubExpr(), s);
-    if (const auto* c = llvm::dyn_cast<clang::ExplicitCastExpr>(e)) return cast(c, c->getSubExpr(), s);
+    if (const auto* c = llvm::dyn_cast<clang::ImplicitCastExpr>(e))
+      return cast(c, c->getSubExpr(), s);
+    if (const auto* c = llvm::dyn_cast<clang::ExplicitCastExpr>(e))
+      return cast(c, c->getSubExpr(), s);
     if (const auto* c = llvm::dyn_cast<clang::ExprWithCleanups>(e)) return expr(c->getSubExpr(), s);
     if (const auto* c = llvm::dyn_cast<clang::MaterializeTemporaryExpr>(e))
       return expr(c->getSubExpr(), s);
@@ -591,7 +594,8 @@ class FunctionLowerer {
       return Val::float_node(constant(f->getValueAsApproximateDouble()));
     if (const auto* i = llvm::dyn_cast<clang::IntegerLiteral>(e))
       return Val::integer(i->getValue().getSExtValue());
-    if (const auto* b = llvm::dyn_cast<clang::CXXBoolLiteralExpr>(e)) return Val::known(b->getValue());
+    if (const auto* b = llvm::dyn_cast<clang::CXXBoolLiteralExpr>(e))
+      return Val::known(b->getValue());
     if (const auto* r = llvm::dyn_cast<clang::DeclRefExpr>(e)) {
       if (const auto* v = llvm::dyn_cast<clang::VarDecl>(r->getDecl())) return var_value(v, e, s);
       if (const auto* k = llvm::dyn_cast<clang::EnumConstantDecl>(r->getDecl()))
@@ -614,7 +618,8 @@ class FunctionLowerer {
         return merge(cond, to_cond(a, c->getTrueExpr()), to_cond(b, c->getFalseExpr()), c,
                      c->getQuestionLoc(), "?:");
       return Val::float_node(select(cond, to_float(a, c->getQuestionLoc(), "?:"),
-                                    to_float(b, c->getQuestionLoc(), "?:"), c, c->getQuestionLoc()));
+                                    to_float(b, c->getQuestionLoc(), "?:"), c,
+                                    c->getQuestionLoc()));
     }
     if (const auto* c = llvm::dyn_cast<clang::CallExpr>(e)) return call_expr(c, s);
     if (llvm::isa<clang::CXXThisExpr>(e) || llvm::isa<clang::MemberExpr>(e))
@@ -629,8 +634,7 @@ class FunctionLowerer {
       case clang::CK_FloatingToIntegral: {
         const Val v = expr(sub, s);
         if (v.kind == Val::kInt) return v;
-        fail(c->getBeginLoc(), "an integer computed from data is not supported (only "
-                               "compile-time integers such as loop counters); use a float");
+        fail_data_integer(c->getBeginLoc());
       }
       case clang::CK_IntegralToBoolean:
       case clang::CK_FloatingToBoolean:
@@ -655,7 +659,7 @@ class FunctionLowerer {
       case clang::CK_ArrayToPointerDecay:
         fail(c->getBeginLoc(), "unsupported: pointers in a SHARC_ELEMENTWISE function");
       default:
-        return expr(sub, s);  // lvalue-to-rvalue, float promotions, int to float, no-ops
+        return expr(sub, s);  // lvalue-to-rvalue, float promotions, no-ops
     }
   }
 
@@ -665,8 +669,8 @@ class FunctionLowerer {
       case clang::UO_Minus: {
         const Val v = expr(x, s);
         if (v.kind == Val::kInt) return Val::integer(-v.i);
-        return Val::float_node(add(Op::kNeg, {to_float(v, u->getOperatorLoc(), "-")}, u,
-                                   u->getOperatorLoc()));
+        return Val::float_node(
+            add(Op::kNeg, {to_float(v, u->getOperatorLoc(), "-")}, u, u->getOperatorLoc()));
       }
       case clang::UO_Plus:
         return expr(x, s);
@@ -680,9 +684,9 @@ class FunctionLowerer {
         const Val old = var_value(v, x, s);
         const bool inc = u->getOpcode() == clang::UO_PreInc || u->getOpcode() == clang::UO_PostInc;
         const Val one = Val::integer(1);
-        const Val now = convert(arith(inc ? clang::BO_Add : clang::BO_Sub, old, one, u,
-                                      u->getOperatorLoc()),
-                                v->getType(), u);
+        const Val now =
+            convert(arith(inc ? clang::BO_Add : clang::BO_Sub, old, one, u, u->getOperatorLoc()),
+                    v->getType(), u);
         s.env[v] = now;
         return u->isPrefix() ? now : old;
       }
@@ -691,7 +695,8 @@ class FunctionLowerer {
         fail(u->getOperatorLoc(), "unsupported: pointers in a SHARC_ELEMENTWISE function");
       default:
         fail(u->getOperatorLoc(), "unsupported operator '" +
-                                      clang::UnaryOperator::getOpcodeStr(u->getOpcode()).str() + "'");
+                                      clang::UnaryOperator::getOpcodeStr(u->getOpcode()).str() +
+                                      "'");
     }
   }
 
@@ -750,10 +755,11 @@ class FunctionLowerer {
     if (const auto* r = llvm::dyn_cast<clang::ReturnStmt>(st)) {
       if (!r->getRetValue()) fail(r->getReturnLoc(), "a return without a value");
       const int v = to_float(expr(r->getRetValue(), s), r->getReturnLoc(), "return");
-      s.result = s.result.kind == Val::kNone
-                     ? Val::float_node(v)
-                     : Val::float_node(select(s.done, to_float(s.result, r->getReturnLoc(), "return"),
-                                              v, r, r->getReturnLoc()));
+      s.result =
+          s.result.kind == Val::kNone
+              ? Val::float_node(v)
+              : Val::float_node(select(s.done, to_float(s.result, r->getReturnLoc(), "return"), v,
+                                       r, r->getReturnLoc()));
       s.done = Val::known(true);
       return;
     }
@@ -762,8 +768,10 @@ class FunctionLowerer {
         fail(i->getIfLoc(), "unsupported: a declaration in an if's condition");
       const Val c = to_cond(expr(i->getCond(), s), i->getCond());
       if (c.is_known_cond()) {
-        if (c.truth) statement(i->getThen(), s);
-        else if (i->getElse()) statement(i->getElse(), s);
+        if (c.truth)
+          statement(i->getThen(), s);
+        else if (i->getElse())
+          statement(i->getElse(), s);
         return;
       }
       State t = s, f = s;
@@ -786,8 +794,9 @@ class FunctionLowerer {
       return;
     }
     if (llvm::isa<clang::BreakStmt>(st) || llvm::isa<clang::ContinueStmt>(st))
-      fail(st->getBeginLoc(), "unsupported: break and continue (a lifted loop runs its constant "
-                              "trip count; use an if in the body)");
+      fail(st->getBeginLoc(),
+           "unsupported: break and continue (a lifted loop runs its constant "
+           "trip count; use an if in the body)");
     fail(st->getBeginLoc(), std::string("unsupported statement (") + st->getStmtClassName() + ")");
   }
 
@@ -884,13 +893,15 @@ std::vector<LiftedFunction> lower_translation_unit(clang::ASTContext& ctx,
   const unsigned note = diags.getCustomDiagID(clang::DiagnosticsEngine::Note, "%0");
   // Tensor forms take Args, so they overload by arity only: float and
   // double versions of one function would define one Tensor form twice.
-  std::map<std::tuple<std::vector<std::string>, std::string, size_t>, const clang::FunctionDecl*> forms;
+  std::map<std::tuple<std::vector<std::string>, std::string, size_t>, const clang::FunctionDecl*>
+      forms;
   for (const clang::FunctionDecl* f : finder.found) {
     LiftedFunction lf;
     lf.name = f->getNameAsString();
     lf.signature = signature_of(*f);
     int index = 0;
-    for (const clang::ParmVarDecl* p : f->parameters()) lf.params.push_back(param_name(*p, index++));
+    for (const clang::ParmVarDecl* p : f->parameters())
+      lf.params.push_back(param_name(*p, index++));
     for (const clang::DeclContext* c = f->getDeclContext(); c; c = c->getParent())
       if (const auto* ns = llvm::dyn_cast<clang::NamespaceDecl>(c))
         lf.namespaces.insert(lf.namespaces.begin(), ns->getNameAsString());

@@ -17,7 +17,6 @@
 #include <clang/Frontend/FrontendAction.h>
 #include <clang/Tooling/CompilationDatabase.h>
 #include <clang/Tooling/Tooling.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -125,61 +124,57 @@ struct TempDir {
   }
 };
 
+// What one run reads and makes: the options in, the lifted functions and the
+// files the source included out.
+struct Run {
+  sharc::lift::LowerOptions options;
+  std::vector<sharc::lift::LiftedFunction> lifted;
+  std::set<std::string> files;
+};
+
 // Skips every function body but the marked ones, then lowers them.
 class Consumer : public clang::ASTConsumer {
  public:
-  Consumer(const sharc::lift::LowerOptions& options,
-           std::vector<sharc::lift::LiftedFunction>& out, std::set<std::string>& files)
-      : options_(options), out_(out), files_(files) {}
+  explicit Consumer(Run& run) : run_(run) {}
   bool shouldSkipFunctionBody(clang::Decl* d) override {
     const auto* f = llvm::dyn_cast<clang::FunctionDecl>(d);
     return !(f && sharc::lift::is_lifted(*f));
   }
   void HandleTranslationUnit(clang::ASTContext& ctx) override {
     if (ctx.getDiagnostics().hasErrorOccurred()) return;
-    out_ = sharc::lift::lower_translation_unit(ctx, options_);
+    run_.lifted = sharc::lift::lower_translation_unit(ctx, run_.options);
     const clang::SourceManager& sm = ctx.getSourceManager();
     for (auto it = sm.fileinfo_begin(); it != sm.fileinfo_end(); ++it)
       if (!sm.isInSystemHeader(sm.getLocForStartOfFile(sm.translateFile(it->first))))
-        files_.insert(it->first->getName().str());
+        run_.files.insert(it->first->getName().str());
   }
 
  private:
-  const sharc::lift::LowerOptions& options_;
-  std::vector<sharc::lift::LiftedFunction>& out_;
-  std::set<std::string>& files_;
+  Run& run_;
 };
 
 class Action : public clang::ASTFrontendAction {
  public:
-  Action(const sharc::lift::LowerOptions& options, std::vector<sharc::lift::LiftedFunction>& out,
-         std::set<std::string>& files)
-      : options_(options), out_(out), files_(files) {}
+  explicit Action(Run& run) : run_(run) {}
   std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci,
                                                         llvm::StringRef) override {
     ci.getFrontendOpts().SkipFunctionBodies = true;
-    return std::make_unique<Consumer>(options_, out_, files_);
+    return std::make_unique<Consumer>(run_);
   }
 
  private:
-  const sharc::lift::LowerOptions& options_;
-  std::vector<sharc::lift::LiftedFunction>& out_;
-  std::set<std::string>& files_;
+  Run& run_;
 };
 
 class Factory : public clang::tooling::FrontendActionFactory {
  public:
-  Factory(const sharc::lift::LowerOptions& options, std::vector<sharc::lift::LiftedFunction>& out,
-          std::set<std::string>& files)
-      : options_(options), out_(out), files_(files) {}
+  explicit Factory(Run& run) : run_(run) {}
   std::unique_ptr<clang::FrontendAction> create() override {
-    return std::make_unique<Action>(options_, out_, files_);
+    return std::make_unique<Action>(run_);
   }
 
  private:
-  const sharc::lift::LowerOptions& options_;
-  std::vector<sharc::lift::LiftedFunction>& out_;
-  std::set<std::string>& files_;
+  Run& run_;
 };
 
 }  // namespace
@@ -200,33 +195,31 @@ int main(int argc, char** argv) {
   // Tensor forms are in skipped bodies), from a folder searched first.
   TempDir stand_in;
   if (!o.output.empty()) {
-    std::ofstream(stand_in.path / fs::path(o.output).filename()) << "// sharc-lift: being generated\n";
+    std::ofstream(stand_in.path / fs::path(o.output).filename())
+        << "// sharc-lift: being generated\n";
     flags.push_back("-I" + stand_in.path.string());
   }
   flags.insert(flags.end(), o.flags.begin(), o.flags.end());
   clang::tooling::FixedCompilationDatabase db(".", flags);
   clang::tooling::ClangTool tool(db, {source});
 
-  sharc::lift::LowerOptions options;
-  options.source_root = o.source_root.empty()
-                            ? std::string()
+  Run run;
+  const std::string& root = run.options.source_root =
+      o.source_root.empty() ? std::string()
                             : fs::absolute(o.source_root).lexically_normal().string();
-  std::vector<sharc::lift::LiftedFunction> lifted;
-  std::set<std::string> files;
-  Factory factory(options, lifted, files);
-  const int rc = tool.run(&factory);
-  if (rc != 0) return 1;  // Clang printed the errors
+  Factory factory(run);
+  if (tool.run(&factory) != 0) return 1;  // Clang printed the errors
 
   std::string shown = source;
-  if (!options.source_root.empty() && shown.rfind(options.source_root, 0) == 0)
-    shown = fs::relative(source, options.source_root).string();
-  if (!o.output.empty() && !write_atomically(o.output, sharc::lift::write_header(lifted, shown)))
+  if (!root.empty() && shown.rfind(root, 0) == 0) shown = fs::relative(source, root).string();
+  if (!o.output.empty() &&
+      !write_atomically(o.output, sharc::lift::write_header(run.lifted, shown)))
     return 1;
-  if (!o.ir.empty() && !write_atomically(o.ir, sharc::lift::lifted_ir_text(lifted))) return 1;
+  if (!o.ir.empty() && !write_atomically(o.ir, sharc::lift::lifted_ir_text(run.lifted))) return 1;
   if (!o.depfile.empty()) {
     // The files read, but not the stand-in (gone when this run ends).
     std::string d = (o.output.empty() ? o.ir : o.output) + ":";
-    for (const std::string& f : files)
+    for (const std::string& f : run.files)
       if (f.rfind(stand_in.path.string(), 0) != 0) d += " " + f;
     if (!write_atomically(o.depfile, d + "\n")) return 1;
   }

@@ -1,11 +1,10 @@
 // The header sharc-lift writes: the Tensor form of each lifted function, as
 // plain DSL calls, so a reader sees exactly which ops a model gets.
-#include <cmath>
-#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "codegen/cpp_writer.h"
 #include "lift/lifted_function.h"
 
 namespace sharc::lift {
@@ -16,46 +15,57 @@ using ir::Op;
 // The DSL function that adds one node of each op a lifted body holds.
 const char* dsl_function(Op op) {
   switch (op) {
-    case Op::kAdd: return "add";
-    case Op::kSub: return "sub";
-    case Op::kMul: return "mul";
-    case Op::kDiv: return "div";
-    case Op::kPow: return "pow";
-    case Op::kMax: return "maximum";
-    case Op::kMin: return "minimum";
-    case Op::kGreater: return "greater";
-    case Op::kEqual: return "equal";
-    case Op::kNeg: return "neg";
-    case Op::kRelu: return "relu";
-    case Op::kGelu: return "gelu";
-    case Op::kTanh: return "tanh";
-    case Op::kExp: return "exp";
-    case Op::kLog: return "log";
-    case Op::kSqrt: return "sqrt";
-    case Op::kSin: return "sin";
-    case Op::kCos: return "cos";
-    case Op::kAbs: return "abs";
-    case Op::kSigmoid: return "sigmoid";
-    case Op::kErf: return "erf";
-    case Op::kLog1p: return "log1p";
-    case Op::kExpm1: return "expm1";
-    case Op::kSelect: return "where";
+    case Op::kAdd:
+      return "add";
+    case Op::kSub:
+      return "sub";
+    case Op::kMul:
+      return "mul";
+    case Op::kDiv:
+      return "div";
+    case Op::kPow:
+      return "pow";
+    case Op::kMax:
+      return "maximum";
+    case Op::kMin:
+      return "minimum";
+    case Op::kGreater:
+      return "greater";
+    case Op::kEqual:
+      return "equal";
+    case Op::kNeg:
+      return "neg";
+    case Op::kRelu:
+      return "relu";
+    case Op::kGelu:
+      return "gelu";
+    case Op::kTanh:
+      return "tanh";
+    case Op::kExp:
+      return "exp";
+    case Op::kLog:
+      return "log";
+    case Op::kSqrt:
+      return "sqrt";
+    case Op::kSin:
+      return "sin";
+    case Op::kCos:
+      return "cos";
+    case Op::kAbs:
+      return "abs";
+    case Op::kSigmoid:
+      return "sigmoid";
+    case Op::kErf:
+      return "erf";
+    case Op::kLog1p:
+      return "log1p";
+    case Op::kExpm1:
+      return "expm1";
+    case Op::kSelect:
+      return "where";
     default:
       internal_error(std::string("sharc-lift made a ") + ir::op_name(op) + " node");
   }
-}
-
-std::string number(double v) {
-  if (std::isnan(v)) return "std::numeric_limits<double>::quiet_NaN()";
-  if (std::isinf(v))
-    return v > 0 ? "std::numeric_limits<double>::infinity()"
-                 : "-std::numeric_limits<double>::infinity()";
-  std::ostringstream os;
-  os.precision(17);
-  os << v;
-  std::string s = os.str();
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
 }
 
 void write_function(std::ostream& os, const LiftedFunction& f) {
@@ -83,14 +93,14 @@ void write_function(std::ostream& os, const LiftedFunction& f) {
   for (size_t i = 0; i < f.params.size(); ++i) os << (i ? ", " : "") << arg_names[i];
   os << "});\n";
   bool has_ops = false;  // else sharc_file goes unused
-  for (const ir::Node& n : g.nodes) has_ops = has_ops || (n.op != Op::kInput && n.op != Op::kConstant);
-  os << "  " << (has_ops ? "" : "[[maybe_unused]] ") << "const char* const sharc_file = \""
-     << f.loc.file << "\";\n";
+  for (const ir::Node& n : g.nodes)
+    has_ops = has_ops || (n.op != Op::kInput && n.op != Op::kConstant);
+  os << "  " << (has_ops ? "" : "[[maybe_unused]] ")
+     << "const char* const sharc_file = " << cpp::quoted(f.loc.file) << ";\n";
 
   int input = 0, value = 0, constant = 0;
   for (size_t id = 0; id < g.nodes.size(); ++id) {
     const ir::Node& n = g.nodes[id];
-    std::string rhs;
     if (n.op == Op::kInput) {
       var[id] = tensor_names.at(static_cast<size_t>(input));
       // A parameter the body ignores is still an argument (it broadcasts).
@@ -100,15 +110,15 @@ void write_function(std::ostream& os, const LiftedFunction& f) {
     }
     if (n.op == Op::kConstant) {
       var[id] = "c" + std::to_string(constant++);
-      os << "  const ::sharc::Tensor " << var[id] << " = sharc_call.constant(" << number(n.scalar)
-         << ");\n";
+      os << "  const ::sharc::Tensor " << var[id] << " = sharc_call.constant("
+         << cpp::double_literal(n.scalar) << ");\n";
       continue;
     }
     var[id] = "v" + std::to_string(value++);
     os << "  const ::sharc::Tensor " << var[id] << " = ::sharc::" << dsl_function(n.op) << "(";
     for (int a : n.args) os << var[a] << ", ";
     // An inlined callee's nodes may come from another file.
-    const std::string file = n.loc.file == f.loc.file ? "sharc_file" : "\"" + n.loc.file + "\"";
+    const std::string file = n.loc.file == f.loc.file ? "sharc_file" : cpp::quoted(n.loc.file);
     os << "{" << file << ", " << n.loc.line << ", " << n.loc.column << "});";
     if (!n.name.empty()) os << "  // " << n.name;
     os << "\n";
@@ -142,7 +152,8 @@ std::string write_header(const std::vector<LiftedFunction>& functions, const std
       close();
       open = f.namespaces;
       if (!open.empty()) os << "\n";
-      for (const std::string& ns : open) os << "namespace " << (ns.empty() ? "" : ns + " ") << "{\n";
+      for (const std::string& ns : open)
+        os << "namespace " << (ns.empty() ? "" : ns + " ") << "{\n";
     }
     os << "\n";
     write_function(os, f);

@@ -54,11 +54,16 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--mesh") o.mesh = value();
-    else if (a == "--steps") o.steps = std::atoi(value().c_str());
-    else if (a == "--seed") o.seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--check") o.check = true;
-    else usage("unknown flag " + a);
+    if (a == "--mesh")
+      o.mesh = value();
+    else if (a == "--steps")
+      o.steps = std::atoi(value().c_str());
+    else if (a == "--seed")
+      o.seed = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--check")
+      o.check = true;
+    else
+      usage("unknown flag " + a);
   }
   if (o.steps < 1) usage("--steps must be at least 1");
   return o;
@@ -98,7 +103,8 @@ int train(const Options& o) {
       double best_score = -1e30;
       for (int k = 0; k < c.classes; ++k) {
         double s = 0;
-        for (int64_t f = 0; f < c.features; ++f) s += x[b * c.features + f] * teacher[f * c.classes + k];
+        for (int64_t f = 0; f < c.features; ++f)
+          s += x[b * c.features + f] * teacher[f * c.classes + k];
         if (s > best_score) best_score = s, best = k;
       }
       labels[b] = static_cast<float>(best);
@@ -108,7 +114,8 @@ int train(const Options& o) {
   sharc::ir::Graph global;
   sharc::HostValues oracle_state;
   if (o.check)
-    global = sharc::trace("act_train", [&](sharc::ProgramBuilder& b) { custom_activation::build_train(b, c); });
+    global = sharc::trace("act_train",
+                          [&](sharc::ProgramBuilder& b) { custom_activation::build_train(b, c); });
   double first = 0, last = 0;
   for (int step = 0; step < o.steps; ++step) {
     fill_batch();
@@ -123,8 +130,8 @@ int train(const Options& o) {
     program.step(in, out);
     if (o.check && step < 3) {
       const sharc::HostValues want = sharc::interpret(
-          global, {{"x", {x.begin(), x.end()}}, {"labels", {labels.begin(), labels.end()}}},
-          o.seed, &oracle_state);
+          global, {{"x", {x.begin(), x.end()}}, {"labels", {labels.begin(), labels.end()}}}, o.seed,
+          &oracle_state);
       const double err = rel_error({loss}, want.at("loss"));
       std::printf("check: step %d loss %.7f, oracle %.7f, relative error %.1e: %s\n", step, loss,
                   want.at("loss")[0], err, err <= 1e-5 ? "PASS" : "FAIL");
@@ -155,8 +162,9 @@ int train(const Options& o) {
     }
   }
   if (o.steps >= 50 && !(last < first * 2.0 / 3.0)) {
-    std::fprintf(stderr, "custom_activation_main: the loss did not fall by a third (%.4f -> %.4f)\n",
-                 first, last);
+    std::fprintf(stderr,
+                 "custom_activation_main: the loss did not fall by a third (%.4f -> %.4f)\n", first,
+                 last);
     return 1;
   }
   std::printf("loss %.4f -> %.4f (smoothed)\n", first, last);

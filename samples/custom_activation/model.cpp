@@ -8,12 +8,13 @@
 // The model: features -> hidden -> hidden -> classes, batch 64, AdamW, with
 // logical axes as in samples/mlp_classifier (batch on 'data' or 'fsdp',
 // hidden on 'model', large weights FSDP-sharded on 'fsdp').
+#include "samples/custom_activation/model.h"
+
 #include <cmath>
 
 #include "dsl/sharc.h"
 #include "dsl/train.h"
 #include "model.lifted.h"
-#include "samples/custom_activation/model.h"
 
 namespace custom_activation {
 
@@ -29,8 +30,11 @@ namespace {
 
 using namespace sharc;
 
-const LogicalRules kRules = {{"batch", "data"}, {"batch", "fsdp"}, {"hidden", "model"},
-                             {"embed", std::nullopt}, {"classes", std::nullopt}};
+const LogicalRules kRules = {{"batch", "data"},
+                             {"batch", "fsdp"},
+                             {"hidden", "model"},
+                             {"embed", std::nullopt},
+                             {"classes", std::nullopt}};
 
 struct Net : Module {
   Linear dense1, dense2, head;
@@ -67,4 +71,6 @@ void build_train(ProgramBuilder& b, const Config& c) {
 
 }  // namespace custom_activation
 
-SHARC_PROGRAM(act_train, b) { custom_activation::build_train(b, custom_activation::Config{}); }
+SHARC_PROGRAM(act_train, b) {
+  custom_activation::build_train(b, custom_activation::Config{});
+}

@@ -32,6 +32,7 @@
 #include "ir/autodiff.h"
 #include "lift_test.lifted.h"
 #include "samples/custom_activation/model.h"
+#include "tests/common/expect_error.h"
 #include "tests/common/golden.h"
 #include "tests/lift/functions.h"
 
@@ -55,33 +56,66 @@ struct Case {
 std::vector<Case> cases() {
   const double e = 1e-3;  // off a branch point by much more than a finite-difference step
   return {
-      {"huber", [](Tensor x) { return lifted::huber(x, 1.0); },
-       [](float x) { return lifted::huber(x, 1.0f); }, {1 - e, 1 + e, -1 - e, -1 + e}},
-      {"leaky_clip", [](Tensor x) { return lifted::leaky_clip(x, 0.2, 2.0); },
+      {"huber",
+       [](Tensor x) { return lifted::huber(x, 1.0); },
+       [](float x) { return lifted::huber(x, 1.0f); },
+       {1 - e, 1 + e, -1 - e, -1 + e}},
+      {"leaky_clip",
+       [](Tensor x) { return lifted::leaky_clip(x, 0.2, 2.0); },
        [](float x) { return lifted::leaky_clip(x, 0.2f, 2.0f); },
-       {-e, e, 2 - e, 2 + e, -10 + e, -10 - e}, -12, 4},
-      {"soft_sign_gate", [](Tensor x) { return lifted::soft_sign_gate(x, 1.5); },
-       [](float x) { return lifted::soft_sign_gate(x, 1.5f); }, {-e, e, 1.5 - e, 1.5 + e, -1.5 - e, -1.5 + e}},
-      {"taylor_sin", [](Tensor x) { return lifted::taylor_sin(x); },
-       [](float x) { return lifted::taylor_sin(x); }, {0.5, -0.25}},
-      {"softplus", [](Tensor x) { return lifted::softplus(x); },
-       [](float x) { return lifted::softplus(x); }, {20 - e, 20 + e}, -5, 25},
-      {"smooth_relu", [](Tensor x) { return lifted::smooth_relu(x, 4.0); },
-       [](float x) { return lifted::smooth_relu(x, 4.0f); }, {5 - e, 5 + e}},
-      {"pow_elu", [](Tensor x) { return lifted::pow_elu(x, 0.7); },
-       [](float x) { return lifted::pow_elu(x, 0.7f); }, {-e, e}},
-      {"gated_mix", [](Tensor x) { return lifted::gated_mix(x, -0.5, 0.75); },
-       [](float x) { return lifted::gated_mix(x, -0.5f, 0.75f); }, {-0.5 - e, -0.5 + e, 0.75 - e, 0.75 + e}},
-      {"halving", [](Tensor x) { return lifted::halving(x); },
-       [](float x) { return lifted::halving(x); }, {1 - e, 1 + e, 8 - e, 8 + e}, -2, 12},
-      {"log_mix", [](Tensor x) { return lifted::log_mix(x); },
-       [](float x) { return lifted::log_mix(x); }, {0.0 + e, -e}},
-      {"ramp_sum", [](Tensor x) { return lifted::ramp_sum(x); },
-       [](float x) { return lifted::ramp_sum(x); }, {-e, e, 1 - e, 1 + e, 4 - e, 4 + e}, -3, 6},
-      {"side_effects", [](Tensor x) { return lifted::side_effects(x); },
-       [](float x) { return lifted::side_effects(x); }, {-e, e, 2 - e, 2 + e, 2.4 - e, 2.4 + e}},
-      {"cube_by_loop", [](Tensor x) { return lifted::cube_by_loop(x); },
-       [](float x) { return lifted::cube_by_loop(x); }, {-e, e}},
+       {-e, e, 2 - e, 2 + e, -10 + e, -10 - e},
+       -12,
+       4},
+      {"soft_sign_gate",
+       [](Tensor x) { return lifted::soft_sign_gate(x, 1.5); },
+       [](float x) { return lifted::soft_sign_gate(x, 1.5f); },
+       {-e, e, 1.5 - e, 1.5 + e, -1.5 - e, -1.5 + e}},
+      {"taylor_sin",
+       [](Tensor x) { return lifted::taylor_sin(x); },
+       [](float x) { return lifted::taylor_sin(x); },
+       {0.5, -0.25}},
+      {"softplus",
+       [](Tensor x) { return lifted::softplus(x); },
+       [](float x) { return lifted::softplus(x); },
+       {20 - e, 20 + e},
+       -5,
+       25},
+      {"smooth_relu",
+       [](Tensor x) { return lifted::smooth_relu(x, 4.0); },
+       [](float x) { return lifted::smooth_relu(x, 4.0f); },
+       {5 - e, 5 + e}},
+      {"pow_elu",
+       [](Tensor x) { return lifted::pow_elu(x, 0.7); },
+       [](float x) { return lifted::pow_elu(x, 0.7f); },
+       {-e, e}},
+      {"gated_mix",
+       [](Tensor x) { return lifted::gated_mix(x, -0.5, 0.75); },
+       [](float x) { return lifted::gated_mix(x, -0.5f, 0.75f); },
+       {-0.5 - e, -0.5 + e, 0.75 - e, 0.75 + e}},
+      {"halving",
+       [](Tensor x) { return lifted::halving(x); },
+       [](float x) { return lifted::halving(x); },
+       {1 - e, 1 + e, 8 - e, 8 + e},
+       -2,
+       12},
+      {"log_mix",
+       [](Tensor x) { return lifted::log_mix(x); },
+       [](float x) { return lifted::log_mix(x); },
+       {0.0 + e, -e}},
+      {"ramp_sum",
+       [](Tensor x) { return lifted::ramp_sum(x); },
+       [](float x) { return lifted::ramp_sum(x); },
+       {-e, e, 1 - e, 1 + e, 4 - e, 4 + e},
+       -3,
+       6},
+      {"side_effects",
+       [](Tensor x) { return lifted::side_effects(x); },
+       [](float x) { return lifted::side_effects(x); },
+       {-e, e, 2 - e, 2 + e, 2.4 - e, 2.4 + e}},
+      {"cube_by_loop",
+       [](Tensor x) { return lifted::cube_by_loop(x); },
+       [](float x) { return lifted::cube_by_loop(x); },
+       {-e, e}},
   };
 }
 
@@ -168,17 +202,15 @@ TEST(Lift, TensorArgumentsBroadcastLikeNumbers) {
 }
 
 TEST(Lift, CallWithoutATensorIsAnError) {
-  try {
-    // On plain numbers the C++ function itself is the better overload; made
-    // to take the Tensor form, the call says what to do.
+  // On plain numbers the C++ function itself is the better overload; made to
+  // take the Tensor form, the call says what to do, at the caller's line.
+  const int line = __LINE__ + 2;
+  const std::string what = testing::error_at("tests/lift/lift_test.cpp", line, [] {
     trace("numbers", [](ProgramBuilder& b) { b.output("y", lifted::huber(lift::Arg(1.0), 2.0)); });
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("lift_test.cpp"), std::string::npos) << e.what();
-    EXPECT_NE(e.message().find("huber: no argument is a Tensor; on numbers, call the C++ function itself"),
-              std::string::npos)
-        << e.what();
-  }
+  });
+  EXPECT_NE(what.find("huber: no argument is a Tensor; on numbers, call the C++ function itself"),
+            std::string::npos)
+      << what;
 }
 
 TEST(Lift, DslErrorsInLiftedCodePointAtTheCxxWithACaret) {
@@ -272,24 +304,30 @@ TEST(LiftErrors, EveryUnsupportedConstructIsNamedAtItsColumnWithACaret) {
     for (std::string l; std::getline(f, l);) source.push_back(l);
   }
   const std::vector<Expected> expected = {
-      {13, 56, "parameter 'x' is a pointer ('const float *'); a SHARC_ELEMENTWISE function takes "
-               "float or double by value"},
+      {13, 56,
+       "parameter 'x' is a pointer ('const float *'); a SHARC_ELEMENTWISE function takes "
+       "float or double by value"},
       {15, 52, "parameter 'x' is a reference ('float &')"},
-      {17, 63, "call to 'helper', which is neither a <cmath> function sharc knows nor a "
-               "SHARC_ELEMENTWISE function"},
-      {20, 10, "loop whose trip count depends on data: the condition 'x > 1.0f' is not known at "
-               "compile time"},
+      {17, 63,
+       "call to 'helper', which is neither a <cmath> function sharc knows nor a "
+       "SHARC_ELEMENTWISE function"},
+      {20, 10,
+       "loop whose trip count depends on data: the condition 'x > 1.0f' is not known at "
+       "compile time"},
       {25, 33, "recursion: 'factorial' calls itself"},
       {29, 16, "static or global state: 'calls' keeps its value between calls"},
       {34, 61, "static or global state: 'g_scale' is a global variable"},
       {37, 3, "I/O ('printf') in a SHARC_ELEMENTWISE function"},
-      {42, 13, "I/O in a SHARC_ELEMENTWISE function: lifted code runs inside generated kernels, "
-               "where streams do not exist"},
-      {46, 56, "unsupported type 'int' of parameter 'n'; a SHARC_ELEMENTWISE function takes float "
-               "or double"},
+      {42, 13,
+       "I/O in a SHARC_ELEMENTWISE function: lifted code runs inside generated kernels, "
+       "where streams do not exist"},
+      {46, 56,
+       "unsupported type 'int' of parameter 'n'; a SHARC_ELEMENTWISE function takes float "
+       "or double"},
       {49, 9, "unsupported type 'float[2]' of local 'v'"},
-      {54, 33, "'twin' is lifted twice with 1 parameters; its Tensor form takes Tensors or "
-               "numbers whatever the C++ types, so mark one overload only"},
+      {54, 33,
+       "'twin' is lifted twice with 1 parameters; its Tensor form takes Tensors or "
+       "numbers whatever the C++ types, so mark one overload only"},
   };
   std::vector<std::string> lines;
   {
@@ -364,7 +402,8 @@ TEST(LiftFusion, LiftedActivationIsFusedWithItsNeighbours) {
       }
     }
     int lifted_nodes = 0;
-    for (const ir::Node& n : g.nodes) lifted_nodes += !n.backward && in_swish_knee(n.loc) && ir::is_elementwise(n.op);
+    for (const ir::Node& n : g.nodes)
+      lifted_nodes += !n.backward && in_swish_knee(n.loc) && ir::is_elementwise(n.op);
     EXPECT_EQ(lifted, lifted_nodes) << "every lifted forward node is in a fused loop";
     EXPECT_GE(lifted, 8);
     EXPECT_EQ(loops.size(), 2u);

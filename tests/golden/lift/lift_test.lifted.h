@@ -40,7 +40,7 @@ inline ::sharc::Tensor leaky_clip(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor x = sharc_call.arg(0);
   const ::sharc::Tensor slope = sharc_call.arg(1);
   const ::sharc::Tensor limit = sharc_call.arg(2);
-  const ::sharc::Tensor c0 = sharc_call.constant(0.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(0);
   const ::sharc::Tensor v0 = ::sharc::greater(c0, x, {sharc_file, 26, 9});  // x < 0.0f
   const ::sharc::Tensor v1 = ::sharc::mul(slope, x, {sharc_file, 27, 15});  // slope * x
   const ::sharc::Tensor v2 = ::sharc::neg(limit, {sharc_file, 28, 13});  // -limit
@@ -67,12 +67,12 @@ inline ::sharc::Tensor soft_sign_gate(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor v1 = ::sharc::neg(gate, {sharc_file, 39, 40});  // -gate
   const ::sharc::Tensor v2 = ::sharc::greater(v1, x, {sharc_file, 39, 38});  // x < -gate
   const ::sharc::Tensor v3 = ::sharc::maximum(v0, v2, {sharc_file, 39, 33});  // x > gate || x < -gate
-  const ::sharc::Tensor c0 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(1);
   const ::sharc::Tensor v4 = ::sharc::abs(x, {sharc_file, 40, 32});  // std::fabs(x)
   const ::sharc::Tensor v5 = ::sharc::add(c0, v4, {sharc_file, 40, 30});  // 1.0f + std::fabs(x)
   const ::sharc::Tensor v6 = ::sharc::where(v3, v5, c0, {sharc_file, 40, 22});  // where taken: x / (1.0f + std::fabs(x))
   const ::sharc::Tensor v7 = ::sharc::div(x, v6, {sharc_file, 40, 22});  // x / (1.0f + std::fabs(x))
-  const ::sharc::Tensor c1 = sharc_call.constant(0.0);
+  const ::sharc::Tensor c1 = sharc_call.constant(0);
   const ::sharc::Tensor v8 = ::sharc::greater(c1, x, {sharc_file, 40, 51});  // !(x >= 0.0f)
   const ::sharc::Tensor c2 = sharc_call.constant(0.5);
   const ::sharc::Tensor v9 = ::sharc::mul(c2, x, {sharc_file, 40, 70});  // 0.5f * x
@@ -89,15 +89,15 @@ inline ::sharc::Tensor taylor_sin(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor x = sharc_call.arg(0);
   const ::sharc::Tensor v0 = ::sharc::neg(x, {sharc_file, 47, 13});  // -x
   const ::sharc::Tensor v1 = ::sharc::mul(v0, x, {sharc_file, 47, 16});  // -x * x
-  const ::sharc::Tensor c0 = sharc_call.constant(6.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(6);
   const ::sharc::Tensor v2 = ::sharc::div(v1, c0, {sharc_file, 47, 20});  // -x * x / static_cast<float>((2 * k) * (2 * k ...
   const ::sharc::Tensor v3 = ::sharc::mul(x, v2, {sharc_file, 47, 10});  // term *= -x * x / static_cast<float>((2 * k) *...
   const ::sharc::Tensor v4 = ::sharc::add(x, v3, {sharc_file, 48, 9});  // sum += term
-  const ::sharc::Tensor c1 = sharc_call.constant(20.0);
+  const ::sharc::Tensor c1 = sharc_call.constant(20);
   const ::sharc::Tensor v5 = ::sharc::div(v1, c1, {sharc_file, 47, 20});  // -x * x / static_cast<float>((2 * k) * (2 * k ...
   const ::sharc::Tensor v6 = ::sharc::mul(v3, v5, {sharc_file, 47, 10});  // term *= -x * x / static_cast<float>((2 * k) *...
   const ::sharc::Tensor v7 = ::sharc::add(v4, v6, {sharc_file, 48, 9});  // sum += term
-  const ::sharc::Tensor c2 = sharc_call.constant(42.0);
+  const ::sharc::Tensor c2 = sharc_call.constant(42);
   const ::sharc::Tensor v8 = ::sharc::div(v1, c2, {sharc_file, 47, 20});  // -x * x / static_cast<float>((2 * k) * (2 * k ...
   const ::sharc::Tensor v9 = ::sharc::mul(v6, v8, {sharc_file, 47, 10});  // term *= -x * x / static_cast<float>((2 * k) *...
   const ::sharc::Tensor v10 = ::sharc::add(v7, v9, {sharc_file, 48, 9});  // sum += term
@@ -110,9 +110,9 @@ inline ::sharc::Tensor softplus(::sharc::lift::Arg x_arg,
   const ::sharc::lift::Call sharc_call("softplus", loc, {x_arg});
   const char* const sharc_file = "tests/lift/functions.h";
   const ::sharc::Tensor x = sharc_call.arg(0);
-  const ::sharc::Tensor c0 = sharc_call.constant(20.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(20);
   const ::sharc::Tensor v0 = ::sharc::greater(x, c0, {sharc_file, 55, 12});  // x > 20.0f
-  const ::sharc::Tensor c1 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c1 = sharc_call.constant(1);
   const ::sharc::Tensor v1 = ::sharc::where(v0, c1, x, {sharc_file, 55, 37});  // where taken: std::exp(x)
   const ::sharc::Tensor v2 = ::sharc::exp(v1, {sharc_file, 55, 37});  // std::exp(x)
   const ::sharc::Tensor v3 = ::sharc::where(v0, c1, v2, {sharc_file, 55, 26});  // where taken: std::log1p(std::exp(x))
@@ -130,9 +130,9 @@ inline ::sharc::Tensor smooth_relu(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor x = sharc_call.arg(0);
   const ::sharc::Tensor beta = sharc_call.arg(1);
   const ::sharc::Tensor v0 = ::sharc::mul(beta, x, {sharc_file, 60, 24});  // beta * x
-  const ::sharc::Tensor c0 = sharc_call.constant(20.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(20);
   const ::sharc::Tensor v1 = ::sharc::greater(v0, c0, {sharc_file, 55, 12});  // x > 20.0f
-  const ::sharc::Tensor c1 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c1 = sharc_call.constant(1);
   const ::sharc::Tensor v2 = ::sharc::where(v1, c1, v0, {sharc_file, 55, 37});  // where taken: std::exp(x)
   const ::sharc::Tensor v3 = ::sharc::exp(v2, {sharc_file, 55, 37});  // std::exp(x)
   const ::sharc::Tensor v4 = ::sharc::where(v1, c1, v3, {sharc_file, 55, 26});  // where taken: std::log1p(std::exp(x))
@@ -150,10 +150,10 @@ inline ::sharc::Tensor pow_elu(::sharc::lift::Arg x_arg,
   const char* const sharc_file = "tests/lift/functions.h";
   const ::sharc::Tensor x = sharc_call.arg(0);
   const ::sharc::Tensor alpha = sharc_call.arg(1);
-  const ::sharc::Tensor c0 = sharc_call.constant(0.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(0);
   const ::sharc::Tensor v0 = ::sharc::greater(x, c0, {sharc_file, 65, 9});  // x > 0.0f
   const ::sharc::Tensor c1 = sharc_call.constant(1.5);
-  const ::sharc::Tensor c2 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c2 = sharc_call.constant(1);
   const ::sharc::Tensor v1 = ::sharc::where(v0, x, c2, {sharc_file, 65, 24});  // where taken: std::pow(x, 1.5f)
   const ::sharc::Tensor v2 = ::sharc::pow(v1, c1, {sharc_file, 65, 24});  // std::pow(x, 1.5f)
   const ::sharc::Tensor v3 = ::sharc::where(v0, c2, x, {sharc_file, 66, 18});  // where taken: std::expm1(x)
@@ -175,7 +175,7 @@ inline ::sharc::Tensor gated_mix(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor hi = sharc_call.arg(2);
   const ::sharc::Tensor c0 = sharc_call.constant(0.5);
   const ::sharc::Tensor v0 = ::sharc::mul(c0, x, {sharc_file, 71, 24});  // 0.5f * x
-  const ::sharc::Tensor c1 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c1 = sharc_call.constant(1);
   const ::sharc::Tensor c2 = sharc_call.constant(0.70710676908493042);
   const ::sharc::Tensor v1 = ::sharc::mul(x, c2, {sharc_file, 71, 49});  // x * 0.70710678f
   const ::sharc::Tensor v2 = ::sharc::erf(v1, {sharc_file, 71, 38});  // std::erf(x * 0.70710678f)
@@ -207,15 +207,15 @@ inline ::sharc::Tensor halving(::sharc::lift::Arg x_arg,
   const ::sharc::lift::Call sharc_call("halving", loc, {x_arg});
   const char* const sharc_file = "tests/lift/functions.h";
   const ::sharc::Tensor x = sharc_call.arg(0);
-  const ::sharc::Tensor c0 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(1);
   const ::sharc::Tensor v0 = ::sharc::greater(c0, x, {sharc_file, 82, 13});  // y < 1.0f
-  const ::sharc::Tensor c1 = sharc_call.constant(8.0);
+  const ::sharc::Tensor c1 = sharc_call.constant(8);
   const ::sharc::Tensor v1 = ::sharc::greater(c1, x, {sharc_file, 82, 26});  // y < 8.0f
-  const ::sharc::Tensor v2 = ::sharc::sub(c0, v0, {sharc_file, 82, 13});  // !(y < 1.0f)
+  const ::sharc::Tensor v2 = ::sharc::sub(c0, v0, {sharc_file, 82, 21});  // !(y < 1.0f)
   const ::sharc::Tensor v3 = ::sharc::mul(v2, v1, {sharc_file, 82, 21});  // !(y < 1.0f) && y < 8.0f
   const ::sharc::Tensor c2 = sharc_call.constant(0.5);
   const ::sharc::Tensor v4 = ::sharc::mul(x, c2, {sharc_file, 82, 40});  // y * 0.5f
-  const ::sharc::Tensor c3 = sharc_call.constant(0.0);
+  const ::sharc::Tensor c3 = sharc_call.constant(0);
   const ::sharc::Tensor v5 = ::sharc::cos(c3, {sharc_file, 82, 59});  // std::cos(0.0f)
   const ::sharc::Tensor v6 = ::sharc::mul(x, x, {sharc_file, 82, 78});  // y * y
   const ::sharc::Tensor v7 = ::sharc::add(v5, v6, {sharc_file, 82, 74});  // std::cos(0.0f) + y * y
@@ -227,7 +227,7 @@ inline ::sharc::Tensor halving(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor v12 = ::sharc::where(v3, v11, x, {sharc_file, 82, 5});  // if (!(y < 1.0f) && y < 8.0f) y = y * 0.5f + s...
   const ::sharc::Tensor v13 = ::sharc::greater(c0, v12, {sharc_file, 82, 13});  // y < 1.0f
   const ::sharc::Tensor v14 = ::sharc::greater(c1, v12, {sharc_file, 82, 26});  // y < 8.0f
-  const ::sharc::Tensor v15 = ::sharc::sub(c0, v13, {sharc_file, 82, 13});  // !(y < 1.0f)
+  const ::sharc::Tensor v15 = ::sharc::sub(c0, v13, {sharc_file, 82, 21});  // !(y < 1.0f)
   const ::sharc::Tensor v16 = ::sharc::mul(v15, v14, {sharc_file, 82, 21});  // !(y < 1.0f) && y < 8.0f
   const ::sharc::Tensor v17 = ::sharc::mul(v12, c2, {sharc_file, 82, 40});  // y * 0.5f
   const ::sharc::Tensor v18 = ::sharc::mul(v12, v12, {sharc_file, 82, 78});  // y * y
@@ -239,7 +239,7 @@ inline ::sharc::Tensor halving(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor v24 = ::sharc::where(v16, v23, v12, {sharc_file, 82, 5});  // if (!(y < 1.0f) && y < 8.0f) y = y * 0.5f + s...
   const ::sharc::Tensor v25 = ::sharc::greater(c0, v24, {sharc_file, 82, 13});  // y < 1.0f
   const ::sharc::Tensor v26 = ::sharc::greater(c1, v24, {sharc_file, 82, 26});  // y < 8.0f
-  const ::sharc::Tensor v27 = ::sharc::sub(c0, v25, {sharc_file, 82, 13});  // !(y < 1.0f)
+  const ::sharc::Tensor v27 = ::sharc::sub(c0, v25, {sharc_file, 82, 21});  // !(y < 1.0f)
   const ::sharc::Tensor v28 = ::sharc::mul(v27, v26, {sharc_file, 82, 21});  // !(y < 1.0f) && y < 8.0f
   const ::sharc::Tensor v29 = ::sharc::mul(v24, c2, {sharc_file, 82, 40});  // y * 0.5f
   const ::sharc::Tensor v30 = ::sharc::mul(v24, v24, {sharc_file, 82, 78});  // y * y
@@ -263,7 +263,7 @@ inline ::sharc::Tensor log_mix(::sharc::lift::Arg x_arg,
   const char* const sharc_file = "tests/lift/functions.h";
   const ::sharc::Tensor x = sharc_call.arg(0);
   const ::sharc::Tensor v0 = ::sharc::mul(x, x, {sharc_file, 90, 21});  // x * x
-  const ::sharc::Tensor c0 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(1);
   const ::sharc::Tensor v1 = ::sharc::add(c0, v0, {sharc_file, 91, 25});  // 1.0f + q
   const ::sharc::Tensor v2 = ::sharc::log(v1, {sharc_file, 91, 10});  // std::log2(1.0f + q)
   const ::sharc::Tensor c1 = sharc_call.constant(1.4426950408889634);
@@ -283,7 +283,7 @@ inline ::sharc::Tensor log_mix(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor c4 = sharc_call.constant(0.10000000149011612);
   const ::sharc::Tensor v14 = ::sharc::mul(v13, c4, {sharc_file, 92, 30});  // std::hypot(x, 1.0f) * 0.1f
   const ::sharc::Tensor v15 = ::sharc::sub(v10, v14, {sharc_file, 91, 72});  // std::log2(1.0f + q) + std::exp2(-q) + std::fm...
-  const ::sharc::Tensor c5 = sharc_call.constant(2.0);
+  const ::sharc::Tensor c5 = sharc_call.constant(2);
   const ::sharc::Tensor v16 = ::sharc::add(c5, v0, {sharc_file, 92, 55});  // 2.0f + q
   const ::sharc::Tensor v17 = ::sharc::log(v16, {sharc_file, 92, 39});  // std::log10(2.0f + q)
   const ::sharc::Tensor c6 = sharc_call.constant(0.43429448190325176);
@@ -299,11 +299,11 @@ inline ::sharc::Tensor ramp_sum(::sharc::lift::Arg x_arg,
   const char* const sharc_file = "tests/lift/functions.h";
   const ::sharc::Tensor x = sharc_call.arg(0);
   const ::sharc::Tensor c0 = sharc_call.constant(0.5);
-  const ::sharc::Tensor c1 = sharc_call.constant(4.0);
+  const ::sharc::Tensor c1 = sharc_call.constant(4);
   const ::sharc::Tensor v0 = ::sharc::greater(x, c1, {sharc_file, 101, 9});  // x > 4.0f
   const ::sharc::Tensor v1 = ::sharc::mul(c0, x, {sharc_file, 103, 19});  // kScale * x
-  const ::sharc::Tensor c2 = sharc_call.constant(0.0);
-  const ::sharc::Tensor c3 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c2 = sharc_call.constant(0);
+  const ::sharc::Tensor c3 = sharc_call.constant(1);
   const ::sharc::Tensor v2 = ::sharc::where(v0, c3, c1, {sharc_file, 106, 64});  // where taken: static_cast<float>(k) / 4
   const ::sharc::Tensor v3 = ::sharc::div(c2, v2, {sharc_file, 106, 64});  // static_cast<float>(k) / 4
   const ::sharc::Tensor v4 = ::sharc::mul(x, v3, {sharc_file, 106, 39});  // x * (static_cast<float>(k) / 4)
@@ -311,7 +311,7 @@ inline ::sharc::Tensor ramp_sum(::sharc::lift::Arg x_arg,
   const ::sharc::Tensor v6 = ::sharc::div(c3, v2, {sharc_file, 106, 64});  // static_cast<float>(k) / 4
   const ::sharc::Tensor v7 = ::sharc::mul(x, v6, {sharc_file, 106, 39});  // x * (static_cast<float>(k) / 4)
   const ::sharc::Tensor v8 = ::sharc::add(v5, v7, {sharc_file, 106, 34});  // s += x * (static_cast<float>(k) / 4)
-  const ::sharc::Tensor c4 = sharc_call.constant(2.0);
+  const ::sharc::Tensor c4 = sharc_call.constant(2);
   const ::sharc::Tensor v9 = ::sharc::div(c4, v2, {sharc_file, 106, 64});  // static_cast<float>(k) / 4
   const ::sharc::Tensor v10 = ::sharc::mul(x, v9, {sharc_file, 106, 39});  // x * (static_cast<float>(k) / 4)
   const ::sharc::Tensor v11 = ::sharc::add(v8, v10, {sharc_file, 106, 34});  // s += x * (static_cast<float>(k) / 4)
@@ -329,13 +329,13 @@ inline ::sharc::Tensor side_effects(::sharc::lift::Arg x_arg,
   const ::sharc::lift::Call sharc_call("side_effects", loc, {x_arg});
   const char* const sharc_file = "tests/lift/functions.h";
   const ::sharc::Tensor x = sharc_call.arg(0);
-  const ::sharc::Tensor c0 = sharc_call.constant(0.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(0);
   const ::sharc::Tensor v0 = ::sharc::greater(x, c0, {sharc_file, 114, 6});  // x > 0.0f
-  const ::sharc::Tensor c1 = sharc_call.constant(2.0);
+  const ::sharc::Tensor c1 = sharc_call.constant(2);
   const ::sharc::Tensor v1 = ::sharc::neg(c1, {sharc_file, 114, 31});  // -2.0f
   const ::sharc::Tensor v2 = ::sharc::mul(v1, x, {sharc_file, 114, 37});  // -2.0f * x
   const ::sharc::Tensor v3 = ::sharc::where(v0, x, v2, {sharc_file, 114, 14});  // (x > 0.0f) ? (y = x) : (y = -2.0f * x)
-  const ::sharc::Tensor c2 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c2 = sharc_call.constant(1);
   const ::sharc::Tensor v4 = ::sharc::greater(x, c1, {sharc_file, 116, 22});  // x > 2.0f
   const ::sharc::Tensor c3 = sharc_call.constant(0.5);
   const ::sharc::Tensor v5 = ::sharc::mul(x, c3, {sharc_file, 116, 39});  // x * 0.5f
@@ -359,7 +359,7 @@ inline ::sharc::Tensor cube_by_loop(::sharc::lift::Arg x_arg,
   const ::sharc::lift::Call sharc_call("cube_by_loop", loc, {x_arg});
   const char* const sharc_file = "tests/lift/functions.h";
   const ::sharc::Tensor x = sharc_call.arg(0);
-  const ::sharc::Tensor c0 = sharc_call.constant(1.0);
+  const ::sharc::Tensor c0 = sharc_call.constant(1);
   const ::sharc::Tensor v0 = ::sharc::mul(c0, x, {sharc_file, 128, 7});  // y *= x
   const ::sharc::Tensor v1 = ::sharc::mul(v0, x, {sharc_file, 128, 7});  // y *= x
   const ::sharc::Tensor v2 = ::sharc::mul(v1, x, {sharc_file, 128, 7});  // y *= x
