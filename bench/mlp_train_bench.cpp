@@ -34,6 +34,7 @@
 #include "bench_mlp_train_fsdp4_model2.h"
 #include "bench_mlp_train_fsdp8.h"
 #include "bench_mlp_train_model8.h"
+#include "runtime/blas.h"
 #include "runtime/communicator.h"
 #include "runtime/thread_world.h"
 
@@ -227,17 +228,20 @@ int main(int argc, char** argv) {
     usage(argv[0]);
     return 2;
   }
-  openblas_set_num_threads(1);  // each simulated device is already a thread
 
   std::printf(
       "bench_mlp_train: one AdamW step of the MLP classifier (batch %lld, %lld "
       "features, %lld classes), %d warm-up + %d timed steps per mesh\n",
       static_cast<long long>(kBatch), static_cast<long long>(kFeatures),
       static_cast<long long>(kClasses), opt.warmup, opt.steps);
+  const rt::BlasInfo blas = rt::blas_info();
   std::printf(
-      "machine: %u cores (hardware threads). Simulated devices are threads: the 8 "
-      "devices of a mesh share these cores, BLAS is single-threaded.\n",
-      std::thread::hardware_concurrency());
+      "machine: %u cores (hardware threads). Simulated devices are threads sharing these "
+      "cores; each device computes with rt::threads_per_device(devices) threads. BLAS "
+      "kernels: %s%s%s.\n",
+      std::thread::hardware_concurrency(), blas.core.c_str(),
+      blas.forced_by_env.empty() ? "" : ", forced by OPENBLAS_CORETYPE=",
+      blas.forced_by_env.c_str());
   if (opt.link_latency_us > 0 || opt.link_gbps > 0) {
     std::printf("simulated link: %g us latency, %g Gbit/s per (src, dst) link\n",
                 opt.link_latency_us, opt.link_gbps);

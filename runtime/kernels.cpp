@@ -6,6 +6,8 @@
 // moves the last dimension runs a 16x16 tiled loop so both sides stay in cache.
 #include "runtime/kernels.h"
 
+#include "runtime/team.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -132,12 +134,44 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, bool t
   }
   const int lda = static_cast<int>(trans_a ? M : K);
   const int ldb = static_cast<int>(trans_b ? K : N);
-  for (int64_t b = 0; b < batch; ++b) {
+  // One sgemm of rows [m0, m1) and columns [n0, n1) of batch entry b. A
+  // split depends only on the shapes and the team's size, so a program and
+  // the per-device interpreter on the same world split alike; OpenBLAS may
+  // pick another kernel for a smaller block, so results can differ in the
+  // last bits from the unsplit call.
+  auto block = [&](int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const float* a = A + b * M * K + (trans_a ? m0 : m0 * K);
+    const float* bb = B + b * K * N + (trans_b ? n0 * K : n0);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-                static_cast<int>(K), 1.0f, A + b * M * K, lda, B + b * K * N, ldb, beta,
-                C + b * M * N, static_cast<int>(N));
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m1 - m0),
+                static_cast<int>(n1 - n0), static_cast<int>(K), 1.0f, a, lda, bb, ldb, beta,
+                C + b * M * N + m0 * N + n0, static_cast<int>(N));
+  };
+  // A device with a team of its own (rt::threads_per_device > 1) splits
+  // GEMMs worth it (at least 2^22 multiply-adds per part) over the larger of
+  // M and N, in parts of whole 16-row or 16-column panels.
+  Team* team = current_team();
+  const int64_t work = batch * M * N * K;
+  constexpr int64_t kMinPerPart = int64_t{1} << 22;
+  int parts = team ? static_cast<int>(std::min<int64_t>(team->size(), work / kMinPerPart)) : 1;
+  const bool split_m = M >= N;
+  const int64_t panels = ((split_m ? M : N) + 15) / 16;
+  parts = static_cast<int>(std::min<int64_t>(parts, panels));
+  if (parts <= 1) {
+    for (int64_t b = 0; b < batch; ++b) block(b, 0, M, 0, N);
+    return;
   }
+  team->run(parts, [&](int part) {
+    const int64_t lo = std::min(panels * part / parts * 16, split_m ? M : N);
+    const int64_t hi = std::min(panels * (part + 1) / parts * 16, split_m ? M : N);
+    if (lo >= hi) return;
+    for (int64_t b = 0; b < batch; ++b) {
+      if (split_m)
+        block(b, lo, hi, 0, N);
+      else
+        block(b, 0, M, lo, hi);
+    }
+  });
 }
 
 void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const bf16* A, bool trans_a,

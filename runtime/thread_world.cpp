@@ -10,12 +10,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "runtime/blas.h"
 #include "runtime/ring_comm.h"
 
 namespace sharc::rt {
@@ -183,6 +185,18 @@ ThreadWorld::ThreadWorld(MeshShape mesh) : mesh_(std::move(mesh)) {
     timelines_.push_back(std::make_unique<Timeline>(r));
     comms_.back()->set_timeline(timelines_.back().get());
   }
+  set_threads_per_device(rt::threads_per_device(n));
+}
+
+void ThreadWorld::set_threads_per_device(int threads) {
+  if (running_) throw std::logic_error("ThreadWorld::set_threads_per_device while running");
+  if (threads < 1)
+    throw std::invalid_argument("ThreadWorld::set_threads_per_device(" + std::to_string(threads) +
+                                "): at least one thread per device");
+  threads_per_device_ = threads;
+  teams_.clear();
+  if (size() > 1 && threads > 1)
+    for (int r = 0; r < size(); ++r) teams_.push_back(std::make_unique<Team>(threads));
 }
 
 ThreadWorld::~ThreadWorld() = default;
@@ -240,6 +254,9 @@ void ThreadWorld::set_recv_timeout(double seconds) {
 void ThreadWorld::run(const std::function<void(int rank)>& fn) {
   if (running_) throw std::logic_error("ThreadWorld::run is not reentrant");
   running_ = true;
+  // OpenBLAS's thread count is one per process: the whole budget for a
+  // single device, else 1 (the devices' teams split GEMMs instead).
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) set_blas_threads(size() == 1 ? threads_per_device_ : 1);
   int src = -1, dst = -1;
   fabric_->reset(&src, &dst);
   for (auto& c : comms_) c->restart_sequences();
@@ -256,6 +273,7 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
   for (int r = 0; r < size(); ++r) {
     threads.emplace_back([&, r] {
       try {
+        TeamScope team(teams_.empty() ? nullptr : teams_[r].get());
         fn(r);
         timelines_[r]->finish();
       } catch (...) {

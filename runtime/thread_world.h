@@ -16,6 +16,7 @@
 #include "runtime/communicator.h"
 #include "runtime/memory.h"
 #include "runtime/mesh.h"
+#include "runtime/team.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
 
@@ -55,6 +56,14 @@ class ThreadWorld final : public World {
   DeviceMemory& memory(int rank) override;
 
   void set_link(const LinkModel& link);
+  // The threads each device computes with (runtime/blas.h): by default
+  // rt::threads_per_device(size()), so that devices x threads = the
+  // machine's cores. One device uses them through OpenBLAS's own threads;
+  // several devices each get a Team of that many threads and OpenBLAS runs
+  // single-threaded. An OPENBLAS_NUM_THREADS in the environment is the
+  // user's choice and is left alone. Not while running.
+  void set_threads_per_device(int threads);
+  int threads_per_device() const { return threads_per_device_; }
   // Every device's timeline (trace.h): off (the default), the wall clock, or
   // the virtual clock with `machine` charging each statement. Clears the
   // timelines. Not while running.
@@ -97,6 +106,8 @@ class ThreadWorld final : public World {
   ClockMode clock_ = ClockMode::kOff;
   MachineModel machine_;
   bool running_ = false;
+  int threads_per_device_ = 1;
+  std::vector<std::unique_ptr<Team>> teams_;  // per device, when threads_per_device_ > 1
 };
 
 }  // namespace sharc::rt
