@@ -42,6 +42,24 @@
 # CMakeLists.txt line, which CMake prints in the call stack under the message.
 include_guard(GLOBAL)
 
+# Generated programs compile with -O3 (GCC vectorises the fused loops only
+# there: they read several buffers, which needs runtime alias checks), the
+# instruction set of the build machine (SHARC_ARCH_FLAGS, "-march=native" by
+# default when the compiler takes it; set it to "" or e.g.
+# "-march=x86-64-v3" for binaries that must run elsewhere) and
+# -ffp-contract=off, so that no a * b + c becomes one fused multiply-add:
+# every op rounds as the per-device interpreter and the oracle's tolerances
+# assume.
+include(CheckCXXCompilerFlag)
+check_cxx_compiler_flag("-march=native" _sharc_has_march_native)
+if(_sharc_has_march_native)
+  set(_sharc_default_arch "-march=native")
+else()
+  set(_sharc_default_arch "")
+endif()
+set(SHARC_ARCH_FLAGS "${_sharc_default_arch}" CACHE STRING
+    "Instruction-set flags for sharc's generated programs (default: -march=native when supported)")
+
 # sharc_lift(TARGET <target> SOURCE <file>): runs sharc-lift (lift/) on
 # <file>, a source of <target>, at build time, with <target>'s include
 # directories and definitions, and puts the header it writes,
@@ -269,6 +287,8 @@ function(sharc_add_program NAME)
   add_library(${NAME} STATIC ${outputs})
   target_include_directories(${NAME} PUBLIC ${out_dir})
   target_link_libraries(${NAME} PUBLIC sharc::runtime)
+  separate_arguments(_sharc_arch UNIX_COMMAND "${SHARC_ARCH_FLAGS}")
+  target_compile_options(${NAME} PRIVATE -O3 ${_sharc_arch} -ffp-contract=off)
   # Generated code compiles with the project's warnings but is not linted.
   set_target_properties(${NAME} PROPERTIES CXX_CLANG_TIDY "")
 

@@ -133,11 +133,13 @@ BufferPlan plan_buffers(const ir::Graph& g) {
   for (size_t i = n; i-- > 0;) {
     const Node& v = g.nodes[i];
     p.root[i] = static_cast<int>(i);
-    if (!ir::is_elementwise(v.op) || p.is_output[i] || p.is_update_value[i] || p.users[i].empty())
-      continue;
+    const bool broadcast = v.op == Op::kBroadcast;
+    if (!(ir::is_elementwise(v.op) || broadcast) || p.users[i].empty()) continue;
+    const bool lives_on = p.is_output[i] || p.is_update_value[i];
     // Inlined: every user is elementwise, of this micro-batch, in one loop.
+    // A broadcast inlined there is an indexed read of its operand.
     int r = -1;
-    bool fuse = true;
+    bool fuse = !lives_on;
     for (int u : p.users[i]) {
       fuse = fuse && ir::is_elementwise(g[u].op) && g[u].micro_batch == v.micro_batch &&
              (r < 0 || p.root[u] == r);
@@ -148,6 +150,7 @@ BufferPlan plan_buffers(const ir::Graph& g) {
       p.root[i] = r;
       continue;
     }
+    if (broadcast) continue;  // materialised once for readers in several loops
     // Kept: computed in the first loop that reads it (an elementwise user of
     // this micro-batch) and also stored, for readers that run after that
     // loop: later loops, and ops that are not elementwise (a dot, a
@@ -173,7 +176,8 @@ BufferPlan plan_buffers(const ir::Graph& g) {
     const Node& v = g.nodes[i];
     if (v.op == Op::kConstant) {
       bool other = p.is_output[i] || p.is_update_value[i];
-      for (int u : p.users[i]) other = other || !ir::is_elementwise(g[u].op);
+      for (int u : p.users[i])
+        other = other || !(ir::is_elementwise(g[u].op) || (g[u].op == Op::kBroadcast && p.inlined[u]));
       p.needs_buffer[i] = other;
     }
     if ((p.inlined[i] && !p.kept[i]) || v.op == Op::kParameter || v.op == Op::kSend)

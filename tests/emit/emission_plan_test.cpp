@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 
@@ -110,7 +111,7 @@ TEST(EmissionPlan, ReadsAreOrderedAfterWritesOnEveryProgram) {
 TEST(EmissionPlan, FusionGroupsOfATrainingStep) {
   const Planned p = plan_of("mlp_train", "data=4,model=2");
   const BufferPlan& b = p.plan.buffers;
-  int fused = 0, largest = 0, shared = 0, kept = 0;
+  int fused = 0, largest = 0, shared = 0, kept = 0, broadcasts = 0;
   std::set<int> seen;
   for (size_t s = 0; s < b.stmts.size(); ++s) {
     const BufferPlan::Stmt& st = b.stmts[s];
@@ -121,11 +122,17 @@ TEST(EmissionPlan, FusionGroupsOfATrainingStep) {
     EXPECT_EQ(p.plan.tasks[p.plan.stmt_tasks[s][0]].stream, Stream::kCompute);
     EXPECT_EQ(st.tree.back(), st.node) << "the root is computed last";
     for (int t : st.tree) {
-      EXPECT_TRUE(ir::is_elementwise(p.graph[t].op)) << ir::op_name(p.graph[t].op);
+      // Elementwise ops, and broadcasts read in place (never a loop's root,
+      // never stored).
+      const bool broadcast = p.graph[t].op == Op::kBroadcast;
+      EXPECT_TRUE(ir::is_elementwise(p.graph[t].op) || (broadcast && t != st.node && !b.kept[t]))
+          << ir::op_name(p.graph[t].op);
+      broadcasts += broadcast;
       EXPECT_TRUE(seen.insert(t).second) << "node " << t << " is in two fusion groups";
       if (t == st.node) continue;
       EXPECT_TRUE(b.inlined[t]);
-      EXPECT_FALSE(b.is_output[t] || b.is_update_value[t]);
+      // A value that lives to the end of the step is only ever kept.
+      if (b.is_output[t] || b.is_update_value[t]) EXPECT_TRUE(b.kept[t]);
       const bool stored = std::count(st.stores.begin(), st.stores.end(), t) > 0;
       EXPECT_EQ(stored, static_cast<bool>(b.kept[t]));
       if (b.kept[t]) {
@@ -156,6 +163,37 @@ TEST(EmissionPlan, FusionGroupsOfATrainingStep) {
   EXPECT_GE(largest, 6);
   EXPECT_GE(shared, 1);
   EXPECT_GE(kept, 2);
+  // Bias adds, AdamW's bias corrections and learning rate read their
+  // broadcast operands in place.
+  EXPECT_GE(broadcasts, 6);
+  // AdamW is one loop per parameter: the loop that computes the new weight
+  // also computes and stores the new m and v.
+  std::map<std::string, int> new_value;
+  for (const auto& u : p.graph.updates) new_value[p.graph[u.target].name] = u.value;
+  int adamw = 0;
+  for (const auto& [name, value] : new_value) {
+    if (name.rfind("opt/", 0) == 0) continue;
+    SCOPED_TRACE(name);
+    const int loop = b.root[value];
+    EXPECT_EQ(loop, value) << "the new weight is its loop's root";
+    EXPECT_EQ(b.root[new_value.at("opt/m/" + name)], loop);
+    EXPECT_EQ(b.root[new_value.at("opt/v/" + name)], loop);
+    EXPECT_TRUE(b.kept[new_value.at("opt/m/" + name)]);
+    EXPECT_TRUE(b.kept[new_value.at("opt/v/" + name)]);
+    ++adamw;
+  }
+  EXPECT_EQ(adamw, 6);  // three kernels and three biases
+  // No broadcast is materialised for readers that all sit in one loop.
+  for (const BufferPlan::Stmt& st : b.stmts) {
+    if (p.graph[st.node].op != Op::kBroadcast) continue;
+    std::set<int> loops;
+    bool other = false;
+    for (int u : b.users[st.node]) {
+      loops.insert(b.root[u]);
+      other = other || !ir::is_elementwise(p.graph[u].op);
+    }
+    EXPECT_TRUE(other || loops.size() > 1) << "broadcast %" << st.node << " could be read in place";
+  }
 }
 
 // The RingDot statements of a plan.

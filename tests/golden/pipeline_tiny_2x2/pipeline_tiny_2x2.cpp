@@ -401,36 +401,26 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => send to stage 1 (message 73)
     comm.send(t20.data(), 1, world_.mesh().peer_on_axis(rank, 0, 1), 73);
     t20 = rt::Buffer();  // last use of t20
-    timeline.op("constant  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 4});
-    // tests/pipeline/stack_programs.cpp:32: [] => constant
-    rt::Buffer t21(1, &mem);  // f32[] []
-    rt::fill(t21.data(), 1, 0.100000001f);
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => add
-    rt::Buffer t22(1, &mem);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) t22[i] = dev.opt_step[i] + 1.0f;
-    timeline.op("broadcast  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
-    // tests/pipeline/stack_programs.cpp:32: [] -> [{}, {}] => broadcast
-    rt::Buffer t23(16, &mem);  // f32[4,4] [{}, {}]
-    rt::broadcast(t21.data(), {1, 1}, {4, 4}, t23.data());
-    t21 = rt::Buffer();  // last use of t21
-    timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 256});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, sub
-    rt::Buffer t24(16, &mem);  // f32[4,4] [{}, {}]
+    rt::Buffer t21(1, &mem);  // f32[] []
+    for (int64_t i = 0; i < 1; ++i) t21[i] = dev.opt_step[i] + 1.0f;
+    timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
+    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
+    rt::Buffer t22(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = t18[i] * t23[i];  // tests/pipeline/stack_programs.cpp:32 mul
-      t24[i] = dev.l0_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
-    }  // fused loop of t24
+      const float v0 = t18[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
+      t22[i] = dev.l0_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
+    }  // fused loop of t22
     t18 = rt::Buffer();  // last use of t18
-    t23 = rt::Buffer();  // last use of t23
 
     // ---- outputs --------------------------------------------------------------
 
     // ---- updates: parameters take their new values ----------------------------
-    // tests/pipeline/stack_programs.cpp:32 "l0/kernel" f32[4,4] [{}, {}] <- t24
-    dev.l0_kernel = std::move(t24);
-    // tests/pipeline/stack_programs.cpp:32 "opt/step" f32[] [] <- t22
-    dev.opt_step = std::move(t22);
+    // tests/pipeline/stack_programs.cpp:32 "l0/kernel" f32[4,4] [{}, {}] <- t22
+    dev.l0_kernel = std::move(t22);
+    // tests/pipeline/stack_programs.cpp:32 "opt/step" f32[] [] <- t21
+    dev.opt_step = std::move(t21);
   };  // stage 0
 
   // stage 1 runs F0 B0 F1 B1
@@ -484,165 +474,157 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // tests/pipeline/stack_programs.cpp:44: [] => mul
     rt::Buffer t7(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t7[i] = 1.0f * 0.0625f;
-    timeline.op("broadcast  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
-    // tests/pipeline/stack_programs.cpp:44: [] -> [{"data"}, {}] => broadcast
-    rt::Buffer t8(8, &mem);  // f32[2,4] [{"data"}, {}]
-    rt::broadcast(t7.data(), {1, 1}, {2, 4}, t8.data());
-    t7 = rt::Buffer();  // last use of t7
 
     // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:42: [{"data"}, {}] -> [{"data"}, {}] => fused mul, mul, add, mul, sub, mul
-    rt::Buffer t9(8, &mem);  // f32[2,4] [{"data"}, {}]
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
+    // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
+    rt::Buffer t8(8, &mem);  // f32[2,4] [{"data"}, {}]
+    const float t8_b0 = t7[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = t8[i] * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
-      const float v1 = t8[i] * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
+      const float v0 = t8_b0 * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
+      const float v1 = t8_b0 * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
       const float v2 = v0 + v1;  // tests/pipeline/stack_programs.cpp:44 add
       const float v3 = t2[i] * t2[i];  // tests/pipeline/stack_programs.cpp:42 mul
       const float v4 = 1.0f - v3;  // tests/pipeline/stack_programs.cpp:42 sub
-      t9[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
-    }  // fused loop of t9
-    t8 = rt::Buffer();  // last use of t8
+      t8[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
+    }  // fused loop of t8
+    t7 = rt::Buffer();  // last use of t7
     t2 = rt::Buffer();  // last use of t2
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 256});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-    rt::Buffer t10(8, &mem);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer t10_rhs(16, &mem);  // f32[4,4]: rhs as (batch, contract, free)
-    rt::transpose(dev.l1_kernel.data(), {4, 4}, {1, 0}, t10_rhs.data());
+    rt::Buffer t9(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t9_rhs(16, &mem);  // f32[4,4]: rhs as (batch, contract, free)
+    rt::transpose(dev.l1_kernel.data(), {4, 4}, {1, 0}, t9_rhs.data());
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t9.data(), false, t10_rhs.data(), false, t10.data());
-    t10_rhs = rt::Buffer();
+             t8.data(), false, t9_rhs.data(), false, t9.data());
+    t9_rhs = rt::Buffer();
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 25)
-    comm.send(t10.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 25);
-    t10 = rt::Buffer();  // last use of t10
+    comm.send(t9.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 25);
+    t9 = rt::Buffer();  // last use of t9
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t11(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::Buffer t11_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
-    rt::transpose(t0.data(), {2, 4}, {1, 0}, t11_lhs.data());
+    rt::Buffer t10(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer t10_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
+    rt::transpose(t0.data(), {2, 4}, {1, 0}, t10_lhs.data());
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t11_lhs.data(), false, t9.data(), false, t11.data());
-    t11_lhs = rt::Buffer();
+             t10_lhs.data(), false, t8.data(), false, t10.data());
+    t10_lhs = rt::Buffer();
     t0 = rt::Buffer();  // last use of t0
-    t9 = rt::Buffer();  // last use of t9
+    t8 = rt::Buffer();  // last use of t8
 
     // ==== F1: micro-batch 1 forward, model chunk 1 ====
 
     // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 36)
-    rt::Buffer t12(8, &mem);  // f32[2,4] [{"data"}, {}]
-    comm.recv(t12.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 36);
+    rt::Buffer t11(8, &mem);  // f32[2,4] [{"data"}, {}]
+    comm.recv(t11.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 36);
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t13(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t12(8, &mem);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t12.data(), false, dev.l1_kernel.data(), false, t13.data());
+             t11.data(), false, dev.l1_kernel.data(), false, t12.data());
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t14
-    rt::Buffer t15(8, &mem);  // f32[2,4] [{"data"}, {}]
+    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t13
     rt::Buffer t14(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t13(8, &mem);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = std::tanh(t13[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
-      t14[i] = v0;
-      t15[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
-    }  // fused loop of t15
-    t13 = rt::Buffer();  // last use of t13
+      const float v0 = std::tanh(t12[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+      t13[i] = v0;
+      t14[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
+    }  // fused loop of t14
+    t12 = rt::Buffer();  // last use of t12
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-    rt::Buffer t16(1, &mem);  // f32[] [] partial={"data"}
-    rt::reduce(t15.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, t16.data());
-    t15 = rt::Buffer();  // last use of t15
+    rt::Buffer t15(1, &mem);  // f32[] [] partial={"data"}
+    rt::reduce(t14.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, t15.data());
+    t14 = rt::Buffer();  // last use of t14
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer t17(1, &mem);  // f32[] []
-    rt::copy(t16.data(), t17.data(), 1);
-    comm.all_reduce(t17.data(), 1, dev.group_data, rt::ReduceOp::kSum);
-    t16 = rt::Buffer();  // last use of t16
+    rt::Buffer t16(1, &mem);  // f32[] []
+    rt::copy(t15.data(), t16.data(), 1);
+    comm.all_reduce(t16.data(), 1, dev.group_data, rt::ReduceOp::kSum);
+    t15 = rt::Buffer();  // last use of t15
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused mul, add
-    rt::Buffer t18(1, &mem);  // f32[] []
+    rt::Buffer t17(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) {
-      const float v0 = t17[i] * 0.0625f;  // tests/pipeline/stack_programs.cpp:44 mul
-      t18[i] = t6[i] + v0;  // tests/pipeline/stack_programs.cpp:32 add
-    }  // fused loop of t18
+      const float v0 = t16[i] * 0.0625f;  // tests/pipeline/stack_programs.cpp:44 mul
+      t17[i] = t6[i] + v0;  // tests/pipeline/stack_programs.cpp:32 add
+    }  // fused loop of t17
     t6 = rt::Buffer();  // last use of t6
-    t17 = rt::Buffer();  // last use of t17
+    t16 = rt::Buffer();  // last use of t16
 
     // ==== B1: micro-batch 1 backward, model chunk 1 ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:44: [] => mul
-    rt::Buffer t19(1, &mem);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) t19[i] = 1.0f * 0.0625f;
-    timeline.op("broadcast  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
-    // tests/pipeline/stack_programs.cpp:44: [] -> [{"data"}, {}] => broadcast
-    rt::Buffer t20(8, &mem);  // f32[2,4] [{"data"}, {}]
-    rt::broadcast(t19.data(), {1, 1}, {2, 4}, t20.data());
-    t19 = rt::Buffer();  // last use of t19
+    rt::Buffer t18(1, &mem);  // f32[] []
+    for (int64_t i = 0; i < 1; ++i) t18[i] = 1.0f * 0.0625f;
 
     // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:42: [{"data"}, {}] -> [{"data"}, {}] => fused mul, mul, add, mul, sub, mul
-    rt::Buffer t21(8, &mem);  // f32[2,4] [{"data"}, {}]
+    timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
+    // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
+    rt::Buffer t19(8, &mem);  // f32[2,4] [{"data"}, {}]
+    const float t19_b0 = t18[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = t20[i] * t14[i];  // tests/pipeline/stack_programs.cpp:44 mul
-      const float v1 = t20[i] * t14[i];  // tests/pipeline/stack_programs.cpp:44 mul
+      const float v0 = t19_b0 * t13[i];  // tests/pipeline/stack_programs.cpp:44 mul
+      const float v1 = t19_b0 * t13[i];  // tests/pipeline/stack_programs.cpp:44 mul
       const float v2 = v0 + v1;  // tests/pipeline/stack_programs.cpp:44 add
-      const float v3 = t14[i] * t14[i];  // tests/pipeline/stack_programs.cpp:42 mul
+      const float v3 = t13[i] * t13[i];  // tests/pipeline/stack_programs.cpp:42 mul
       const float v4 = 1.0f - v3;  // tests/pipeline/stack_programs.cpp:42 sub
-      t21[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
-    }  // fused loop of t21
-    t20 = rt::Buffer();  // last use of t20
-    t14 = rt::Buffer();  // last use of t14
+      t19[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
+    }  // fused loop of t19
+    t18 = rt::Buffer();  // last use of t18
+    t13 = rt::Buffer();  // last use of t13
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 256});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-    rt::Buffer t22(8, &mem);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer t22_rhs(16, &mem);  // f32[4,4]: rhs as (batch, contract, free)
-    rt::transpose(dev.l1_kernel.data(), {4, 4}, {1, 0}, t22_rhs.data());
+    rt::Buffer t20(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t20_rhs(16, &mem);  // f32[4,4]: rhs as (batch, contract, free)
+    rt::transpose(dev.l1_kernel.data(), {4, 4}, {1, 0}, t20_rhs.data());
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t21.data(), false, t22_rhs.data(), false, t22.data());
-    t22_rhs = rt::Buffer();
+             t19.data(), false, t20_rhs.data(), false, t20.data());
+    t20_rhs = rt::Buffer();
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 54)
-    comm.send(t22.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 54);
-    t22 = rt::Buffer();  // last use of t22
+    comm.send(t20.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 54);
+    t20 = rt::Buffer();  // last use of t20
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t23(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::Buffer t23_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
-    rt::transpose(t12.data(), {2, 4}, {1, 0}, t23_lhs.data());
+    rt::Buffer t21(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer t21_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
+    rt::transpose(t11.data(), {2, 4}, {1, 0}, t21_lhs.data());
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t23_lhs.data(), false, t21.data(), false, t23.data());
-    t23_lhs = rt::Buffer();
-    t12 = rt::Buffer();  // last use of t12
-    t21 = rt::Buffer();  // last use of t21
+             t21_lhs.data(), false, t19.data(), false, t21.data());
+    t21_lhs = rt::Buffer();
+    t11 = rt::Buffer();  // last use of t11
+    t19 = rt::Buffer();  // last use of t19
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
-    rt::Buffer t24(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
-    for (int64_t i = 0; i < 16; ++i) t24[i] = t11[i] + t23[i];
-    t11 = rt::Buffer();  // last use of t11
-    t23 = rt::Buffer();  // last use of t23
+    rt::Buffer t22(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    for (int64_t i = 0; i < 16; ++i) t22[i] = t10[i] + t21[i];
+    t10 = rt::Buffer();  // last use of t10
+    t21 = rt::Buffer();  // last use of t21
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer t25(16, &mem);  // f32[4,4] [{}, {}]
-    rt::copy(t24.data(), t25.data(), 16);
-    comm.all_reduce(t25.data(), 16, dev.group_data, rt::ReduceOp::kSum);
-    t24 = rt::Buffer();  // last use of t24
+    rt::Buffer t23(16, &mem);  // f32[4,4] [{}, {}]
+    rt::copy(t22.data(), t23.data(), 16);
+    comm.all_reduce(t23.data(), 16, dev.group_data, rt::ReduceOp::kSum);
+    t22 = rt::Buffer();  // last use of t22
 
     // ==== after the micro-batches: the optimizer step ====
 
@@ -650,53 +632,48 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => mul
     rt::Buffer loss(1, &mem);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) loss[i] = t18[i] * 0.5f;
-    t18 = rt::Buffer();  // last use of t18
+    for (int64_t i = 0; i < 1; ++i) loss[i] = t17[i] * 0.5f;
+    t17 = rt::Buffer();  // last use of t17
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t26
-    rt::Buffer t27(16, &mem);  // f32[4,4] [{}, {}]
-    rt::Buffer t26(16, &mem);  // f32[4,4] [{}, {}]
+    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t24
+    rt::Buffer t25(16, &mem);  // f32[4,4] [{}, {}]
+    rt::Buffer t24(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = t25[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
-      t26[i] = v0;
-      t27[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
-    }  // fused loop of t27
-    t25 = rt::Buffer();  // last use of t25
+      const float v0 = t23[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
+      t24[i] = v0;
+      t25[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
+    }  // fused loop of t25
+    t23 = rt::Buffer();  // last use of t23
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
-    rt::Buffer t28(1, &mem);  // f32[] []
-    rt::reduce(t27.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, t28.data());
-    t27 = rt::Buffer();  // last use of t27
+    rt::Buffer t26(1, &mem);  // f32[] []
+    rt::reduce(t25.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, t26.data());
+    t25 = rt::Buffer();  // last use of t25
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [] => receive from stage 0 (message 73)
-    rt::Buffer t29(1, &mem);  // f32[] []
-    comm.recv(t29.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
+    rt::Buffer t27(1, &mem);  // f32[] []
+    comm.recv(t27.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
     timeline.op("sqrt  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused add, sqrt
     rt::Buffer grad_norm(1, &mem);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) {
-      const float v0 = t29[i] + t28[i];  // tests/pipeline/stack_programs.cpp:32 add
+      const float v0 = t27[i] + t26[i];  // tests/pipeline/stack_programs.cpp:32 add
       grad_norm[i] = std::sqrt(v0);  // tests/pipeline/stack_programs.cpp:32 sqrt
     }  // fused loop of grad_norm
-    t29 = rt::Buffer();  // last use of t29
-    t28 = rt::Buffer();  // last use of t28
+    t27 = rt::Buffer();  // last use of t27
+    t26 = rt::Buffer();  // last use of t26
     timeline.op("constant  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:32: [] => constant
     rt::Buffer lr(1, &mem);  // f32[] []
     rt::fill(lr.data(), 1, 0.100000001f);
-    timeline.op("broadcast  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
-    // tests/pipeline/stack_programs.cpp:32: [] -> [{}, {}] => broadcast
-    rt::Buffer t30(16, &mem);  // f32[4,4] [{}, {}]
-    rt::broadcast(lr.data(), {1, 1}, {4, 4}, t30.data());
-    timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 256});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, sub
-    rt::Buffer t31(16, &mem);  // f32[4,4] [{}, {}]
+    timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
+    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
+    rt::Buffer t28(16, &mem);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = t26[i] * t30[i];  // tests/pipeline/stack_programs.cpp:32 mul
-      t31[i] = dev.l1_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
-    }  // fused loop of t31
-    t26 = rt::Buffer();  // last use of t26
-    t30 = rt::Buffer();  // last use of t30
+      const float v0 = t24[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
+      t28[i] = dev.l1_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
+    }  // fused loop of t28
+    t24 = rt::Buffer();  // last use of t24
 
     // ---- outputs --------------------------------------------------------------
     // "loss" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
@@ -722,8 +699,8 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     }  // "lr"
 
     // ---- updates: parameters take their new values ----------------------------
-    // tests/pipeline/stack_programs.cpp:32 "l1/kernel" f32[4,4] [{}, {}] <- t31
-    dev.l1_kernel = std::move(t31);
+    // tests/pipeline/stack_programs.cpp:32 "l1/kernel" f32[4,4] [{}, {}] <- t28
+    dev.l1_kernel = std::move(t28);
   };  // stage 1
 
   switch (dev.pipe_index) {
