@@ -68,7 +68,7 @@ def jax_row(py, row, args):
     req = dict(model=row["model"], axes=row["axes"], parameters=row["parameters"],
                inputs=row["inputs"], steps=args.steps, warmup=args.warmup)
     if row["model"] == "gpt":
-        p = {t["name"]: t["shape"] for t in row["parameters"]}
+        p = {t["name"]: t["shape"] for t in row["parameters"] if not t["name"].startswith("opt/")}
         layers = sum(1 for n in p if n.endswith("/attn/qkv/kernel"))
         embed = p["wte/embedding"][1]
         req["config"] = dict(vocab=p["wte/embedding"][0], embed=embed, layers=layers,

@@ -105,7 +105,7 @@ def dropout(x, rate, key):
     return x * keep.astype(x.dtype) * (1.0 / (1.0 - rate))
 
 
-def gpt_loss(params, tokens, targets, seed, cfg, batch_axes, model_axis):
+def gpt_loss(params, tokens, targets, seed, cfg, fused_sharding):
     rate = cfg["dropout"]
     key = jax.random.key(seed.astype(jnp.uint32))
     keys = iter(jax.random.split(key, 4 * cfg["layers"] + 1))
@@ -121,7 +121,7 @@ def gpt_loss(params, tokens, targets, seed, cfg, batch_axes, model_axis):
         p = lambda n: params[f"h{i}/{n}"]
         h = layer_norm(x, p("ln1/scale"), p("ln1/bias"))
         fused = (h @ p("attn/qkv/kernel") + p("attn/qkv/bias")).reshape(B, T, H, 3 * D)
-        fused = jax.lax.with_sharding_constraint(fused, P(batch_axes, None, model_axis, None))
+        fused = jax.lax.with_sharding_constraint(fused, fused_sharding)
         q = jnp.transpose(fused[..., :D], (0, 2, 1, 3)) * (1.0 / math.sqrt(D))
         k_t = jnp.transpose(fused[..., D:2 * D], (0, 2, 3, 1))
         v = jnp.transpose(fused[..., 2 * D:], (0, 2, 1, 3))
@@ -269,11 +269,13 @@ def run(req):
             batches.append((jax.device_put(tok, ishard["tokens"]),
                             jax.device_put(tgt, ishard["targets"])))
         opt = GPT_OPT
+        # sharc's constraint on the fused QKV activations (dsl/transformer.cpp).
+        fused_sharding = NamedSharding(mesh, P(batch_axes, None, model_axis, None))
 
         def train(params, m, v, step, tokens, targets):
             seed = step  # a fresh dropout key every step, as sharc's driver passes one
             loss, grads = jax.value_and_grad(gpt_loss)(params, tokens, targets, seed, cfg,
-                                                       batch_axes, model_axis)
+                                                       fused_sharding)
             params, m, v, step, norm, lr = adamw_step(params, grads, m, v, step, opt)
             return params, m, v, step, loss, norm, lr
 
