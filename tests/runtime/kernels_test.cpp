@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/runtime/gemm_reference.h"
+
 namespace sharc::rt {
 namespace {
 
@@ -56,21 +58,7 @@ TEST(Kernels, GemmAllTransposesWithBatch) {
       const std::vector<float> A = randn(batch * M * K, 1), B = randn(batch * K * N, 2);
       std::vector<float> C(batch * M * N, 99.0f);  // beta = 0 must ignore this
       gemm(batch, M, N, K, A.data(), ta, B.data(), tb, C.data());
-      double max_rel = 0;
-      for (int64_t b = 0; b < batch; ++b) {
-        for (int64_t i = 0; i < M; ++i) {
-          for (int64_t j = 0; j < N; ++j) {
-            double ref = 0, mag = 0;
-            for (int64_t k = 0; k < K; ++k) {
-              const double a = A[b * M * K + (ta ? k * M + i : i * K + k)];
-              const double bv = B[b * K * N + (tb ? j * K + k : k * N + j)];
-              ref += a * bv;
-              mag += std::abs(a * bv);
-            }
-            max_rel = std::max(max_rel, std::abs(C[(b * M + i) * N + j] - ref) / mag);
-          }
-        }
-      }
+      const double max_rel = testing::gemm_max_relative_error(batch, M, N, K, A, ta, B, tb, C);
       EXPECT_LT(max_rel, 1e-5) << "trans_a " << ta << " trans_b " << tb;
     }
   }

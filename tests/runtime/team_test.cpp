@@ -18,6 +18,7 @@
 #include "runtime/blas.h"
 #include "runtime/kernels.h"
 #include "runtime/thread_world.h"
+#include "tests/runtime/gemm_reference.h"
 
 namespace sharc::rt {
 namespace {
@@ -90,19 +91,7 @@ void check_split_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, bool ta, b
     gemm(batch, M, N, K, A.data(), ta, B.data(), tb, C.data());
   }
   EXPECT_EQ(current_team(), nullptr);
-  double max_rel = 0;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        double ref = 0, mag = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          const double a = A[b * M * K + (ta ? k * M + i : i * K + k)];
-          const double bv = B[b * K * N + (tb ? j * K + k : k * N + j)];
-          ref += a * bv;
-          mag += std::abs(a * bv);
-        }
-        max_rel = std::max(max_rel, std::abs(C[(b * M + i) * N + j] - ref) / mag);
-      }
+  const double max_rel = testing::gemm_max_relative_error(batch, M, N, K, A, ta, B, tb, C);
   EXPECT_LT(max_rel, 1e-5) << batch << "x" << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb;
 }
 
