@@ -132,7 +132,9 @@ TEST(EmissionPlan, FusionGroupsOfATrainingStep) {
       if (t == st.node) continue;
       EXPECT_TRUE(b.inlined[t]);
       // A value that lives to the end of the step is only ever kept.
-      if (b.is_output[t] || b.is_update_value[t]) EXPECT_TRUE(b.kept[t]);
+      if (b.is_output[t] || b.is_update_value[t]) {
+        EXPECT_TRUE(b.kept[t]);
+      }
       const bool stored = std::count(st.stores.begin(), st.stores.end(), t) > 0;
       EXPECT_EQ(stored, static_cast<bool>(b.kept[t]));
       if (b.kept[t]) {
