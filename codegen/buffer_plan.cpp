@@ -227,23 +227,34 @@ LocalDotLayout local_dot_layout(const ir::DotDims& d, const Shape& ls, const Sha
   auto in = [](const std::vector<int>& xs, int x) {
     return std::find(xs.begin(), xs.end(), x) != xs.end();
   };
-  LocalDotLayout l;
-  l.lhs_perm = d.lhs_batch;
-  l.rhs_perm = d.rhs_batch;
-  for (int b : d.lhs_batch) l.B *= ls[b];
-  for (int i = 0; i < static_cast<int>(ls.size()); ++i)
-    if (!in(d.lhs_batch, i) && !in(d.lhs_contract, i)) l.lhs_perm.push_back(i), l.M *= ls[i];
-  for (int c : d.lhs_contract) l.lhs_perm.push_back(c), l.K *= ls[c];
-  for (int c : d.rhs_contract) l.rhs_perm.push_back(c);
-  for (int i = 0; i < static_cast<int>(rs.size()); ++i)
-    if (!in(d.rhs_batch, i) && !in(d.rhs_contract, i)) l.rhs_perm.push_back(i), l.N *= rs[i];
+  auto concat = [](std::vector<int> a, const std::vector<int>& b, const std::vector<int>& c) {
+    a.insert(a.end(), b.begin(), b.end());
+    a.insert(a.end(), c.begin(), c.end());
+    return a;
+  };
   auto identity = [](const std::vector<int>& perm) {
     for (size_t i = 0; i < perm.size(); ++i)
       if (perm[i] != static_cast<int>(i)) return false;
     return true;
   };
-  l.transpose_lhs = !identity(l.lhs_perm);
-  l.transpose_rhs = !identity(l.rhs_perm);
+  LocalDotLayout l;
+  std::vector<int> lhs_free, rhs_free;
+  for (int b : d.lhs_batch) l.B *= ls[b];
+  for (int i = 0; i < static_cast<int>(ls.size()); ++i)
+    if (!in(d.lhs_batch, i) && !in(d.lhs_contract, i)) lhs_free.push_back(i), l.M *= ls[i];
+  for (int c : d.lhs_contract) l.K *= ls[c];
+  for (int i = 0; i < static_cast<int>(rs.size()); ++i)
+    if (!in(d.rhs_batch, i) && !in(d.rhs_contract, i)) rhs_free.push_back(i), l.N *= rs[i];
+  l.lhs_perm = concat(d.lhs_batch, lhs_free, d.lhs_contract);
+  l.rhs_perm = concat(d.rhs_batch, d.rhs_contract, rhs_free);
+  if (!identity(l.lhs_perm)) {
+    l.trans_lhs = identity(concat(d.lhs_batch, d.lhs_contract, lhs_free));
+    l.transpose_lhs = !l.trans_lhs;
+  }
+  if (!identity(l.rhs_perm)) {
+    l.trans_rhs = identity(concat(d.rhs_batch, rhs_free, d.rhs_contract));
+    l.transpose_rhs = !l.trans_rhs;
+  }
   return l;
 }
 

@@ -69,12 +69,18 @@ struct BufferPlan {
 BufferPlan plan_buffers(const ir::Graph& partitioned);
 
 // How a local dot_general runs (execute.cpp's local_dot(), the emitter's
-// emit_local_dot()): operands permuted to (batch, free, contract) and
-// (batch, contract, free), each copied into a temporary when the permutation
-// is not the identity, then one batched GEMM of B x (M x K) . (K x N).
+// emit_local_dot()): one batched GEMM of B x (M x K) . (K x N). The lhs is
+// read as (batch, free, contract), the rhs as (batch, contract, free). An
+// operand already stored that way is passed as is; one stored as the matrix
+// transpose, (batch, contract, free) for the lhs or (batch, free, contract)
+// for the rhs, is passed with BLAS's transpose flag (trans_lhs, trans_rhs);
+// only an operand in neither order (batch dims not leading, free or
+// contracting dims interleaved or reordered) is copied into a temporary
+// permuted by lhs_perm / rhs_perm (transpose_lhs, transpose_rhs).
 struct LocalDotLayout {
   std::vector<int> lhs_perm, rhs_perm;
-  bool transpose_lhs = false, transpose_rhs = false;
+  bool transpose_lhs = false, transpose_rhs = false;  // copied first
+  bool trans_lhs = false, trans_rhs = false;          // BLAS transpose flags
   int64_t B = 1, M = 1, N = 1, K = 1;
 };
 LocalDotLayout local_dot_layout(const ir::DotDims& d, const ir::Shape& lhs, const ir::Shape& rhs);

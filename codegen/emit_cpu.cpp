@@ -789,9 +789,9 @@ class CpuEmitter {
     w.close("fused loop of " + var_[s.node]);
   }
 
-  // Local dot_general exactly as execute.cpp's local_dot(): operands
-  // transposed to (batch, free, contract) and (batch, contract, free) when
-  // needed, then one batched GEMM.
+  // Local dot_general exactly as execute.cpp's local_dot() (local_dot_layout):
+  // one batched GEMM, transposed operands passed with BLAS's transpose flags,
+  // operands in any other order copied first.
   void emit_dot(CodeWriter& w, const Stmt& s) {
     const Node& v = g_[s.node];
     const int l = v.args[0], r = v.args[1];
@@ -827,7 +827,8 @@ class CpuEmitter {
     if (layout.transpose_rhs) rp = transposed(rs, rp, layout.rhs_perm, "rhs");
     w.line("rt::gemm(/*batch=*/" + std::to_string(B) + ", /*M=*/" + std::to_string(M) + ", /*N=*/" +
            std::to_string(N) + ", /*K=*/" + std::to_string(K) + ",");
-    w.line("         " + lp + ", false, " + rp + ", false, " + out_expr + ");");
+    w.line("         " + lp + (layout.trans_lhs ? ", /*trans_a=*/true, " : ", false, ") + rp +
+           (layout.trans_rhs ? ", /*trans_b=*/true, " : ", false, ") + out_expr + ");");
     for (auto& t : temps) w.line(t + " = " + buf_type(dtype) + "();");
   }
 

@@ -104,31 +104,27 @@ float apply_binary(Op op, float a, float b) {
   }
 }
 
-// Local dot_general: transpose operands to (batch, free, contract) and
-// (batch, contract, free), then one batched GEMM.
+// Local dot_general as local_dot_layout() plans it: one batched GEMM, an
+// operand stored as the matrix transpose passed with BLAS's transpose flag,
+// one in any other order copied into (batch, free, contract) or
+// (batch, contract, free) first.
 template <class T>
 void local_dot(const Node& n, const Shape& ls, const T* l, const Shape& rs, const T* r, T* out) {
-  const ir::DotDims& d = n.dot;
-  auto in = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
-  std::vector<int> lperm = d.lhs_batch, rperm = d.rhs_batch;
-  int64_t B = 1, M = 1, N = 1, K = 1;
-  for (int b : d.lhs_batch) B *= ls[b];
-  for (int i = 0; i < static_cast<int>(ls.size()); ++i)
-    if (!in(d.lhs_batch, i) && !in(d.lhs_contract, i)) { lperm.push_back(i); M *= ls[i]; }
-  for (int c : d.lhs_contract) { lperm.push_back(c); K *= ls[c]; }
-  for (int c : d.rhs_contract) rperm.push_back(c);
-  for (int i = 0; i < static_cast<int>(rs.size()); ++i)
-    if (!in(d.rhs_batch, i) && !in(d.rhs_contract, i)) { rperm.push_back(i); N *= rs[i]; }
-  auto identity = [](const std::vector<int>& p) {
-    for (size_t i = 0; i < p.size(); ++i) if (p[i] != static_cast<int>(i)) return false;
-    return true;
-  };
+  const LocalDotLayout layout = local_dot_layout(n.dot, ls, rs);
   std::vector<T> lt, rt_;
   const T* lp = l;
   const T* rp = r;
-  if (!identity(lperm)) { lt.resize(ir::num_elements(ls)); rt::transpose(l, ls, lperm, lt.data()); lp = lt.data(); }
-  if (!identity(rperm)) { rt_.resize(ir::num_elements(rs)); rt::transpose(r, rs, rperm, rt_.data()); rp = rt_.data(); }
-  rt::gemm(B, M, N, K, lp, false, rp, false, out);
+  if (layout.transpose_lhs) {
+    lt.resize(ir::num_elements(ls));
+    rt::transpose(l, ls, layout.lhs_perm, lt.data());
+    lp = lt.data();
+  }
+  if (layout.transpose_rhs) {
+    rt_.resize(ir::num_elements(rs));
+    rt::transpose(r, rs, layout.rhs_perm, rt_.data());
+    rp = rt_.data();
+  }
+  rt::gemm(layout.B, layout.M, layout.N, layout.K, lp, layout.trans_lhs, rp, layout.trans_rhs, out);
 }
 
 // bf16 values live in this interpreter's f32 buffers, rounded to bf16 after

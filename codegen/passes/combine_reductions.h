@@ -1,11 +1,22 @@
 // Pass: combine_reductions.
 //
 // Requires: a partitioned graph.
-// Ensures: no add reads two sum-collectives (all_reduce, or reduce_scatter on
-//   the same dimension) over the same axes whose only user it is: such an
-//   add(C(a), C(b)) becomes C(add(a, b)) (sum-collectives are linear), applied
-//   repeatedly along chains. Values are the same sums (up to the order of
-//   float additions); collectives and bytes only decrease.
+// Ensures: (sum-collectives are linear, so)
+//   - no add reads two sum-collectives (all_reduce, or reduce_scatter on the
+//     same dimension) over the same axes whose only user it is: such an
+//     add(C(a), C(b)) becomes C(add(a, b)), applied repeatedly along chains;
+//   - in a chain of adds (each read only by the next) that mixes local values
+//     and such collectives, the collectives are carried to the chain's end and
+//     merged there: add(add(p, C(a)), y) becomes add(add(p, y), C(a)), so a
+//     chain ends add(local sum, one collective per kind). The global norm of
+//     gradient clipping, whose per-parameter squares are partial wherever the
+//     gradient is sharded, costs one scalar all-reduce instead of one per
+//     sharded parameter;
+//   - all_reduce over B of all_reduce over A (the inner read by nothing
+//     else), which partitioning makes of a value partial over two axes,
+//     becomes one all_reduce over A and B in mesh order.
+//   Values are the same sums (up to the order of float additions);
+//   collectives and bytes only decrease.
 //
 // This is what makes gradient accumulation cheap: each micro-batch's weight
 // gradient is a partial sum resolved by an all-reduce (DP) or reduce-scatter

@@ -296,6 +296,67 @@ INSTANTIATE_TEST_SUITE_P(Meshes, GptMegatron, ::testing::Values("model=8", "data
                            return s;
                          });
 
+// ---- Global-norm clipping
+
+// The global norm sums every gradient's squares. A gradient sharded over some
+// axes gives a partial square sum there, which one all-reduce must resolve;
+// combine_reductions folds the whole chain into one collective per set of
+// axes (model=8 did 13 scalar all-reduces a step before it), and the values
+// still match the oracle (FiveAdamWStepsMatchTheOracleOnEveryStrategy runs
+// these meshes with clipping on).
+TEST(GptClip, OneScalarAllReducePerAxisSet) {
+  const GPTConfig c = small();
+  const ir::Graph g = train_graph(c);
+  // The norm's nodes carry train_step's line; the loss's all-reduce over
+  // 'data' (another line) is not part of it.
+  SrcLoc norm_loc;
+  for (const auto& o : g.outputs)
+    if (o.name == "grad_norm") norm_loc = g.nodes[o.value].loc;
+  ASSERT_TRUE(norm_loc.known());
+  auto norm_reductions = [&](const ir::Graph& local) {
+    std::vector<int> ids;
+    for (int id = 0; id < static_cast<int>(local.nodes.size()); ++id) {
+      const ir::Node& n = local.nodes[id];
+      if (n.op == ir::Op::kAllReduce && n.shape.empty() && n.loc.str() == norm_loc.str())
+        ids.push_back(id);
+    }
+    return ids;
+  };
+  // mesh -> the axes of the one scalar all-reduce each needs.
+  const std::map<std::string, std::vector<std::string>> want = {
+      {"data=8", {}},
+      {"fsdp=8", {"fsdp"}},
+      {"model=8", {"model"}},
+      {"data=2,model=4", {"model"}},
+      {"data=4,model=2", {"model"}},
+  };
+  for (const auto& [mesh, axes] : want) {
+    SCOPED_TRACE(mesh);
+    const Lowered l = lower(g, Mesh::parse(mesh, 8));
+    std::vector<std::vector<std::string>> scalar;
+    std::string listing;
+    for (int id : norm_reductions(l.partitioned)) {
+      scalar.push_back(l.partitioned.nodes[id].axes);
+      listing += "  " + ir::node_str(l.partitioned, id) + "\n";
+    }
+    if (axes.empty()) {
+      EXPECT_TRUE(scalar.empty()) << listing;
+    } else {
+      ASSERT_EQ(scalar.size(), 1u) << listing;
+      EXPECT_EQ(scalar[0], axes) << listing;
+    }
+  }
+  // fsdp=4,model=2: gradients sharded over model alone give partials over
+  // 'model', those sharded over both over the two axes (the nested
+  // all-reduces partitioning makes become one over the product group): one
+  // all-reduce for each.
+  const Lowered mixed = lower(g, Mesh::parse("fsdp=4,model=2", 8));
+  std::map<std::vector<std::string>, int> per_axes;
+  for (int id : norm_reductions(mixed.partitioned)) ++per_axes[mixed.partitioned.nodes[id].axes];
+  const std::map<std::vector<std::string>, int> want_mixed = {{{"model"}, 1}, {{"fsdp", "model"}, 1}};
+  EXPECT_EQ(per_axes, want_mixed);
+}
+
 // ---- Errors
 
 TEST(GptErrors, HeadsThatDoNotDivideByTheModelAxisAreReportedAtTheAttention) {

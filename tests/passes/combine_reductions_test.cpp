@@ -102,5 +102,88 @@ TEST(CombineReductions, KeepsACollectiveWithAnotherUser) {
   EXPECT_EQ(ir::to_string(out), ir::to_string(two_reductions(true)));
 }
 
+// add(add(all_reduce(x0), y), all_reduce(x1)): a sum chain mixing local
+// values and collectives, as the global norm's is, ends with ONE collective:
+// add(y, all_reduce(add(x0, x1))).
+TEST(CombineReductions, CarriesACollectiveDownASumChain) {
+  ir::Graph g = two_reductions(false);
+  // Rebuild the tail: s = add(add(r0, y), r1).
+  const int r0 = 2, r1 = 3;
+  g.nodes.pop_back();
+  g.outputs.clear();
+  ir::Node y;
+  y.op = ir::Op::kInput;
+  y.name = "y";
+  y.shape = {4};
+  y.sharding = ir::Sharding::replicated(1);
+  const int yi = g.add(y);
+  ir::Node t = g.nodes[r0];
+  t.op = ir::Op::kAdd;
+  t.axes.clear();
+  t.args = {r0, yi};
+  const int ti = g.add(t);
+  t.args = {ti, r1};
+  const int si = g.add(t);
+  g.outputs.push_back({"s", si, {}, {}, *t.sharding});
+  ir::verify(g);
+  ASSERT_EQ(count_op(g, ir::Op::kAllReduce, false), 2);
+
+  const ir::Graph out = combine_reductions(g);
+  ir::verify(out);
+  EXPECT_EQ(count_op(out, ir::Op::kAllReduce, false), 1) << out;
+  const ir::Node& last = out.nodes[out.outputs[0].value];
+  ASSERT_EQ(last.op, ir::Op::kAdd) << out;
+  EXPECT_EQ(out.nodes[last.args[0]].name, "y") << out;
+  const ir::Node& coll = out.nodes[last.args[1]];
+  ASSERT_EQ(coll.op, ir::Op::kAllReduce) << out;
+  const ir::Node& sum = out.nodes[coll.args[0]];
+  ASSERT_EQ(sum.op, ir::Op::kAdd) << out;
+  EXPECT_EQ(out.nodes[sum.args[0]].name, "x0");
+  EXPECT_EQ(out.nodes[sum.args[1]].name, "x1");
+  EXPECT_EQ(sum.sharding->str(), "[{}] partial={\"a\"}");
+}
+
+// all_reduce over "b" of all_reduce over "a" of a value partial over both is
+// one all_reduce over the product group, axes in mesh order whichever ran
+// first.
+TEST(CombineReductions, NestedAllReducesBecomeOneOverBothAxes) {
+  for (bool a_first : {true, false}) {
+    SCOPED_TRACE(a_first ? "a then b" : "b then a");
+    ir::Graph g;
+    g.mesh = Mesh::parse("a=2,b=2", 4);
+    g.partitioned = true;
+    ir::Sharding both = ir::Sharding::replicated(1), one = both, none = both;
+    both.partial = {"a", "b"};
+    one.partial = {a_first ? "b" : "a"};
+    ir::Node x;
+    x.op = ir::Op::kInput;
+    x.name = "x";
+    x.shape = {4};
+    x.sharding = both;
+    const int xi = g.add(x);
+    ir::Node r;
+    r.op = ir::Op::kAllReduce;
+    r.shape = {4};
+    r.args = {xi};
+    r.axes = {a_first ? "a" : "b"};
+    r.sharding = one;
+    const int r0 = g.add(r);
+    r.args = {r0};
+    r.axes = {a_first ? "b" : "a"};
+    r.sharding = none;
+    const int r1 = g.add(r);
+    g.outputs.push_back({"s", r1, {}, {}, none});
+    ir::verify(g);
+
+    const ir::Graph out = combine_reductions(g);
+    ir::verify(out);
+    ASSERT_EQ(count_op(out, ir::Op::kAllReduce, false), 1) << out;
+    const ir::Node& last = out.nodes[out.outputs[0].value];
+    EXPECT_EQ(last.op, ir::Op::kAllReduce);
+    EXPECT_EQ(last.axes, (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(out.nodes[last.args[0]].name, "x");
+  }
+}
+
 }  // namespace
 }  // namespace sharc

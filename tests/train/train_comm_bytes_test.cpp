@@ -180,9 +180,11 @@ TEST(TrainCommBytes, FsdpGathersTwiceScattersOnceAndAllReducesTheReplicated) {
   EXPECT_EQ(grads.elements, replicated);
   ASSERT_FALSE(grads.buckets.empty());
   for (int b : grads.buckets) EXPECT_EQ(b, grads.buckets.front()) << "one bucket";
-  // Metrics: loss and accuracy means, and one partial sum of squares per
-  // sharded gradient in the global norm (each device holds 1/8 of it).
-  ASSERT_EQ(scalar_all_reduces(local), 4);
+  // Metrics: loss and accuracy means, and the global norm's sum of squares,
+  // partial wherever a gradient is sharded (each device holds 1/8 of the two
+  // sharded ones): combine_reductions sums those partials locally, so ONE
+  // all-reduce resolves the norm, not one per sharded gradient.
+  ASSERT_EQ(scalar_all_reduces(local), 3);
 
   for (int p = 0; p < kN; ++p) {
     SCOPED_TRACE("device " + std::to_string(p));
@@ -192,19 +194,20 @@ TEST(TrainCommBytes, FsdpGathersTwiceScattersOnceAndAllReducesTheReplicated) {
     EXPECT_EQ(st.bytes(CollectiveKind::kReduceScatter), scatter);
     EXPECT_EQ(st.count(CollectiveKind::kReduceScatter), 2u);
     EXPECT_EQ(st.bytes(CollectiveKind::kAllReduce),
-              all_reduce_bytes(replicated, kN, p) + 4 * all_reduce_bytes(1, kN, p));
-    EXPECT_EQ(st.count(CollectiveKind::kAllReduce), 1u + 4u)
-        << "one gradient bucket + four metrics";
+              all_reduce_bytes(replicated, kN, p) + 3 * all_reduce_bytes(1, kN, p));
+    EXPECT_EQ(st.count(CollectiveKind::kAllReduce), 1u + 3u)
+        << "one gradient bucket + loss, accuracy and the global norm";
     EXPECT_EQ(st.bytes(CollectiveKind::kAllToAll), 0u);
     EXPECT_EQ(st.bytes(CollectiveKind::kPPermute), 0u);
   }
   // The numbers: 14336 bytes per (n-1)/n of a 64x64 kernel; gathers 3 x 14336
   // = 43008, reduce-scatters 2 x 14336 = 28672, the bucket 2*7/8 * 2592 = 4536
-  // plus 16 (first and last device) or 32 bytes of metrics.
+  // plus three one-float all-reduces (4 bytes each on the first and last
+  // device, 8 on the others): 12 or 24 bytes.
   EXPECT_EQ(gather, 43008u);
   EXPECT_EQ(scatter, 28672u);
-  EXPECT_EQ(s.result.comm[0].bytes(CollectiveKind::kAllReduce), 4536u + 16u);
-  EXPECT_EQ(s.result.comm[1].bytes(CollectiveKind::kAllReduce), 4536u + 32u);
+  EXPECT_EQ(s.result.comm[0].bytes(CollectiveKind::kAllReduce), 4536u + 12u);
+  EXPECT_EQ(s.result.comm[1].bytes(CollectiveKind::kAllReduce), 4536u + 24u);
 }
 
 }  // namespace

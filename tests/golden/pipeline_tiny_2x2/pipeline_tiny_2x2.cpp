@@ -322,14 +322,11 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t4 = rt::Buffer();  // last use of t4
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 192});
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
     rt::Buffer t12(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::Buffer t12_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
-    rt::transpose(t2.data(), {2, 4}, {1, 0}, t12_lhs.data());
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t12_lhs.data(), false, t11.data(), false, t12.data());
-    t12_lhs = rt::Buffer();
+             t2.data(), /*trans_a=*/true, t11.data(), false, t12.data());
     t2 = rt::Buffer();  // last use of t2
     t11 = rt::Buffer();  // last use of t11
 
@@ -354,14 +351,11 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t9 = rt::Buffer();  // last use of t9
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 192});
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
     rt::Buffer t15(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::Buffer t15_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
-    rt::transpose(t7.data(), {2, 4}, {1, 0}, t15_lhs.data());
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t15_lhs.data(), false, t14.data(), false, t15.data());
-    t15_lhs = rt::Buffer();
+             t7.data(), /*trans_a=*/true, t14.data(), false, t15.data());
     t7 = rt::Buffer();  // last use of t7
     t14 = rt::Buffer();  // last use of t14
 
@@ -492,26 +486,20 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t2 = rt::Buffer();  // last use of t2
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 256});
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
     rt::Buffer t9(8, &mem);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer t9_rhs(16, &mem);  // f32[4,4]: rhs as (batch, contract, free)
-    rt::transpose(dev.l1_kernel.data(), {4, 4}, {1, 0}, t9_rhs.data());
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t8.data(), false, t9_rhs.data(), false, t9.data());
-    t9_rhs = rt::Buffer();
+             t8.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, t9.data());
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 25)
     comm.send(t9.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 25);
     t9 = rt::Buffer();  // last use of t9
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 192});
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
     rt::Buffer t10(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::Buffer t10_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
-    rt::transpose(t0.data(), {2, 4}, {1, 0}, t10_lhs.data());
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t10_lhs.data(), false, t8.data(), false, t10.data());
-    t10_lhs = rt::Buffer();
+             t0.data(), /*trans_a=*/true, t8.data(), false, t10.data());
     t0 = rt::Buffer();  // last use of t0
     t8 = rt::Buffer();  // last use of t8
 
@@ -589,26 +577,20 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t13 = rt::Buffer();  // last use of t13
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 256});
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
     rt::Buffer t20(8, &mem);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer t20_rhs(16, &mem);  // f32[4,4]: rhs as (batch, contract, free)
-    rt::transpose(dev.l1_kernel.data(), {4, 4}, {1, 0}, t20_rhs.data());
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t19.data(), false, t20_rhs.data(), false, t20.data());
-    t20_rhs = rt::Buffer();
+             t19.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, t20.data());
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 54)
     comm.send(t20.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 54);
     t20 = rt::Buffer();  // last use of t20
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 192});
+    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
     rt::Buffer t21(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::Buffer t21_lhs(8, &mem);  // f32[4,2]: lhs as (batch, free, contract)
-    rt::transpose(t11.data(), {2, 4}, {1, 0}, t21_lhs.data());
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t21_lhs.data(), false, t19.data(), false, t21.data());
-    t21_lhs = rt::Buffer();
+             t11.data(), /*trans_a=*/true, t19.data(), false, t21.data());
     t11 = rt::Buffer();  // last use of t11
     t19 = rt::Buffer();  // last use of t19
 
