@@ -2,11 +2,13 @@
 #include "codegen/buffer_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 
 #include "codegen/execute.h"
 #include "codegen/ring_plan.h"
+#include "runtime/arena.h"
 
 namespace sharc {
 
@@ -39,19 +41,40 @@ uint64_t bytes_of(const Shape& s, ir::DType t) {
 }
 uint64_t bytes_of(const Node& v) { return bytes_of(v.shape, v.dtype); }
 
-// Running current/peak of one device's DeviceMemory.
+// Running current/peak of one device's DeviceMemory, and the step arena's
+// placements (rt::ArenaPlan, as DeviceMemory makes them): a block is a
+// handle, freed by handle; persistent blocks (parameter shards, their new
+// values) are counted but never placed in the arena.
 struct Tracker {
   uint64_t current = 0, peak = 0;
   int peak_stmt = -1;
   int stmt = -1;
-  void alloc(uint64_t b) {
+  rt::ArenaPlan arena;
+  struct Block {
+    uint64_t bytes;
+    int64_t offset;  // -1: not in the arena
+  };
+  std::vector<Block> blocks;
+  std::vector<ArenaPlacement> placements;  // per block (offset -1: persistent)
+  int events = 0;
+  int alloc(uint64_t b, bool persistent = false) {
     current += b;
     if (current > peak) {
       peak = current;
       peak_stmt = stmt;
     }
+    const int64_t offset = !persistent && b > 0 ? static_cast<int64_t>(arena.take(b)) : -1;
+    blocks.push_back({b, offset});
+    placements.push_back({offset, b, events++, std::numeric_limits<int>::max()});
+    return static_cast<int>(blocks.size()) - 1;
   }
-  void free(uint64_t b) { current -= b; }
+  void free(int h) {
+    Block& blk = blocks.at(h);
+    current -= blk.bytes;
+    if (blk.offset >= 0) arena.give(static_cast<size_t>(blk.offset), blk.bytes);
+    placements.at(h).freed = events++;
+    blk = {0, -1};
+  }
 };
 
 // The transposes of one local dot on operands of shapes ls, rs: allocated
@@ -59,10 +82,10 @@ struct Tracker {
 void local_dot_temps(Tracker& t, const ir::DotDims& d, const Shape& ls, const Shape& rs,
                      ir::DType dtype) {
   const LocalDotLayout l = local_dot_layout(d, ls, rs);
-  uint64_t held = 0;
-  if (l.transpose_lhs) t.alloc(bytes_of(ls, dtype)), held += bytes_of(ls, dtype);
-  if (l.transpose_rhs) t.alloc(bytes_of(rs, dtype)), held += bytes_of(rs, dtype);
-  t.free(held);
+  std::vector<int> held;
+  if (l.transpose_lhs) held.push_back(t.alloc(bytes_of(ls, dtype)));
+  if (l.transpose_rhs) held.push_back(t.alloc(bytes_of(rs, dtype)));
+  for (int h : held) t.free(h);
 }
 
 // A RingDot's temporaries, in the emitter's order (emit_ring_dot): the
@@ -73,27 +96,24 @@ void ring_dot_temps(Tracker& t, const ir::Graph& g, const Node& v) {
       ring_plan(v, g[v.args[0]].shape, g[v.args[1]].shape, g.mesh.size(v.axes));
   const int H = plan.halves;
   const uint64_t f = ir::dtype_size(v.dtype);
-  uint64_t held = 0;
-  auto alloc = [&](uint64_t b) {
-    t.alloc(b);
-    held += b;
-  };
+  std::vector<int> held;
+  auto alloc = [&](uint64_t b) { held.push_back(t.alloc(b)); };
   if (plan.sliced >= 0 && !plan.slice_contiguous)
     alloc(static_cast<uint64_t>(plan.step_operand_count(plan.sliced)) * f);
   const uint64_t piece = static_cast<uint64_t>(plan.step_result_count()) * f;
   if (plan.gather) {
     if (!plan.out_contiguous) alloc(piece);
     const uint64_t count = static_cast<uint64_t>(plan.step_operand_count(plan.moving)) * f;
-    for (int h = 0; h < H; ++h) alloc(2 * count);  // cur, next
+    for (int h = 0; h < H; ++h) alloc(count), alloc(count);  // cur, next
   } else {
     for (int h = 0; h < H; ++h) {
-      alloc(2 * piece);  // part, incoming
+      alloc(piece), alloc(piece);  // part, incoming
       if (!plan.out_contiguous) alloc(piece);  // sum
     }
   }
   for (int h = 0; h < H; ++h)
     local_dot_temps(t, v.dot, plan.step_operand[0], plan.step_operand[1], v.dtype);
-  t.free(held);
+  for (int h : held) t.free(h);
 }
 
 }  // namespace
@@ -258,12 +278,18 @@ LocalDotLayout local_dot_layout(const ir::DotDims& d, const Shape& ls, const Sha
   return l;
 }
 
-MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
+MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p,
+                              std::vector<ArenaPlacement>* placements) {
   Tracker t;
   uint64_t persistent = 0;
-  for (const Node& v : g.nodes)
-    if (v.op == Op::kParameter) persistent += bytes_of(v);
-  t.alloc(persistent);  // Program's constructor; init allocates nothing more
+  std::map<int, int> held;  // node -> its buffer's block
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == Op::kParameter) {
+      persistent += bytes_of(g.nodes[i]);
+      held[static_cast<int>(i)] = t.alloc(bytes_of(g.nodes[i]), /*persistent=*/true);
+    }
+  // A value the step hands to a parameter outlives the step (emit_updates).
+  auto result = [&](int v) { held[v] = t.alloc(bytes_of(g[v]), p.is_update_value[v] != 0); };
 
   for (size_t k = 0; k < p.stmts.size(); ++k) {
     const BufferPlan::Stmt& s = p.stmts[k];
@@ -273,20 +299,19 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
       // The members' results, then the packed operands for the one all_reduce.
       uint64_t total = 0;
       for (int m : s.bucket) {
-        t.alloc(bytes_of(g[m]));
+        result(m);
         total += bytes_of(g[m]);
       }
-      t.alloc(total);
-      t.free(total);
+      t.free(t.alloc(total));
     } else if (v.op != Op::kSend) {  // a send has no result
-      t.alloc(bytes_of(v));  // the statement's result
-      for (int k : s.stores) t.alloc(bytes_of(g[k]));  // and the values its loop keeps
+      result(s.node);  // the statement's result
+      for (int k : s.stores) result(k);  // and the values its loop keeps
       if (v.op == Op::kDot)
         local_dot_temps(t, v.dot, g[v.args[0]].shape, g[v.args[1]].shape, v.dtype);
       else if (v.op == Op::kRingDot)
         ring_dot_temps(t, g, v);
     }
-    for (int r : p.frees_after[k]) t.free(bytes_of(g[r]));
+    for (int r : p.frees_after[k]) t.free(held.at(r));
   }
 
   // Updates (emit_updates): snapshots of updated parameters that another
@@ -303,18 +328,24 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p) {
     if (u.value == u.target || g[u.value].op != Op::kParameter || !targets.count(u.value) ||
         snapshot.count(u.value))
       continue;
-    t.alloc(bytes_of(g[u.value]));
+    t.alloc(bytes_of(g[u.value]), /*persistent=*/true);
     snapshot.insert(u.value);
   }
   for (auto& u : g.updates) {
     const bool last = --remaining[u.value] == 0;
     if (u.value == u.target) continue;
     const bool moved = snapshot.count(u.value) ? last : g[u.value].op != Op::kParameter && last;
-    if (moved) t.free(bytes_of(g[u.target]));  // the old shard goes
+    if (moved) t.free(held.at(u.target));  // the old shard goes
   }
 
   MemoryProfile m;
   m.persistent_bytes = persistent;
+  m.arena_bytes = t.arena.high_water();
+  if (placements) {
+    placements->clear();
+    for (const ArenaPlacement& a : t.placements)
+      if (a.offset >= 0) placements->push_back(a);
+  }
   m.peak_bytes = t.peak;
   m.peak_stmt = t.peak_stmt;
   return m;

@@ -95,8 +95,22 @@ struct MemoryProfile {
   uint64_t persistent_bytes = 0;  // parameter shards
   uint64_t peak_bytes = 0;        // max over construction, init and one step
   int peak_stmt = -1;             // the statement at which the peak is reached (-1: none)
+  // The step arena (rt::DeviceMemory): the size that holds every block of a
+  // step placed first-fit in allocation order (rt::ArenaPlan), the same
+  // offsets the device uses; at least the step's share of the peak, more by
+  // what fragmentation costs.
+  uint64_t arena_bytes = 0;
 };
-MemoryProfile simulate_memory(const ir::Graph& partitioned, const BufferPlan& plan);
+// A step buffer's place in the arena: [offset, offset + bytes), live from
+// allocation event `allocated` until event `freed` (INT_MAX: the step's end).
+struct ArenaPlacement {
+  int64_t offset = -1;
+  uint64_t bytes = 0;
+  int allocated = 0, freed = 0;
+};
+// `placements`, when given, receives every step buffer's placement.
+MemoryProfile simulate_memory(const ir::Graph& partitioned, const BufferPlan& plan,
+                              std::vector<ArenaPlacement>* placements = nullptr);
 
 // The forward activations a step keeps between its micro-batches, replayed
 // from the same plan: over the step, the most micro-batches whose forward

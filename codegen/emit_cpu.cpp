@@ -442,8 +442,22 @@ class CpuEmitter {
     return w.str();
   }
 
+  // The step arena each device reserves: the size the buffer plan's replay
+  // of one step reaches (simulate_memory), the largest stage's when
+  // pipelined. The runtime places blocks alike and grows the arena after a
+  // step that needed more, so a wrong figure costs allocations, not results.
+  uint64_t arena_bytes() const {
+    if (!stages_) return simulate_memory(g_, plan_).arena_bytes;
+    uint64_t most = 0;
+    for (const ir::Graph& st : *stages_)
+      most = std::max(most, simulate_memory(st, plan_buffers(st)).arena_bytes);
+    return most;
+  }
+
   std::string device_setup() const {
     CodeWriter w(2);
+    w.line("mem.reserve_arena(" + std::to_string(arena_bytes()) +
+           ");  // the step's buffers (rt::StepArena), placed as the buffer plan replays them");
     for (size_t k = 0; k < mesh_.axes().size(); ++k)
       w.line("dev->" + axis_var_.at(mesh_.axes()[k].name) + " = coords[" + std::to_string(k) +
              "];");
@@ -598,9 +612,15 @@ class CpuEmitter {
     return e;
   }
 
-  std::string declare(int v) const {
+  // A statement's result buffer: from the device's step arena, zeroed unless
+  // the statement writes every element (`writes_all`); a parameter's new
+  // value outlives the step (rt::persistent), so it is not placed there.
+  std::string declare(int v, bool writes_all = false) const {
+    std::string how;
+    if (writes_all) how += ", rt::uninitialized";
+    if (plan_.is_update_value[v]) how += ", rt::persistent";
     return buf_type(g_[v].dtype) + " " + var_[v] + "(" + std::to_string(ir::num_elements(g_[v].shape)) +
-           ", &mem);  // " + shape_comment(g_[v]);
+           ", &mem" + how + ");  // " + shape_comment(g_[v]);
   }
 
   static std::string unary_expr(Op op, const std::string& x) {
@@ -679,8 +699,8 @@ class CpuEmitter {
       what += "; also keeps " + join(kept, ", ");
     }
     w.line(describe(anchor(s), s.reads, what));
-    w.line(declare(s.node));
-    for (int t : s.stores) w.line(declare(t));
+    w.line(declare(s.node, /*writes_all=*/true));
+    for (int t : s.stores) w.line(declare(t, /*writes_all=*/true));
     std::map<int, std::string> scalar;
     auto operand = [&](int a) {
       if (scalar.count(a)) return scalar[a];
@@ -796,7 +816,7 @@ class CpuEmitter {
     const Node& v = g_[s.node];
     const int l = v.args[0], r = v.args[1];
     w.line(describe(v, s.reads, "dot " + ir::dot_dims_str(v.dot)));
-    w.line(declare(s.node));
+    w.line(declare(s.node, /*writes_all=*/true));
     emit_local_dot(w, v.dot, g_[l].shape, ptr(l), g_[r].shape, ptr(r), ptr(s.node), var_[s.node],
                    v.dtype);
   }
@@ -815,7 +835,8 @@ class CpuEmitter {
       const std::string t = locals_.user(stem + "_" + role);
       Shape moved;
       for (int p : perm) moved.push_back(shape[p]);
-      w.line(buf_type(dtype) + " " + t + "(" + std::to_string(ir::num_elements(shape)) + ", &mem);  // " +
+      w.line(buf_type(dtype) + " " + t + "(" + std::to_string(ir::num_elements(shape)) +
+             ", &mem, rt::uninitialized);  // " +
              ir::shape_str(moved, dtype) + ": " + role + " as " +
              (role == "lhs" ? "(batch, free, contract)" : "(batch, contract, free)"));
       w.line("rt::transpose(" + x + ", " + braced(shape) + ", " + braced(perm) + ", " + t +
@@ -1558,8 +1579,8 @@ class CpuEmitter {
         continue;
       const std::string t = locals_.user("old_" + var_[u.value]);
       const std::string n = std::to_string(ir::num_elements(g_[u.value].shape));
-      w.line("rt::Buffer " + t + "(" + n + ", &mem);  // \"" + g_[u.value].name +
-             "\" as the step found it");
+      w.line("rt::Buffer " + t + "(" + n + ", &mem, rt::uninitialized, rt::persistent);  // \"" +
+             g_[u.value].name + "\" as the step found it");
       w.line("rt::copy(" + ptr(u.value) + ", " + t + ".data(), " + n + ");");
       snapshot[u.value] = t;
     }

@@ -279,6 +279,7 @@ Report predict(const ir::Graph& g) {
   const MemoryProfile m = simulate_memory(g, plan);
   r.persistent_bytes = m.persistent_bytes;
   r.peak_bytes.assign(devices, m.peak_bytes);
+  r.arena_bytes.assign(devices, m.arena_bytes);
   if (m.peak_stmt < 0) {
     r.peak_at = "the parameter shards alone";
   } else if (m.peak_stmt >= static_cast<int>(plan.stmts.size())) {
@@ -301,6 +302,7 @@ Report predict(const Lowered& lowered) {
   r.bytes.assign(r.num_devices, KindBytes{});
   r.calls.assign(r.num_devices, KindBytes{});
   r.peak_bytes.assign(r.num_devices, 0);
+  r.arena_bytes.assign(r.num_devices, 0);
   r.stage_of_device.assign(r.num_devices, 0);
   for (int d = 0; d < r.num_devices; ++d) r.stage_of_device[d] = mesh.coords(d)[axis];
   for (ParameterReport& p : r.parameters)
@@ -321,6 +323,7 @@ Report predict(const Lowered& lowered) {
         r.bytes[d] = st.bytes[d];
         r.calls[d] = st.calls[d];
         r.peak_bytes[d] = st.peak_bytes[d];
+        r.arena_bytes[d] = st.arena_bytes[d];
       }
     r.stage_persistent_bytes.push_back(st.persistent_bytes);
     r.stage_peak_at.push_back(st.peak_at);
@@ -354,6 +357,9 @@ bool matches(const Report& r, const Measured& m, std::string* why) {
     if (r.peak_bytes[d] != m.peak_bytes[d])
       return fail("device " + std::to_string(d) + ": predicted peak " + num(r.peak_bytes[d]) +
                   " bytes, measured " + num(m.peak_bytes[d]));
+    if (d < static_cast<int>(m.arena_bytes.size()) && r.arena_bytes[d] != m.arena_bytes[d])
+      return fail("device " + std::to_string(d) + ": predicted step arena " + num(r.arena_bytes[d]) +
+                  " bytes, measured " + num(m.arena_bytes[d]));
   }
   return true;
 }
@@ -448,23 +454,29 @@ std::string format_report(const Report& r, const Measured* m) {
           num(static_cast<uint64_t>(d)) +
           (r.stage_of_device.empty() ? "" : " (stage " + std::to_string(r.stage_of_device[d]) + ")");
       std::vector<std::string> row = {device, bytes_str(sent),
-                                      bytes_str(r.peak_bytes[d])};
+                                      bytes_str(r.peak_bytes[d]), bytes_str(r.arena_bytes[d])};
       if (m) {
         const bool have = d < static_cast<int>(m->peak_bytes.size());
+        const bool have_arena = d < static_cast<int>(m->arena_bytes.size());
         if (have)
           for (int k = 0; k < rt::kNumCollectiveKinds; ++k) got += m->comm[d].bytes_sent[k];
         row.insert(row.begin() + 2, have ? bytes_str(got) : "-");
-        row.push_back(have ? bytes_str(m->peak_bytes[d]) : "-");
-        row.push_back(have && got == sent && m->peak_bytes[d] == r.peak_bytes[d] ? ok : bad);
+        row.insert(row.begin() + 4, have ? bytes_str(m->peak_bytes[d]) : "-");
+        row.push_back(have_arena ? bytes_str(m->arena_bytes[d]) : "-");
+        row.push_back(have && got == sent && m->peak_bytes[d] == r.peak_bytes[d] &&
+                              (!have_arena || m->arena_bytes[d] == r.arena_bytes[d])
+                          ? ok
+                          : bad);
       }
       rows.push_back(std::move(row));
     }
-    std::vector<std::string> head = {"device", "sent (predicted)", "peak (predicted)"};
-    std::vector<bool> right = {true, true, true};
+    std::vector<std::string> head = {"device", "sent (predicted)", "peak (predicted)",
+                                     "step arena (predicted)"};
+    std::vector<bool> right = {true, true, true, true};
     if (m) {
       head = {"device", "sent (predicted)", "sent (measured)", "peak (predicted)",
-              "peak (measured)", ""};
-      right = {true, true, true, true, true, false};
+              "peak (measured)", "step arena (predicted)", "step arena (measured)", ""};
+      right = {true, true, true, true, true, true, true, false};
     }
     os << table(head, rows, right);
   }

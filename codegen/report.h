@@ -65,6 +65,9 @@ struct Report {
   std::vector<KindBytes> bytes, calls;
   uint64_t persistent_bytes = 0;     // parameter shards, per device
   std::vector<uint64_t> peak_bytes;  // per device
+  // Per device: the step arena it reserves (MemoryProfile::arena_bytes), at
+  // least the step's share of the peak.
+  std::vector<uint64_t> arena_bytes;
   std::string peak_at;               // the statement where the peak is reached
   // Pipelined programs: each device's stage, and per stage its parameter
   // shards and where its peak is reached (each stage runs its own program;
@@ -84,6 +87,7 @@ Report predict(const Lowered& lowered);
 struct Measured {
   std::vector<rt::CommStats> comm;
   std::vector<uint64_t> peak_bytes;
+  std::vector<uint64_t> arena_bytes;  // DeviceMemory::arena_needed
 };
 
 // Every device's CommStats and DeviceMemory peak, as they stand. For the
@@ -93,12 +97,13 @@ inline Measured measure(rt::ThreadWorld& world) {
   for (int r = 0; r < world.size(); ++r) {
     m.comm.push_back(world.comm(r).stats());
     m.peak_bytes.push_back(world.memory(r).peak());
+    m.arena_bytes.push_back(world.memory(r).arena_needed());
   }
   return m;
 }
 
-// True when every device's bytes and calls per kind and its peak memory equal
-// the prediction; otherwise `why` (if given) says where they differ first.
+// True when every device's bytes and calls per kind, its peak memory and
+// (when measured) its step arena equal the prediction; otherwise `why` (if given) says where they differ first.
 bool matches(const Report& r, const Measured& m, std::string* why = nullptr);
 
 // The tables: parameters; collectives (bytes per device, with the measured

@@ -121,6 +121,9 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   [[maybe_unused]] Device& dev = *devices_[rank];
   [[maybe_unused]] rt::Communicator& comm = world_.comm(rank);
   [[maybe_unused]] rt::DeviceMemory& mem = world_.memory(rank);
+  // The step's buffers come from the device's arena, reserved in the
+  // constructor; buffers that outlive the step (new parameter values) do not.
+  rt::StepArena step_arena(mem);
   // Each statement is marked on the device's timeline: a trace event on the
   // wall clock, its modelled cost on the virtual one; one branch when the
   // world's clock is off (rt::ThreadWorld::set_clock).

@@ -97,6 +97,10 @@ void expect_exact(const Report& r, const Measured& m) {
       EXPECT_EQ(r.calls[d][k], m.comm[d].calls[k]) << "device " << d << " " << kind << " calls";
     }
     EXPECT_EQ(r.peak_bytes[d], m.peak_bytes[d]) << "device " << d << " peak";
+    ASSERT_LT(d, static_cast<int>(m.arena_bytes.size()));
+    EXPECT_EQ(r.arena_bytes[d], m.arena_bytes[d]) << "device " << d << " step arena";
+    EXPECT_GT(r.arena_bytes[d], 0u);
+    EXPECT_LE(r.arena_bytes[d], r.peak_bytes[d] * 2) << "device " << d << ": fragmentation";
   }
   std::string why;
   EXPECT_TRUE(matches(r, m, &why)) << why;

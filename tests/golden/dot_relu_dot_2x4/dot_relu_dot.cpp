@@ -77,6 +77,7 @@ Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ran
     auto dev = std::make_unique<Device>();
     [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
     const std::vector<int> coords = world.mesh().coords(rank);
+    mem.reserve_arena(20480);  // the step's buffers (rt::StepArena), placed as the buffer plan replays them
     dev->data_index = coords[0];
     dev->model_index = coords[1];
     dev->group_model = rt::make_group(world.mesh(), rank, {1});  // "model"
@@ -175,6 +176,9 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   [[maybe_unused]] Device& dev = *devices_[rank];
   [[maybe_unused]] rt::Communicator& comm = world_.comm(rank);
   [[maybe_unused]] rt::DeviceMemory& mem = world_.memory(rank);
+  // The step's buffers come from the device's arena, reserved in the
+  // constructor; buffers that outlive the step (new parameter values) do not.
+  rt::StepArena step_arena(mem);
   // Each statement is marked on the device's timeline: a trace event on the
   // wall clock, its modelled cost on the virtual one; one branch when the
   // world's clock is off (rt::ThreadWorld::set_clock).
@@ -191,7 +195,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // ---- dot1 (samples/dot_relu_dot/model.h:21) -------------------------------
   timeline.op("dot  samples/dot_relu_dot/model.h:21 dot1", {.flops = 2097152, .bytes = 1069056});
   // samples/dot_relu_dot/model.h:21 dot1: [{"data"}, {}], [{}, {"model"}] -> [{"data"}, {"model"}] => dot contract=[1]x[0]
-  rt::Buffer t0(1024, &mem);  // f32[4,256] [{"data"}, {"model"}]
+  rt::Buffer t0(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
   rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/256, /*K=*/1024,
            x.data(), false, dev.dot1_kernel.data(), false, t0.data());
   x = rt::Buffer();  // last use of x
@@ -199,14 +203,14 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // ---- relu (samples/dot_relu_dot/model.h:21) -------------------------------
   timeline.op("relu  samples/dot_relu_dot/model.h:21", {.flops = 1024, .bytes = 8192});
   // samples/dot_relu_dot/model.h:21: [{"data"}, {"model"}] -> [{"data"}, {"model"}] => relu
-  rt::Buffer t1(1024, &mem);  // f32[4,256] [{"data"}, {"model"}]
+  rt::Buffer t1(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
   for (int64_t i = 0; i < 1024; ++i) t1[i] = rt::relu(t0[i]);
   t0 = rt::Buffer();  // last use of t0
 
   // ---- dot (samples/dot_relu_dot/model.h:24) --------------------------------
   timeline.op("dot  samples/dot_relu_dot/model.h:24", {.flops = 2097152, .bytes = 1069056});
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}], [{"model"}, {}] -> [{"data"}, {}] partial={"model"} => dot contract=[1]x[0]
-  rt::Buffer t2(4096, &mem);  // f32[4,1024] [{"data"}, {}] partial={"model"}
+  rt::Buffer t2(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}] partial={"model"}
   rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/1024, /*K=*/256,
            t1.data(), false, dev.w2.data(), false, t2.data());
   t1 = rt::Buffer();  // last use of t1

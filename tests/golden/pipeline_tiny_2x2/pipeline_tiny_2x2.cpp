@@ -86,6 +86,7 @@ Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ran
     auto dev = std::make_unique<Device>();
     [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
     const std::vector<int> coords = world.mesh().coords(rank);
+    mem.reserve_arena(384);  // the step's buffers (rt::StepArena), placed as the buffer plan replays them
     dev->pipe_index = coords[0];
     dev->data_index = coords[1];
     dev->group_data = rt::make_group(world.mesh(), rank, {1});  // "data"
@@ -210,6 +211,9 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   [[maybe_unused]] Device& dev = *devices_[rank];
   [[maybe_unused]] rt::Communicator& comm = world_.comm(rank);
   [[maybe_unused]] rt::DeviceMemory& mem = world_.memory(rank);
+  // The step's buffers come from the device's arena, reserved in the
+  // constructor; buffers that outlive the step (new parameter values) do not.
+  rt::StepArena step_arena(mem);
   // Each statement is marked on the device's timeline: a trace event on the
   // wall clock, its modelled cost on the virtual one; one branch when the
   // world's clock is off (rt::ThreadWorld::set_clock).
@@ -251,14 +255,14 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t3(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t2.data(), false, dev.l0_kernel.data(), false, t3.data());
 
     // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
-    rt::Buffer t4(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t4(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) t4[i] = std::tanh(t3[i]);
     t3 = rt::Buffer();  // last use of t3
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
@@ -287,14 +291,14 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t8(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t8(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t7.data(), false, dev.l0_kernel.data(), false, t8.data());
 
     // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
-    rt::Buffer t9(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t9(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) t9[i] = std::tanh(t8[i]);
     t8 = rt::Buffer();  // last use of t8
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
@@ -312,7 +316,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
-    rt::Buffer t11(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t11(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = t4[i] * t4[i];  // tests/pipeline/stack_programs.cpp:38 mul
       const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
@@ -324,7 +328,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t12(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer t12(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
              t2.data(), /*trans_a=*/true, t11.data(), false, t12.data());
     t2 = rt::Buffer();  // last use of t2
@@ -341,7 +345,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
-    rt::Buffer t14(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = t9[i] * t9[i];  // tests/pipeline/stack_programs.cpp:38 mul
       const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
@@ -353,7 +357,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t15(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer t15(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
              t7.data(), /*trans_a=*/true, t14.data(), false, t15.data());
     t7 = rt::Buffer();  // last use of t7
@@ -362,7 +366,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
-    rt::Buffer t16(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer t16(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     for (int64_t i = 0; i < 16; ++i) t16[i] = t12[i] + t15[i];
     t12 = rt::Buffer();  // last use of t12
     t15 = rt::Buffer();  // last use of t15
@@ -378,8 +382,8 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t18
-    rt::Buffer t19(16, &mem);  // f32[4,4] [{}, {}]
-    rt::Buffer t18(16, &mem);  // f32[4,4] [{}, {}]
+    rt::Buffer t19(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+    rt::Buffer t18(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t17[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
       t18[i] = v0;
@@ -397,11 +401,11 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t20 = rt::Buffer();  // last use of t20
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => add
-    rt::Buffer t21(1, &mem);  // f32[] []
+    rt::Buffer t21(1, &mem, rt::uninitialized, rt::persistent);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t21[i] = dev.opt_step[i] + 1.0f;
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
-    rt::Buffer t22(16, &mem);  // f32[4,4] [{}, {}]
+    rt::Buffer t22(16, &mem, rt::uninitialized, rt::persistent);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t18[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
       t22[i] = dev.l0_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
@@ -429,15 +433,15 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t1(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t1(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t0.data(), false, dev.l1_kernel.data(), false, t1.data());
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t2
-    rt::Buffer t3(8, &mem);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer t2(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = std::tanh(t1[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
       t2[i] = v0;
@@ -457,7 +461,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t4 = rt::Buffer();  // last use of t4
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:44: [] -> [] => mul
-    rt::Buffer t6(1, &mem);  // f32[] []
+    rt::Buffer t6(1, &mem, rt::uninitialized);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t6[i] = t5[i] * 0.0625f;
     t5 = rt::Buffer();  // last use of t5
 
@@ -466,13 +470,13 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:44: [] => mul
-    rt::Buffer t7(1, &mem);  // f32[] []
+    rt::Buffer t7(1, &mem, rt::uninitialized);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t7[i] = 1.0f * 0.0625f;
 
     // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
-    rt::Buffer t8(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t8(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     const float t8_b0 = t7[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = t8_b0 * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
@@ -488,7 +492,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-    rt::Buffer t9(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t9(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t8.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, t9.data());
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
@@ -497,7 +501,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t9 = rt::Buffer();  // last use of t9
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t10(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer t10(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
              t0.data(), /*trans_a=*/true, t8.data(), false, t10.data());
     t0 = rt::Buffer();  // last use of t0
@@ -514,15 +518,15 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t12(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t12(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t11.data(), false, dev.l1_kernel.data(), false, t12.data());
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t13
-    rt::Buffer t14(8, &mem);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer t13(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t13(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = std::tanh(t12[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
       t13[i] = v0;
@@ -544,7 +548,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused mul, add
-    rt::Buffer t17(1, &mem);  // f32[] []
+    rt::Buffer t17(1, &mem, rt::uninitialized);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) {
       const float v0 = t16[i] * 0.0625f;  // tests/pipeline/stack_programs.cpp:44 mul
       t17[i] = t6[i] + v0;  // tests/pipeline/stack_programs.cpp:32 add
@@ -557,13 +561,13 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:44: [] => mul
-    rt::Buffer t18(1, &mem);  // f32[] []
+    rt::Buffer t18(1, &mem, rt::uninitialized);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) t18[i] = 1.0f * 0.0625f;
 
     // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
-    rt::Buffer t19(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t19(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     const float t19_b0 = t18[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = t19_b0 * t13[i];  // tests/pipeline/stack_programs.cpp:44 mul
@@ -579,7 +583,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-    rt::Buffer t20(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t20(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
              t19.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, t20.data());
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
@@ -588,7 +592,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t20 = rt::Buffer();  // last use of t20
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t21(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer t21(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
              t11.data(), /*trans_a=*/true, t19.data(), false, t21.data());
     t11 = rt::Buffer();  // last use of t11
@@ -597,7 +601,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
-    rt::Buffer t22(16, &mem);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer t22(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     for (int64_t i = 0; i < 16; ++i) t22[i] = t10[i] + t21[i];
     t10 = rt::Buffer();  // last use of t10
     t21 = rt::Buffer();  // last use of t21
@@ -613,13 +617,13 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => mul
-    rt::Buffer loss(1, &mem);  // f32[] []
+    rt::Buffer loss(1, &mem, rt::uninitialized);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) loss[i] = t17[i] * 0.5f;
     t17 = rt::Buffer();  // last use of t17
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t24
-    rt::Buffer t25(16, &mem);  // f32[4,4] [{}, {}]
-    rt::Buffer t24(16, &mem);  // f32[4,4] [{}, {}]
+    rt::Buffer t25(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+    rt::Buffer t24(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t23[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
       t24[i] = v0;
@@ -637,7 +641,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     comm.recv(t27.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
     timeline.op("sqrt  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused add, sqrt
-    rt::Buffer grad_norm(1, &mem);  // f32[] []
+    rt::Buffer grad_norm(1, &mem, rt::uninitialized);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) {
       const float v0 = t27[i] + t26[i];  // tests/pipeline/stack_programs.cpp:32 add
       grad_norm[i] = std::sqrt(v0);  // tests/pipeline/stack_programs.cpp:32 sqrt
@@ -650,7 +654,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     rt::fill(lr.data(), 1, 0.100000001f);
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
-    rt::Buffer t28(16, &mem);  // f32[4,4] [{}, {}]
+    rt::Buffer t28(16, &mem, rt::uninitialized, rt::persistent);  // f32[4,4] [{}, {}]
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t24[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
       t28[i] = dev.l1_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
