@@ -1126,7 +1126,7 @@ class CpuEmitter {
       w.line(describe(g_[m], {g_[m].args[0]},
                       "all_reduce" + axes + ", bucket " + id + " [" + std::to_string(at[k]) + ", " +
                           std::to_string(at[k] + n) + ")"));
-      w.line(declare(m));
+      w.line(declare(m, /*writes_all=*/true));  // unpacked from the bucket below
     }
     const std::string packed = locals_.user("bucket_" + id);
     const std::string total_s = std::to_string(total);
@@ -1135,7 +1135,7 @@ class CpuEmitter {
     };
     w.open("");
     w.line(buf_type(head.dtype) + " " + packed + "(" + total_s +
-           ", &mem);  // the operands back to back");
+           ", &mem, rt::uninitialized);  // the operands back to back");
     for (size_t k = 0; k < s.bucket.size(); ++k)
       w.line("rt::copy(" + ptr(g_[s.bucket[k]].args[0]) + ", " + in_packed(k) + ", " +
              std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + ");");
@@ -1181,7 +1181,7 @@ class CpuEmitter {
         w.line("// " + (v.loc.known() ? v.loc.str() + ": " : "") + "input \"" + v.name + "\" " +
                ir::shape_str(global_shape(v)) + " " + v.sharding->str() +
                " => this device's block");
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         const std::string k = std::to_string(ep_.input_index.at(v.name));
         w.line("if (const auto* block = in.blocks.get<" + elem_type(v.dtype) + ">(" + k + ", rank))  // set_block()");
         w.line("  std::copy_n(block, " + std::to_string(ir::num_elements(v.shape)) + ", " + var_[id] + ".data());");
@@ -1191,7 +1191,7 @@ class CpuEmitter {
       }
       case Op::kConstant:
         w.line(describe(v, {}, "constant"));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::fill(" + ptr(id) + ", " + count + ", " + float_literal(v.scalar) + ");");
         return;
       case Op::kIota: {
@@ -1218,7 +1218,7 @@ class CpuEmitter {
                         "slice dim=" + std::to_string(v.ints[0]) + " [" +
                             std::to_string(v.ints[1]) + ", " +
                             std::to_string(v.ints[1] + v.ints[2]) + ")"));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::strided_copy(" + (start == 0 ? a0() : a0() + " + " + std::to_string(start)) +
                ", " + braced(v.shape) + ", " + braced(st) + ", " + ptr(id) + ");");
         return;
@@ -1251,53 +1251,53 @@ class CpuEmitter {
       case Op::kReshape:
       case Op::kShardingConstraint:
         w.line(describe(v, s.reads, ir::op_name(v.op)));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
         return;
       case Op::kBroadcast: {
         Shape expanded(v.shape.size(), 1);
         for (size_t i = 0; i < v.ints.size(); ++i) expanded[v.ints[i]] = g_[v.args[0]].shape[i];
         w.line(describe(v, s.reads, "broadcast"));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::broadcast(" + a0() + ", " + braced(expanded) + ", " + braced(v.shape) + ", " +
                ptr(id) + ");");
         return;
       }
       case Op::kTranspose:
         w.line(describe(v, s.reads, "transpose"));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::transpose(" + a0() + ", " + shape0() + ", " + braced(v.ints) + ", " + ptr(id) +
                ");");
         return;
       case Op::kReduce:
         w.line(describe(v, s.reads, std::string("reduce ") + ir::reduce_name(v.reduce)));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::reduce(" + a0() + ", " + shape0() + ", " + braced(v.ints) + ", " +
                reduce_op(v.reduce) + ", " + ptr(id) + ");");
         return;
       case Op::kAllGather:
         w.line(describe(v, s.reads, "all_gather" + axes));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::all_gather_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
                ", /*dim=*/" + std::to_string(v.dim) + ", " + ptr(id) + ");");
         return;
       case Op::kReduceScatter:
         w.line(describe(v, s.reads, "reduce_scatter" + axes));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::reduce_scatter_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
                ", /*dim=*/" + std::to_string(v.dim) + ", " + ptr(id) + ", " + reduce_op(v.reduce) +
                ");");
         return;
       case Op::kAllReduce:
         w.line(describe(v, s.reads, "all_reduce" + axes));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
         w.line("comm.all_reduce(" + ptr(id) + ", " + count + ", " + group(v) + ", " +
                reduce_op(v.reduce) + ");");
         return;
       case Op::kAllToAll:
         w.line(describe(v, s.reads, "all_to_all" + axes));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::all_to_all_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
                ", /*split_dim=*/" + std::to_string(v.dim) + ", /*concat_dim=*/" +
                std::to_string(v.dim2) + ", " + ptr(id) + ");");
@@ -1326,7 +1326,7 @@ class CpuEmitter {
           w.line("comm.send(" + a0() + ", " + count + ", " + peer + ", " + tag + ");");
         } else {
           w.line(describe(v, {}, "receive from stage " + std::to_string(v.ints[0]) + " (message " + tag + ")"));
-          w.line(declare(id));
+          w.line(declare(id, /*writes_all=*/true));
           w.line("comm.recv(" + ptr(id) + ", " + count + ", " + peer + ", " + tag + ");");
         }
         return;
@@ -1338,7 +1338,7 @@ class CpuEmitter {
         return;
       case Op::kLocalSlice:
         w.line(describe(v, s.reads, "local_slice" + axes));
-        w.line(declare(id));
+        w.line(declare(id, /*writes_all=*/true));
         w.line("rt::slice_block(" + a0() + ", " + shape0() + ", /*dim=*/" + std::to_string(v.dim) +
                ", " + group(v) + ".size(), " + group(v) + ".position, " + ptr(id) + ");");
         return;

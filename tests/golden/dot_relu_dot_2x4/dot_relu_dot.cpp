@@ -186,7 +186,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // ---- inputs ---------------------------------------------------------------
   timeline.op("input  samples/dot_relu_dot/model.h:53", {.flops = 4096, .bytes = 32768});
   // samples/dot_relu_dot/model.h:53: input "x" f32[8,1024] [{"data"}, {}] => this device's block
-  rt::Buffer x(4096, &mem);  // f32[4,1024] [{"data"}, {}]
+  rt::Buffer x(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
   if (const auto* block = in.blocks.get<float>(0, rank))  // set_block()
     std::copy_n(block, 4096, x.data());
   else
@@ -216,12 +216,12 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   t1 = rt::Buffer();  // last use of t1
   timeline.comm_op("reduce_scatter  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {}] partial={"model"} -> [{"data"}, {"model"}] => reduce_scatter(model)
-  rt::Buffer t3(1024, &mem);  // f32[4,256] [{"data"}, {"model"}]
+  rt::Buffer t3(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
   rt::reduce_scatter_dim(comm, dev.group_model, t2.data(), {4, 1024}, /*dim=*/1, t3.data(), rt::ReduceOp::kSum);
   t2 = rt::Buffer();  // last use of t2
   timeline.comm_op("all_gather  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}] -> [{"data"}, {}] => all_gather(model)
-  rt::Buffer y(4096, &mem);  // f32[4,1024] [{"data"}, {}]
+  rt::Buffer y(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
   rt::all_gather_dim(comm, dev.group_model, t3.data(), {4, 256}, /*dim=*/1, y.data());
   t3 = rt::Buffer();  // last use of t3
 

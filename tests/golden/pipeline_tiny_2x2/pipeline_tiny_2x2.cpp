@@ -230,7 +230,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- inputs ---------------------------------------------------------------
     timeline.op("input  tests/pipeline/stack_programs.cpp:31", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:31: input "x" f32[8,4] [{"data"}, {}] => this device's block
-    rt::Buffer x(16, &mem);  // f32[4,4] [{"data"}, {}]
+    rt::Buffer x(16, &mem, rt::uninitialized);  // f32[4,4] [{"data"}, {}]
     if (const auto* block = in.blocks.get<float>(0, rank))  // set_block()
       std::copy_n(block, 16, x.data());
     else
@@ -239,16 +239,16 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
-    rt::Buffer t0(16, &mem);  // f32[2,2,4] [{"data"}, {}, {}]
+    rt::Buffer t0(16, &mem, rt::uninitialized);  // f32[2,2,4] [{"data"}, {}, {}]
     rt::copy(x.data(), t0.data(), 16);
     timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [0, 1)
-    rt::Buffer t1(8, &mem);  // f32[2,1,4] [{"data"}, {}, {}]
+    rt::Buffer t1(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
     rt::strided_copy(t0.data(), {2, 1, 4}, {8, 4, 1}, t1.data());
     t0 = rt::Buffer();  // last use of t0
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
-    rt::Buffer t2(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::copy(t1.data(), t2.data(), 8);
     t1 = rt::Buffer();  // last use of t1
 
@@ -274,17 +274,17 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
-    rt::Buffer t5(16, &mem);  // f32[2,2,4] [{"data"}, {}, {}]
+    rt::Buffer t5(16, &mem, rt::uninitialized);  // f32[2,2,4] [{"data"}, {}, {}]
     rt::copy(x.data(), t5.data(), 16);
     x = rt::Buffer();  // last use of x
     timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [1, 2)
-    rt::Buffer t6(8, &mem);  // f32[2,1,4] [{"data"}, {}, {}]
+    rt::Buffer t6(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
     rt::strided_copy(t5.data() + 4, {2, 1, 4}, {8, 4, 1}, t6.data());
     t5 = rt::Buffer();  // last use of t5
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
-    rt::Buffer t7(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t7(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::copy(t6.data(), t7.data(), 8);
     t6 = rt::Buffer();  // last use of t6
 
@@ -310,7 +310,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 25)
-    rt::Buffer t10(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t10(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     comm.recv(t10.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 25);
 
     // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
@@ -339,7 +339,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 54)
-    rt::Buffer t13(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t13(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     comm.recv(t13.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 54);
 
     // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
@@ -372,7 +372,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t15 = rt::Buffer();  // last use of t15
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer t17(16, &mem);  // f32[4,4] [{}, {}]
+    rt::Buffer t17(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
     rt::copy(t16.data(), t17.data(), 16);
     comm.all_reduce(t17.data(), 16, dev.group_data, rt::ReduceOp::kSum);
     t16 = rt::Buffer();  // last use of t16
@@ -392,7 +392,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t17 = rt::Buffer();  // last use of t17
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
-    rt::Buffer t20(1, &mem);  // f32[] []
+    rt::Buffer t20(1, &mem, rt::uninitialized);  // f32[] []
     rt::reduce(t19.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, t20.data());
     t19 = rt::Buffer();  // last use of t19
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:32");
@@ -427,7 +427,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 7)
-    rt::Buffer t0(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t0(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     comm.recv(t0.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 7);
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
@@ -450,12 +450,12 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t1 = rt::Buffer();  // last use of t1
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-    rt::Buffer t4(1, &mem);  // f32[] [] partial={"data"}
+    rt::Buffer t4(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
     rt::reduce(t3.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, t4.data());
     t3 = rt::Buffer();  // last use of t3
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer t5(1, &mem);  // f32[] []
+    rt::Buffer t5(1, &mem, rt::uninitialized);  // f32[] []
     rt::copy(t4.data(), t5.data(), 1);
     comm.all_reduce(t5.data(), 1, dev.group_data, rt::ReduceOp::kSum);
     t4 = rt::Buffer();  // last use of t4
@@ -512,7 +512,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 36)
-    rt::Buffer t11(8, &mem);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer t11(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     comm.recv(t11.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 36);
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
@@ -535,12 +535,12 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t12 = rt::Buffer();  // last use of t12
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-    rt::Buffer t15(1, &mem);  // f32[] [] partial={"data"}
+    rt::Buffer t15(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
     rt::reduce(t14.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, t15.data());
     t14 = rt::Buffer();  // last use of t14
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer t16(1, &mem);  // f32[] []
+    rt::Buffer t16(1, &mem, rt::uninitialized);  // f32[] []
     rt::copy(t15.data(), t16.data(), 1);
     comm.all_reduce(t16.data(), 1, dev.group_data, rt::ReduceOp::kSum);
     t15 = rt::Buffer();  // last use of t15
@@ -607,7 +607,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t21 = rt::Buffer();  // last use of t21
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer t23(16, &mem);  // f32[4,4] [{}, {}]
+    rt::Buffer t23(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
     rt::copy(t22.data(), t23.data(), 16);
     comm.all_reduce(t23.data(), 16, dev.group_data, rt::ReduceOp::kSum);
     t22 = rt::Buffer();  // last use of t22
@@ -632,12 +632,12 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t23 = rt::Buffer();  // last use of t23
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
-    rt::Buffer t26(1, &mem);  // f32[] []
+    rt::Buffer t26(1, &mem, rt::uninitialized);  // f32[] []
     rt::reduce(t25.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, t26.data());
     t25 = rt::Buffer();  // last use of t25
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [] => receive from stage 0 (message 73)
-    rt::Buffer t27(1, &mem);  // f32[] []
+    rt::Buffer t27(1, &mem, rt::uninitialized);  // f32[] []
     comm.recv(t27.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
     timeline.op("sqrt  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused add, sqrt
@@ -650,7 +650,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t26 = rt::Buffer();  // last use of t26
     timeline.op("constant  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:32: [] => constant
-    rt::Buffer lr(1, &mem);  // f32[] []
+    rt::Buffer lr(1, &mem, rt::uninitialized);  // f32[] []
     rt::fill(lr.data(), 1, 0.100000001f);
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
