@@ -632,9 +632,9 @@ class CpuEmitter {
       case Op::kGelu:
         return "rt::gelu(" + x + ")";
       case Op::kTanh:
-        return "std::tanh(" + x + ")";
+        return "rt::tanh(" + x + ")";
       case Op::kExp:
-        return "std::exp(" + x + ")";
+        return "rt::exp(" + x + ")";
       case Op::kLog:
         return "std::log(" + x + ")";
       case Op::kSqrt:

@@ -73,8 +73,8 @@ float apply_unary(Op op, float x) {
     case Op::kNeg: return -x;
     case Op::kRelu: return rt::relu(x);
     case Op::kGelu: return rt::gelu(x);
-    case Op::kTanh: return std::tanh(x);
-    case Op::kExp: return std::exp(x);
+    case Op::kTanh: return rt::tanh(x);
+    case Op::kExp: return rt::exp(x);
     case Op::kLog: return std::log(x);
     case Op::kSqrt: return std::sqrt(x);
     case Op::kSin: return std::sin(x);

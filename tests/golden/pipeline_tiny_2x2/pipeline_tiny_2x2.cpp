@@ -263,7 +263,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
     rt::Buffer t4(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) t4[i] = std::tanh(t3[i]);
+    for (int64_t i = 0; i < 8; ++i) t4[i] = rt::tanh(t3[i]);
     t3 = rt::Buffer();  // last use of t3
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 7)
@@ -299,7 +299,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
     rt::Buffer t9(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) t9[i] = std::tanh(t8[i]);
+    for (int64_t i = 0; i < 8; ++i) t9[i] = rt::tanh(t8[i]);
     t8 = rt::Buffer();  // last use of t8
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 36)
@@ -443,7 +443,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     rt::Buffer t3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::Buffer t2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = std::tanh(t1[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+      const float v0 = rt::tanh(t1[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
       t2[i] = v0;
       t3[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
     }  // fused loop of t3
@@ -528,7 +528,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     rt::Buffer t14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::Buffer t13(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = std::tanh(t12[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+      const float v0 = rt::tanh(t12[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
       t13[i] = v0;
       t14[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
     }  // fused loop of t14
