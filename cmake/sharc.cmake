@@ -50,7 +50,10 @@ include_guard(GLOBAL)
 # -ffp-contract=off, so that no a * b + c becomes one fused multiply-add:
 # every op rounds as the per-device interpreter and the oracle's tolerances
 # assume. -fno-math-errno lets std::sqrt vectorise (the AdamW update's loop
-# was scalar without it); it changes no result, sqrt is exact either way.
+# was scalar without it) and -fno-trapping-math lets loops that select
+# between values or convert floats to integers (rt::exp, rt::tanh) vectorise;
+# neither changes a result (no program here reads errno or FP exception
+# flags).
 include(CheckCXXCompilerFlag)
 check_cxx_compiler_flag("-march=native" _sharc_has_march_native)
 if(_sharc_has_march_native)
@@ -289,7 +292,8 @@ function(sharc_add_program NAME)
   target_include_directories(${NAME} PUBLIC ${out_dir})
   target_link_libraries(${NAME} PUBLIC sharc::runtime)
   separate_arguments(_sharc_arch UNIX_COMMAND "${SHARC_ARCH_FLAGS}")
-  target_compile_options(${NAME} PRIVATE -O3 ${_sharc_arch} -ffp-contract=off -fno-math-errno)
+  target_compile_options(${NAME} PRIVATE -O3 ${_sharc_arch} -ffp-contract=off -fno-math-errno
+                         -fno-trapping-math)
   # Generated code compiles with the project's warnings but is not linted.
   set_target_properties(${NAME} PROPERTIES CXX_CLANG_TIDY "")
 

@@ -733,18 +733,23 @@ class CpuEmitter {
         scalar[t] = name;
       }
     }
-    auto broadcast_read = [&](const Node& v) {
+    // A broadcast read in the loop: per operand dimension (not of size 1)
+    // the output dimension it runs along; runs of operand dimensions that
+    // follow consecutive output dimensions read as one index term
+    // ((i / inner) % extent) * scale.
+    struct Term {
+      int64_t inner, extent, scale;
+      bool wraps;  // the run does not start at output dimension 0
+    };
+    auto broadcast_terms = [&](const Node& v) {
       const Node& x = g_[v.args[0]];
-      // Output strides, and per operand dimension (not of size 1) the output
-      // dimension it runs along; runs of operand dimensions that follow
-      // consecutive output dimensions read as one index.
       const Shape& out = v.shape;
       std::vector<int64_t> ostride(out.size(), 1);
       for (int d = static_cast<int>(out.size()) - 2; d >= 0; --d) ostride[d] = ostride[d + 1] * out[d + 1];
       std::vector<int64_t> istride(x.shape.size(), 1);
       for (int d = static_cast<int>(x.shape.size()) - 2; d >= 0; --d)
         istride[d] = istride[d + 1] * x.shape[d + 1];
-      std::vector<std::string> terms;
+      std::vector<Term> terms;
       for (size_t d = 0; d < x.shape.size();) {
         if (x.shape[d] == 1) {
           ++d;
@@ -753,17 +758,49 @@ class CpuEmitter {
         size_t e = d + 1;
         while (e < x.shape.size() && x.shape[e] != 1 && v.ints[e] == v.ints[e - 1] + 1) ++e;
         // Operand dims [d, e) follow output dims [ints[d], ints[e-1]].
-        const int64_t inner = ostride[v.ints[e - 1]];
         int64_t extent = 1;
         for (size_t k = d; k < e; ++k) extent *= x.shape[k];
-        std::string idx = inner == 1 ? "i" : "i / " + std::to_string(inner);
-        if (v.ints[d] > 0) idx = "(" + idx + ") % " + std::to_string(extent);
-        const int64_t scale = istride[e - 1];
-        terms.push_back(scale == 1 ? idx : "(" + idx + ") * " + std::to_string(scale));
+        terms.push_back({ostride[v.ints[e - 1]], extent, istride[e - 1], v.ints[d] > 0});
         d = e;
       }
+      return terms;
+    };
+    // The loop runs as `o` blocks of `split` elements when every broadcast it
+    // reads either repeats a row of `split` (bias[i % split] -> bias[j]) or
+    // holds one value per block (mean[i / split] -> mean[o]): then the inner
+    // loop reads only unit-stride or invariant operands and vectorises.
+    int64_t split = 0;
+    bool splittable = true;
+    for (int t : s.tree) {
+      const Node& v = g_[t];
+      if (v.op != Op::kBroadcast || scalar.count(t)) continue;
+      const std::vector<Term> terms = broadcast_terms(v);
+      int64_t n = 0;
+      if (terms.size() == 1 && terms[0].scale == 1 && terms[0].inner == 1 && terms[0].wraps)
+        n = terms[0].extent;  // a row repeated
+      else if (terms.size() == 1 && terms[0].scale == 1 && terms[0].inner > 1 && !terms[0].wraps)
+        n = terms[0].inner;  // one value per block
+      if (n <= 1 || (split != 0 && n != split)) splittable = false;
+      split = n;
+    }
+    if (s.tree.size() == 1 || split == 0 || ir::num_elements(root.shape) % split != 0)
+      splittable = false;
+    auto broadcast_read = [&](const Node& v) {
+      const Node& x = g_[v.args[0]];
+      const std::vector<Term> terms = broadcast_terms(v);
+      std::vector<std::string> parts;
+      for (const Term& t : terms) {
+        std::string idx;
+        if (splittable) {
+          idx = t.wraps ? "j" : "o";
+        } else {
+          idx = t.inner == 1 ? "i" : "i / " + std::to_string(t.inner);
+          if (t.wraps) idx = "(" + idx + ") % " + std::to_string(t.extent);
+        }
+        parts.push_back(t.scale == 1 ? idx : "(" + idx + ") * " + std::to_string(t.scale));
+      }
       const std::string base = (x.op == Op::kParameter ? "dev." : "") + var_[v.args[0]];
-      const std::string e = base + "[" + (terms.empty() ? "0" : join(terms, " + ")) + "]";
+      const std::string e = base + "[" + (parts.empty() ? "0" : join(parts, " + ")) + "]";
       return x.dtype == ir::DType::kBF16 ? "static_cast<float>(" + e + ")" : e;
     };
     auto expr = [&](int t) {
@@ -782,7 +819,15 @@ class CpuEmitter {
       w.line(head + " " + var_[s.node] + "[i] = " + stored(root.dtype, expr(s.node)) + ";");
       return;
     }
-    w.open(head);
+    if (splittable) {
+      const std::string sp = std::to_string(split);
+      w.open("for (int64_t o = 0; o < " + std::to_string(ir::num_elements(root.shape) / split) +
+             "; ++o)");
+      w.open("for (int64_t j = 0; j < " + sp + "; ++j)");
+      w.line("const int64_t i = o * " + sp + " + j;");
+    } else {
+      w.open(head);
+    }
     int k = 0;
     for (int t : s.tree) {
       const Node& v = g_[t];
@@ -806,6 +851,7 @@ class CpuEmitter {
           w.line(var_[t] + "[i] = " + stored(v.dtype, name) + ";");
       }
     }
+    if (splittable) w.close("");
     w.close("fused loop of " + var_[s.node]);
   }
 

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 
 namespace sharc::rt {
 
@@ -16,10 +17,15 @@ inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
 // relative), times 2^n applied in two halves so that subnormal results round
 // once. Within 2 ulp of the correctly rounded value over the whole float
 // range (tests/runtime/elementwise_test.cpp); inf above 88.72, 0 far below,
-// NaN stays NaN.
+// NaN stays NaN. No branch or select on the result: GCC then vectorises it
+// (generated code compiles with -fno-trapping-math, cmake/sharc.cmake).
 inline float exp(float x) {
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-  const float fn = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float xc = x < -104.0f ? -104.0f : x;
+  xc = xc > 89.0f ? 89.0f : xc;
+  // n = round(x / ln2), ties away from zero.
+  const float t = xc * 1.44269504088896341f;
+  const int n = static_cast<int>(t + std::copysign(0.5f, t));  // in [-150, 128]
+  const float fn = static_cast<float>(n);
   // ln2 in two parts: fn * 0.693359375 is exact (9 significant bits).
   const float r = (xc - fn * 0.693359375f) - fn * -2.12194440e-4f;
   float p = 1.0f / 5040.0f;
@@ -30,20 +36,20 @@ inline float exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int n = static_cast<int>(fn);  // in [-150, 128]
   const int n1 = n / 2, n2 = n - n1;   // each in [-75, 64]: normal powers of two
   const float s1 = std::bit_cast<float>((n1 + 127) << 23);
   const float s2 = std::bit_cast<float>((n2 + 127) << 23);
-  const float y = p * s1 * s2;
-  return x != x ? x : y;
+  return p * s1 * s2;  // NaN in, NaN out: r, hence p, is NaN
 }
 
-// tanh without a library call (see exp): the odd Taylor series to x^19 below
-// |x| = 0.625 (the first term left out is < 1e-8 relative there), else
-// 1 - 2 / (e^2|x| + 1) with x's sign. Within 2 ulp of the correctly
-// rounded value (tests/runtime/elementwise_test.cpp).
+// tanh without a library call (see exp), on |x| with x's sign put back:
+// the odd Taylor series to x^19 below |x| = 0.625 (the first term left out
+// is < 1e-8 relative there), else 1 - 2 / (e^2|x| + 1). Both are computed
+// and one is picked by a bit mask, not a branch, so GCC vectorises it.
+// Within 2 ulp of the correctly rounded value
+// (tests/runtime/elementwise_test.cpp).
 inline float tanh(float x) {
-  const float a = std::fabs(x), z = x * x;
+  const float a = std::fabs(x), z = a * a;
   float p = -2.39129114e-4f;
   p = p * z + 5.90027441e-4f;
   p = p * z + -1.45583439e-3f;
@@ -53,9 +59,12 @@ inline float tanh(float x) {
   p = p * z + -5.39682540e-2f;
   p = p * z + 1.33333333e-1f;
   p = p * z + -3.33333333e-1f;
-  const float small = std::copysign(x + x * z * p, x);  // keeps -0
-  const float large = std::copysign(1.0f - 2.0f / (rt::exp(2.0f * a) + 1.0f), x);
-  return a < 0.625f ? small : large;
+  const float small = a + a * z * p;
+  const float large = 1.0f - 2.0f / (rt::exp(2.0f * a) + 1.0f);
+  const uint32_t pick_small = 0u - static_cast<uint32_t>(a < 0.625f);  // all ones or zero
+  const float t = std::bit_cast<float>((std::bit_cast<uint32_t>(small) & pick_small) |
+                                       (std::bit_cast<uint32_t>(large) & ~pick_small));
+  return std::copysign(t, x);
 }
 
 // tanh approximation, as jax.nn.gelu(approximate=True).
