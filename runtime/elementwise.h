@@ -39,7 +39,10 @@ inline float exp(float x) {
   const int n1 = n / 2, n2 = n - n1;   // each in [-75, 64]: normal powers of two
   const float s1 = std::bit_cast<float>((n1 + 127) << 23);
   const float s2 = std::bit_cast<float>((n2 + 127) << 23);
-  return p * s1 * s2;  // NaN in, NaN out: r, hence p, is NaN
+  // NaN in, NaN out: r, hence p, is NaN, whatever n came out as (the
+  // conversion of a NaN t is formally undefined; x86 gives INT_MIN, and the
+  // select that would avoid it stops GCC vectorising the loop).
+  return p * s1 * s2;
 }
 
 // tanh without a library call (see exp), on |x| with x's sign put back:
