@@ -50,12 +50,8 @@ struct Tracker {
   int peak_stmt = -1;
   int stmt = -1;
   rt::ArenaPlan arena;
-  struct Block {
-    uint64_t bytes;
-    int64_t offset;  // -1: not in the arena
-  };
-  std::vector<Block> blocks;
-  std::vector<ArenaPlacement> placements;  // per block (offset -1: persistent)
+  // Per block, by handle (offset -1: persistent, not in the arena).
+  std::vector<ArenaPlacement> placements;
   int events = 0;
   int alloc(uint64_t b, bool persistent = false) {
     current += b;
@@ -64,16 +60,15 @@ struct Tracker {
       peak_stmt = stmt;
     }
     const int64_t offset = !persistent && b > 0 ? static_cast<int64_t>(arena.take(b)) : -1;
-    blocks.push_back({b, offset});
     placements.push_back({offset, b, events++, std::numeric_limits<int>::max()});
-    return static_cast<int>(blocks.size()) - 1;
+    return static_cast<int>(placements.size()) - 1;
   }
   void free(int h) {
-    Block& blk = blocks.at(h);
+    ArenaPlacement& blk = placements.at(h);
+    SHARC_CHECK(blk.freed == std::numeric_limits<int>::max(), "block freed twice in the memory replay");
     current -= blk.bytes;
     if (blk.offset >= 0) arena.give(static_cast<size_t>(blk.offset), blk.bytes);
-    placements.at(h).freed = events++;
-    blk = {0, -1};
+    blk.freed = events++;
   }
 };
 

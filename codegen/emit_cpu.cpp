@@ -204,12 +204,13 @@ class CpuEmitter {
     SHARC_CHECK(!var_[v].empty(), "value %" + std::to_string(v) + " has no buffer");
     return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + ".data()";
   }
-  std::string elem(int v) const {
-    return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + "[i]";
+  std::string elem_at(int v, const std::string& index) const {
+    return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + "[" + index + "]";
   }
+  std::string elem(int v) const { return elem_at(v, "i"); }
   std::string elem0(int v) const {
     SHARC_CHECK(!var_[v].empty(), "value %" + std::to_string(v) + " has no buffer");
-    return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + "[0]";
+    return elem_at(v, "0");
   }
 
   // ---- header pieces -------------------------------------------------------
@@ -743,12 +744,7 @@ class CpuEmitter {
     };
     auto broadcast_terms = [&](const Node& v) {
       const Node& x = g_[v.args[0]];
-      const Shape& out = v.shape;
-      std::vector<int64_t> ostride(out.size(), 1);
-      for (int d = static_cast<int>(out.size()) - 2; d >= 0; --d) ostride[d] = ostride[d + 1] * out[d + 1];
-      std::vector<int64_t> istride(x.shape.size(), 1);
-      for (int d = static_cast<int>(x.shape.size()) - 2; d >= 0; --d)
-        istride[d] = istride[d + 1] * x.shape[d + 1];
+      const std::vector<int64_t> ostride = strides_of(v.shape), istride = strides_of(x.shape);
       std::vector<Term> terms;
       for (size_t d = 0; d < x.shape.size();) {
         if (x.shape[d] == 1) {
@@ -799,8 +795,7 @@ class CpuEmitter {
         }
         parts.push_back(t.scale == 1 ? idx : "(" + idx + ") * " + std::to_string(t.scale));
       }
-      const std::string base = (x.op == Op::kParameter ? "dev." : "") + var_[v.args[0]];
-      const std::string e = base + "[" + (parts.empty() ? "0" : join(parts, " + ")) + "]";
+      const std::string e = elem_at(v.args[0], parts.empty() ? "0" : join(parts, " + "));
       return x.dtype == ir::DType::kBF16 ? "static_cast<float>(" + e + ")" : e;
     };
     auto expr = [&](int t) {
