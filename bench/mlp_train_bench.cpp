@@ -19,7 +19,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/timed_steps.h"
 #include "bench_mlp_train_data1.h"
 #include "bench_mlp_train_data4_model2.h"
 #include "bench_mlp_train_data8.h"
@@ -41,7 +41,6 @@
 namespace {
 
 namespace rt = sharc::rt;
-using Clock = std::chrono::steady_clock;
 
 // The programs' shapes; every mesh's program has the same global ones.
 constexpr int64_t kBatch = bench_mlp_train::data1::kInput_images_shape[0];
@@ -114,12 +113,7 @@ Result run_mesh(const char* mesh, const char* strategy, const rt::MeshShape& sha
     program.step(in, out);
   };
 
-  for (int s = 0; s < opt.warmup; ++s) step(s);
-  world.reset_stats();
-  for (int r = 0; r < world.size(); ++r) world.memory(r).reset_peak();
-  const Clock::time_point t0 = Clock::now();
-  for (int s = 0; s < opt.steps; ++s) step(opt.warmup + s);
-  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double wall = sharc::bench::timed_steps(world, opt.warmup, opt.steps, step);
 
   Result res;
   res.mesh = mesh;

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/timed_steps.h"
 #include "bench_mlp_train_data1.h"
 #include "bench_mlp_train_data4_model2.h"
 #include "bench_mlp_train_data8.h"
@@ -127,12 +128,7 @@ std::string run(const char* model, const char* mesh, int64_t id_range, const Opt
       ++o;
     }
   };
-  for (int s = 0; s < opt.warmup; ++s) step(s);
-  world.reset_stats();
-  for (int r = 0; r < world.size(); ++r) world.memory(r).reset_peak();
-  const Clock::time_point t0 = Clock::now();
-  for (int s = 0; s < opt.steps; ++s) step(opt.warmup + s);
-  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double wall = sharc::bench::timed_steps(world, opt.warmup, opt.steps, step);
 
   double bytes = 0;
   size_t peak = 0;
