@@ -814,13 +814,17 @@ class CpuEmitter {
       w.line(head + " " + var_[s.node] + "[i] = " + stored(root.dtype, expr(s.node)) + ";");
       return;
     }
+    // The vectorised loop says its buffers do not overlap (runtime/elementwise.h).
+    const bool independent = ir::num_elements(root.shape) > 1;
     if (splittable) {
       const std::string sp = std::to_string(split);
       w.open("for (int64_t o = 0; o < " + std::to_string(ir::num_elements(root.shape) / split) +
              "; ++o)");
+      if (independent) w.line("SHARC_INDEPENDENT_ITERATIONS");
       w.open("for (int64_t j = 0; j < " + sp + "; ++j)");
       w.line("const int64_t i = o * " + sp + " + j;");
     } else {
+      if (independent) w.line("SHARC_INDEPENDENT_ITERATIONS");
       w.open(head);
     }
     int k = 0;

@@ -317,6 +317,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
     rt::Buffer t11(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = t4[i] * t4[i];  // tests/pipeline/stack_programs.cpp:38 mul
       const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
@@ -346,6 +347,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
     rt::Buffer t14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = t9[i] * t9[i];  // tests/pipeline/stack_programs.cpp:38 mul
       const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
@@ -384,6 +386,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t18
     rt::Buffer t19(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
     rt::Buffer t18(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t17[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
       t18[i] = v0;
@@ -406,6 +409,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
     rt::Buffer t22(16, &mem, rt::uninitialized, rt::persistent);  // f32[4,4] [{}, {}]
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t18[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
       t22[i] = dev.l0_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
@@ -442,6 +446,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t2
     rt::Buffer t3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::Buffer t2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = rt::tanh(t1[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
       t2[i] = v0;
@@ -478,6 +483,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
     rt::Buffer t8(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     const float t8_b0 = t7[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = t8_b0 * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
       const float v1 = t8_b0 * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
@@ -527,6 +533,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t13
     rt::Buffer t14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::Buffer t13(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = rt::tanh(t12[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
       t13[i] = v0;
@@ -569,6 +576,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
     rt::Buffer t19(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     const float t19_b0 = t18[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
       const float v0 = t19_b0 * t13[i];  // tests/pipeline/stack_programs.cpp:44 mul
       const float v1 = t19_b0 * t13[i];  // tests/pipeline/stack_programs.cpp:44 mul
@@ -624,6 +632,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t24
     rt::Buffer t25(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
     rt::Buffer t24(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t23[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
       t24[i] = v0;
@@ -655,6 +664,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
     rt::Buffer t28(16, &mem, rt::uninitialized, rt::persistent);  // f32[4,4] [{}, {}]
+    SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t24[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
       t28[i] = dev.l1_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
