@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 
 #include "codegen/execute.h"
@@ -235,6 +236,40 @@ BufferPlan plan_buffers(const ir::Graph& g) {
       if (last[r] == static_cast<int>(k) && !p.is_output[r] && !p.is_update_value[r] &&
           g[r].op != Op::kParameter)
         p.frees_after[k].push_back(r);
+
+  // In-place updates (see buffer_plan.h).
+  p.in_place_of.assign(n, -1);
+  std::map<int, int> updates_of_value, updates_of_target;
+  std::set<int> values;
+  for (auto& u : g.updates) {
+    ++updates_of_value[u.value];
+    ++updates_of_target[u.target];
+    values.insert(u.value);
+  }
+  for (auto& u : g.updates) {
+    const int v = u.value, param = u.target;
+    if (v == param || g[v].op == Op::kParameter || updates_of_value[v] != 1 ||
+        updates_of_target[param] != 1 || values.count(param) || p.is_output[param] ||
+        p.is_output[v] || g[v].dtype != ir::DType::kF32 || g[param].dtype != ir::DType::kF32 ||
+        g[v].shape != g[param].shape ||
+        !ir::is_elementwise(g[v].op))
+      continue;
+    const int k = static_cast<int>(std::find_if(p.stmts.begin(), p.stmts.end(),
+                                                [&](const BufferPlan::Stmt& s) {
+                                                  return s.node == p.root[v];
+                                                }) -
+                                   p.stmts.begin());
+    if (k == static_cast<int>(p.stmts.size()) || last[param] != k) continue;
+    const BufferPlan::Stmt& s = p.stmts[k];
+    if (s.node != v && !p.kept[v]) continue;
+    // Every read of the old value in the loop is at the loop's element (no
+    // broadcast of it) and comes no later than the node that writes v.
+    bool ok = true;
+    for (int t : s.tree)
+      for (int a : g[t].args)
+        if (a == param && (g[t].op == Op::kBroadcast || t > v)) ok = false;
+    if (ok) p.in_place_of[v] = param;
+  }
   return p;
 }
 
@@ -283,8 +318,12 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p,
       persistent += bytes_of(g.nodes[i]);
       held[static_cast<int>(i)] = t.alloc(bytes_of(g.nodes[i]), /*persistent=*/true);
     }
-  // A value the step hands to a parameter outlives the step (emit_updates).
-  auto result = [&](int v) { held[v] = t.alloc(bytes_of(g[v]), p.is_update_value[v] != 0); };
+  // A value the step hands to a parameter outlives the step (emit_updates);
+  // one computed in place takes the parameter's block.
+  auto result = [&](int v) {
+    held[v] = p.in_place_of[v] >= 0 ? held.at(p.in_place_of[v])
+                                    : t.alloc(bytes_of(g[v]), p.is_update_value[v] != 0);
+  };
 
   for (size_t k = 0; k < p.stmts.size(); ++k) {
     const BufferPlan::Stmt& s = p.stmts[k];
@@ -328,7 +367,7 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p,
   }
   for (auto& u : g.updates) {
     const bool last = --remaining[u.value] == 0;
-    if (u.value == u.target) continue;
+    if (u.value == u.target || p.in_place_of[u.value] == u.target) continue;
     const bool moved = snapshot.count(u.value) ? last : g[u.value].op != Op::kParameter && last;
     if (moved) t.free(held.at(u.target));  // the old shard goes
   }

@@ -62,6 +62,16 @@ struct BufferPlan {
   // Per statement: the values whose buffers are released right after it
   // (their last read), in the order the emitter frees them.
   std::vector<std::vector<int>> frees_after;
+  // Per node: the parameter whose buffer this update value is computed in,
+  // or -1. An optimizer's update (p - lr * m / sqrt(v), and m and v
+  // themselves) is written over the old value instead of into a new block
+  // when nothing could tell: the value updates exactly that parameter, is
+  // computed by a fused loop (its root or a kept value), that loop reads the
+  // old parameter only at the element it writes, and before writing it, and
+  // nothing reads the old value after that loop (no later statement, no
+  // output, no other parameter taking it). Saves a parameter-sized block per
+  // update and a pass over memory.
+  std::vector<int> in_place_of;
 };
 
 // The plan of a partitioned graph (lower()'s output). Throws internal_error

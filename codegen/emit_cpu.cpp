@@ -617,6 +617,9 @@ class CpuEmitter {
   // the statement writes every element (`writes_all`); a parameter's new
   // value outlives the step (rt::persistent), so it is not placed there.
   std::string declare(int v, bool writes_all = false) const {
+    if (const int param = plan_.in_place_of[v]; param >= 0)
+      return "rt::Buffer& " + var_[v] + " = dev." + var_[param] + ";  // " + shape_comment(g_[v]) +
+             ", the new \"" + g_[param].name + "\" computed in place";
     std::string how;
     if (writes_all) how += ", rt::uninitialized";
     if (plan_.is_update_value[v]) how += ", rt::persistent";
@@ -1640,6 +1643,8 @@ class CpuEmitter {
              shape_comment(p) + " <- " + src);
       if (u.value == u.target) {
         w.line("// (keeps its value)");
+      } else if (plan_.in_place_of[u.value] == u.target) {
+        w.line("// (computed in place)");
       } else if (snapshot.count(u.value)) {
         const std::string t = snapshot[u.value];
         w.line(last ? dst + " = std::move(" + t + ");"

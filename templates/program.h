@@ -122,7 +122,11 @@ class Program {
   // Runs the whole program once on every local device. In a training program (one
   // whose parameters have updates) that is one training step: the outputs
   // are computed from the parameters as the call found them, and then every
-  // updated parameter (optimizer state included) takes its new value. Throws
+  // updated parameter (optimizer state included) takes its new value.
+  // Optimizer updates are written over the old values where nothing reads
+  // those later (BufferPlan::in_place_of), so a step that throws after its
+  // update loops began may leave some parameters stepped and others not:
+  // restore a checkpoint before training on. Throws
   // std::invalid_argument, before any device runs, if an input or output
   // has neither a global array nor a block for every local device. With
   // several processes it is collective: every process calls it.

@@ -404,11 +404,11 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t20 = rt::Buffer();  // last use of t20
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => add
-    rt::Buffer t21(1, &mem, rt::uninitialized, rt::persistent);  // f32[] []
+    rt::Buffer& t21 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
     for (int64_t i = 0; i < 1; ++i) t21[i] = dev.opt_step[i] + 1.0f;
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
-    rt::Buffer t22(16, &mem, rt::uninitialized, rt::persistent);  // f32[4,4] [{}, {}]
+    rt::Buffer& t22 = dev.l0_kernel;  // f32[4,4] [{}, {}], the new "l0/kernel" computed in place
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t18[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
@@ -420,9 +420,9 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
 
     // ---- updates: parameters take their new values ----------------------------
     // tests/pipeline/stack_programs.cpp:32 "l0/kernel" f32[4,4] [{}, {}] <- t22
-    dev.l0_kernel = std::move(t22);
+    // (computed in place)
     // tests/pipeline/stack_programs.cpp:32 "opt/step" f32[] [] <- t21
-    dev.opt_step = std::move(t21);
+    // (computed in place)
   };  // stage 0
 
   // stage 1 runs F0 B0 F1 B1
@@ -663,7 +663,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     rt::fill(lr.data(), 1, 0.100000001f);
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
-    rt::Buffer t28(16, &mem, rt::uninitialized, rt::persistent);  // f32[4,4] [{}, {}]
+    rt::Buffer& t28 = dev.l1_kernel;  // f32[4,4] [{}, {}], the new "l1/kernel" computed in place
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
       const float v0 = t24[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
@@ -696,7 +696,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
 
     // ---- updates: parameters take their new values ----------------------------
     // tests/pipeline/stack_programs.cpp:32 "l1/kernel" f32[4,4] [{}, {}] <- t28
-    dev.l1_kernel = std::move(t28);
+    // (computed in place)
   };  // stage 1
 
   switch (dev.pipe_index) {
