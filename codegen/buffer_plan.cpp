@@ -230,11 +230,33 @@ BufferPlan plan_buffers(const ir::Graph& g) {
   std::vector<int> last(n, -1);
   for (size_t k = 0; k < p.stmts.size(); ++k)
     for (int r : p.stmts[k].reads) last[r] = static_cast<int>(k);
+  auto step_buffer = [&](int v) {
+    return !p.is_output[v] && !p.is_update_value[v] && g[v].op != Op::kParameter;
+  };
+  p.takes_buffer_of.assign(n, -1);
+  std::set<int> taken;
+  for (size_t k = 0; k < p.stmts.size(); ++k) {
+    std::vector<int> members = p.stmts[k].bucket;
+    const Op op = g[p.stmts[k].node].op;
+    if (members.empty() && p.stmts[k].tree.empty() &&
+        (op == Op::kAllReduce || op == Op::kReshape || op == Op::kShardingConstraint))
+      members.push_back(p.stmts[k].node);
+    for (int m : members) {
+      const int a = g[m].args[0];
+      // An operand two members read is copied for both (one cannot take it
+      // before the other has copied it).
+      const auto readers = std::count_if(members.begin(), members.end(),
+                                         [&](int x) { return g[x].args[0] == a; });
+      if (last[a] == static_cast<int>(k) && step_buffer(a) && !p.is_update_value[m] &&
+          g[a].dtype == g[m].dtype && ir::num_elements(g[a].shape) == ir::num_elements(g[m].shape) &&
+          readers == 1 && taken.insert(a).second)
+        p.takes_buffer_of[m] = a;
+    }
+  }
   p.frees_after.assign(p.stmts.size(), {});
   for (size_t k = 0; k < p.stmts.size(); ++k)
     for (int r : p.stmts[k].reads)
-      if (last[r] == static_cast<int>(k) && !p.is_output[r] && !p.is_update_value[r] &&
-          g[r].op != Op::kParameter)
+      if (last[r] == static_cast<int>(k) && step_buffer(r) && !taken.count(r))
         p.frees_after[k].push_back(r);
 
   // In-place updates (see buffer_plan.h).
@@ -330,13 +352,15 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p,
     t.stmt = static_cast<int>(k);
     const Node& v = g[s.node];
     if (!s.bucket.empty()) {
-      // The members' results, then the packed operands for the one all_reduce.
-      uint64_t total = 0;
+      // Each member takes its operand's block or a new one (emit_bucket).
       for (int m : s.bucket) {
-        result(m);
-        total += bytes_of(g[m]);
+        if (p.takes_buffer_of[m] >= 0)
+          held[m] = held.at(p.takes_buffer_of[m]);
+        else
+          result(m);
       }
-      t.free(t.alloc(total));
+    } else if (p.takes_buffer_of[s.node] >= 0) {
+      held[s.node] = held.at(p.takes_buffer_of[s.node]);  // a copy-like op, no copy
     } else if (v.op != Op::kSend) {  // a send has no result
       result(s.node);  // the statement's result
       for (int k : s.stores) result(k);  // and the values its loop keeps
@@ -403,20 +427,25 @@ ActivationProfile simulate_activations(const ir::Graph& g, const BufferPlan& p) 
     ++live_per_micro_batch[g[v].micro_batch];
     live_bytes += bytes_of(g[v]);
   };
+  auto release = [&](int v) {
+    if (!activation[v]) return;
+    live_bytes -= bytes_of(g[v]);
+    if (--live_per_micro_batch[g[v].micro_batch] == 0) live_per_micro_batch.erase(g[v].micro_batch);
+  };
   for (size_t k = 0; k < p.stmts.size(); ++k) {
     const BufferPlan::Stmt& s = p.stmts[k];
+    std::vector<int> made = s.bucket;
     if (s.bucket.empty()) {
-      add(s.node);
-      for (int k : s.stores) add(k);
-    } else
-      for (int m : s.bucket) add(m);
+      made.push_back(s.node);
+      made.insert(made.end(), s.stores.begin(), s.stores.end());
+    }
+    for (int m : made) add(m);
+    // A result in its operand's buffer: the operand's bytes are the result's.
+    for (int m : made)
+      if (p.takes_buffer_of[m] >= 0) release(p.takes_buffer_of[m]);
     a.max_micro_batches = std::max(a.max_micro_batches, static_cast<int>(live_per_micro_batch.size()));
     a.max_bytes = std::max(a.max_bytes, live_bytes);
-    for (int r : p.frees_after[k]) {
-      if (!activation[r]) continue;
-      live_bytes -= bytes_of(g[r]);
-      if (--live_per_micro_batch[g[r].micro_batch] == 0) live_per_micro_batch.erase(g[r].micro_batch);
-    }
+    for (int r : p.frees_after[k]) release(r);
   }
   return a;
 }

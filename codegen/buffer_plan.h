@@ -72,6 +72,16 @@ struct BufferPlan {
   // output, no other parameter taking it). Saves a parameter-sized block per
   // update and a pass over memory.
   std::vector<int> in_place_of;
+  // Per node: the operand whose buffer a copy-like statement's result takes
+  // instead of a copy, or -1. Copy-like: an all_reduce (reduced in place,
+  // a bucket over its members' buffers: Communicator::all_reduce over
+  // segments), a reshape, a sharding constraint. A result takes its
+  // operand's buffer when the statement is that buffer's last reader, no
+  // other member of the same bucket reads it, and the operand is a step
+  // buffer (not a parameter, an output or an update's value) and so is the
+  // result (not an update's value). Taken operands are not in frees_after:
+  // the result frees the block.
+  std::vector<int> takes_buffer_of;
 };
 
 // The plan of a partitioned graph (lower()'s output). Throws internal_error
@@ -98,8 +108,8 @@ LocalDotLayout local_dot_layout(const ir::DotDims& d, const ir::Shape& lhs, cons
 // Bytes a device holds, replayed from the plan in statement order: the
 // persistent parameter shards (allocated when the Program is constructed),
 // and the largest total reached during one step, with every temporary the
-// generated code allocates (dot transposes, bucket packing buffers, ring
-// buffers, update snapshots) counted where it lives. Every device runs the
+// generated code allocates (dot transposes, ring buffers, update
+// snapshots) counted where it lives. Every device runs the
 // same local shapes, so the numbers hold for each of them.
 struct MemoryProfile {
   uint64_t persistent_bytes = 0;  // parameter shards

@@ -1153,9 +1153,22 @@ class CpuEmitter {
     w.close("random_uniform " + var_[id]);
   }
 
-  // An all-reduce bucket as execute.cpp runs it: the results, then one packed
-  // buffer holding the operands back to back, ONE all_reduce, and the results
-  // unpacked from it.
+  // A copy-like statement's result in its operand's buffer
+  // (BufferPlan::takes_buffer_of): prints the move and returns true, or
+  // prints nothing and returns false.
+  bool take_operand_buffer(CodeWriter& w, int v) {
+    const int a = plan_.takes_buffer_of[v];
+    if (a < 0) return false;
+    w.line(buf_type(g_[v].dtype) + " " + var_[v] + " = std::move(" + var_[a] + ");  // " +
+           shape_comment(g_[v]) + ", in " + var_[a] + "'s buffer (its last use)");
+    return true;
+  }
+
+  // An all-reduce bucket: ONE all_reduce over its members' buffers, in
+  // place (Communicator::all_reduce over segments), with the chunks and
+  // results of execute.cpp's packed buffer. A member takes its operand's
+  // buffer where the bucket is the operand's last reader
+  // (BufferPlan::takes_buffer_of), and a copy of it otherwise.
   void emit_bucket(CodeWriter& w, const Stmt& s) {
     const Node& head = g_[s.node];
     std::vector<int64_t> at;
@@ -1167,32 +1180,26 @@ class CpuEmitter {
     const std::string axes = "(" + join(head.axes, ", ") + ")";
     const std::string id = std::to_string(head.dim2);
     w.line("// all_reduce bucket " + id + ": " + std::to_string(s.bucket.size()) + " values over " +
-           axes + " as ONE collective of " + std::to_string(total) + " floats");
+           axes + " as ONE collective of " + std::to_string(total) + " " +
+           elem_type(head.dtype) + "s, in the values' own buffers");
     for (size_t k = 0; k < s.bucket.size(); ++k) {
       const int m = s.bucket[k];
-      const int64_t n = ir::num_elements(g_[m].shape);
-      w.line(describe(g_[m], {g_[m].args[0]},
+      const int a = g_[m].args[0];
+      const std::string n = std::to_string(ir::num_elements(g_[m].shape));
+      w.line(describe(g_[m], {a},
                       "all_reduce" + axes + ", bucket " + id + " [" + std::to_string(at[k]) + ", " +
-                          std::to_string(at[k] + n) + ")"));
-      w.line(declare(m, /*writes_all=*/true));  // unpacked from the bucket below
+                          std::to_string(at[k] + ir::num_elements(g_[m].shape)) + ")"));
+      if (!take_operand_buffer(w, m)) {
+        w.line(declare(m, /*writes_all=*/true));
+        w.line("rt::copy(" + ptr(a) + ", " + ptr(m) + ", " + n + ");");
+      }
     }
-    const std::string packed = locals_.user("bucket_" + id);
-    const std::string total_s = std::to_string(total);
-    auto in_packed = [&](size_t k) {
-      return packed + ".data()" + (at[k] == 0 ? "" : " + " + std::to_string(at[k]));
-    };
-    w.open("");
-    w.line(buf_type(head.dtype) + " " + packed + "(" + total_s +
-           ", &mem, rt::uninitialized);  // the operands back to back");
+    w.line("comm.all_reduce(std::vector<rt::Segment<" + elem_type(head.dtype) + ">>{");
     for (size_t k = 0; k < s.bucket.size(); ++k)
-      w.line("rt::copy(" + ptr(g_[s.bucket[k]].args[0]) + ", " + in_packed(k) + ", " +
-             std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + ");");
-    w.line("comm.all_reduce(" + packed + ".data(), " + total_s + ", " + group(head) + ", " +
-           reduce_op(head.reduce) + ");");
-    for (size_t k = 0; k < s.bucket.size(); ++k)
-      w.line("rt::copy(" + in_packed(k) + ", " + ptr(s.bucket[k]) + ", " +
-             std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + ");");
-    w.close("all_reduce bucket " + id);
+      w.line("                    {" + ptr(s.bucket[k]) + ", " +
+             std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + "},");
+    w.line("                },");
+    w.line("                " + group(head) + ", " + reduce_op(head.reduce) + ");");
   }
 
   // The statement's mark on the device's timeline (runtime/trace.h): its
@@ -1299,8 +1306,10 @@ class CpuEmitter {
       case Op::kReshape:
       case Op::kShardingConstraint:
         w.line(describe(v, s.reads, ir::op_name(v.op)));
-        w.line(declare(id, /*writes_all=*/true));
-        w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        if (!take_operand_buffer(w, id)) {
+          w.line(declare(id, /*writes_all=*/true));
+          w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        }
         return;
       case Op::kBroadcast: {
         Shape expanded(v.shape.size(), 1);
@@ -1338,8 +1347,10 @@ class CpuEmitter {
         return;
       case Op::kAllReduce:
         w.line(describe(v, s.reads, "all_reduce" + axes));
-        w.line(declare(id, /*writes_all=*/true));
-        w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        if (!take_operand_buffer(w, id)) {
+          w.line(declare(id, /*writes_all=*/true));
+          w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        }
         w.line("comm.all_reduce(" + ptr(id) + ", " + count + ", " + group(v) + ", " +
                reduce_op(v.reduce) + ");");
         return;

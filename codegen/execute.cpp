@@ -401,7 +401,9 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
         if (last_use[a] == id) val[a] = rt::Buffer();
     };
     // A bucket of all-reduces (see all_reduce_bucket_end): results, then one
-    // packed buffer, one collective, unpack; the emitter prints the same steps.
+    // packed buffer, one collective, unpack. Generated code reduces the same
+    // elements in the members' own buffers (emit_bucket), with the same
+    // chunks, so the same results.
     auto run_bucket = [&](int first, int end) {
       const Node& head = g.nodes[first];
       size_t total = 0;

@@ -80,6 +80,13 @@ struct PendingRecv {
 // added (or compared) in f32 and rounded back to bf16 at every step of the
 // ring, as NCCL does. Bytes sent count the elements' real size, so a bf16
 // collective sends half the bytes of the same one in f32.
+// `count` elements at `data`: one piece of a segmented collective.
+template <class T>
+struct Segment {
+  T* data = nullptr;
+  size_t count = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -92,6 +99,17 @@ class Communicator {
   template <class T>
   void all_reduce(T* data, size_t count, const Group& group, ReduceOp op) {
     do_all_reduce(data, count, dtype_of<T>(), group, op);
+  }
+  // One all-reduce over several buffers, in place, as if they were one
+  // buffer of their elements back to back (a gradient bucket): the same
+  // chunks, bytes and results as all_reduce on the packed copy, without
+  // packing or unpacking it. The buffers must not overlap.
+  template <class T>
+  void all_reduce(const std::vector<Segment<T>>& segments, const Group& group, ReduceOp op) {
+    std::vector<Segment<void>> raw;
+    raw.reserve(segments.size());
+    for (const Segment<T>& s : segments) raw.push_back({s.data, s.count});
+    do_all_reduce_segments(raw, dtype_of<T>(), group, op);
   }
   // out[p*count_per_rank ...] = `in` of the member at position p. `in` may alias
   // its own slot out + position*count_per_rank (the NCCL in-place convention).
@@ -158,6 +176,8 @@ class Communicator {
   // `dtype` at untyped addresses.
   virtual void do_all_reduce(void* data, size_t count, DType dtype, const Group& group,
                              ReduceOp op) = 0;
+  virtual void do_all_reduce_segments(const std::vector<Segment<void>>& segments, DType dtype,
+                                      const Group& group, ReduceOp op) = 0;
   virtual void do_all_gather(const void* in, void* out, size_t count_per_rank, DType dtype,
                              const Group& group) = 0;
   virtual void do_reduce_scatter(const void* in, void* out, size_t count_per_rank, DType dtype,

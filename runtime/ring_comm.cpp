@@ -70,6 +70,30 @@ void move_bytes(void* dst, const void* src, size_t bytes) {
 
 }  // namespace
 
+Pieces::Pieces(const std::vector<Segment<void>>& segments, size_t element_size) {
+  start_.push_back(0);
+  for (const Segment<void>& s : segments) {
+    if (s.count == 0) continue;
+    data_.push_back(static_cast<std::byte*>(s.data));
+    start_.push_back(start_.back() + s.count * element_size);
+  }
+}
+
+Pieces::Pieces(void* data, size_t bytes) {
+  start_.push_back(0);
+  if (bytes == 0) return;
+  data_.push_back(static_cast<std::byte*>(data));
+  start_.push_back(bytes);
+}
+
+Bytes Pieces::gather(size_t begin, size_t end) const {
+  Bytes block(end - begin);
+  each(begin, end, [&](const std::byte* p, size_t at, size_t bytes) {
+    std::memcpy(block.data() + at, p, bytes);
+  });
+  return block;
+}
+
 Tag RingComm::next_tag(const Group& group) {
   return Tag{hash_ranks(group.ranks), seq_[group.ranks]++};
 }
@@ -79,6 +103,21 @@ void RingComm::do_all_reduce(void* data, size_t count, DType dtype, const Group&
   const CallTimer timer = time_call(CollectiveKind::kAllReduce);
   check(group, "all_reduce");
   count_call(CollectiveKind::kAllReduce);
+  ring_all_reduce(Pieces(data, count * dtype_size(dtype)), count, dtype, group, op);
+}
+
+void RingComm::do_all_reduce_segments(const std::vector<Segment<void>>& segments, DType dtype,
+                                      const Group& group, ReduceOp op) {
+  const CallTimer timer = time_call(CollectiveKind::kAllReduce);
+  check(group, "all_reduce");
+  count_call(CollectiveKind::kAllReduce);
+  size_t count = 0;
+  for (const Segment<void>& s : segments) count += s.count;
+  ring_all_reduce(Pieces(segments, dtype_size(dtype)), count, dtype, group, op);
+}
+
+void RingComm::ring_all_reduce(const Pieces& data, size_t count, DType dtype, const Group& group,
+                               ReduceOp op) {
   const int n = group.size();
   if (n == 1) return;
   const Tag tag = next_tag(group);
@@ -87,7 +126,7 @@ void RingComm::do_all_reduce(void* data, size_t count, DType dtype, const Group&
   std::vector<size_t> off(n + 1, 0);
   for (int i = 0; i < n; ++i) off[i + 1] = off[i] + count / n + (size_t(i) < count % n ? 1 : 0);
   const size_t es = dtype_size(dtype);
-  ring_reduce_scatter(data, off, at(data, off[group.position] * es), dtype, group, tag, op,
+  ring_reduce_scatter(data, off, data, off[group.position] * es, dtype, group, tag, op,
                       CollectiveKind::kAllReduce);
   ring_all_gather(data, off, dtype, group, tag, CollectiveKind::kAllReduce);
 }
@@ -101,8 +140,8 @@ void RingComm::do_all_gather(const void* in, void* out, size_t count_per_rank, D
   const size_t block = count_per_rank * dtype_size(dtype);
   move_bytes(at(out, group.position * block), in, block);
   if (n == 1) return;
-  ring_all_gather(out, equal_offsets(n, count_per_rank), dtype, group, next_tag(group),
-                  CollectiveKind::kAllGather);
+  ring_all_gather(Pieces(out, n * block), equal_offsets(n, count_per_rank), dtype, group,
+                  next_tag(group), CollectiveKind::kAllGather);
 }
 
 void RingComm::do_reduce_scatter(const void* in, void* out, size_t count_per_rank, DType dtype,
@@ -115,8 +154,11 @@ void RingComm::do_reduce_scatter(const void* in, void* out, size_t count_per_ran
     move_bytes(out, in, count_per_rank * dtype_size(dtype));
     return;
   }
-  ring_reduce_scatter(in, equal_offsets(n, count_per_rank), out, dtype, group, next_tag(group),
-                      op, CollectiveKind::kReduceScatter);
+  const size_t es = dtype_size(dtype);
+  // The ring only reads `in`.
+  ring_reduce_scatter(Pieces(const_cast<void*>(in), n * count_per_rank * es),
+                      equal_offsets(n, count_per_rank), Pieces(out, count_per_rank * es), 0, dtype,
+                      group, next_tag(group), op, CollectiveKind::kReduceScatter);
 }
 
 void RingComm::do_all_to_all(const void* in, void* out, size_t count_per_rank, DType dtype,
@@ -231,39 +273,45 @@ void RingComm::check_rank(int peer, const char* what) const {
                                 std::to_string(peer) + " is not in the world of " + std::to_string(size_));
 }
 
-void RingComm::ring_reduce_scatter(const void* in, const std::vector<size_t>& off, void* out_chunk,
-                                   DType dtype, const Group& group, Tag tag, ReduceOp op,
-                                   CollectiveKind kind) {
+void RingComm::ring_reduce_scatter(const Pieces& in, const std::vector<size_t>& off,
+                                   const Pieces& out, size_t out_at, DType dtype,
+                                   const Group& group, Tag tag, ReduceOp op, CollectiveKind kind) {
   const int n = group.size(), p = group.position;
   const int right = group.ranks[mod(p + 1, n)], left = group.ranks[mod(p - 1, n)];
   const size_t es = dtype_size(dtype);
   auto len = [&](int c) { return off[c + 1] - off[c]; };
   const int first = mod(p - 1, n);
-  send(kind, right, tag, at(in, off[first] * es), len(first) * es);
+  send(kind, right, tag, in.gather(off[first] * es, off[first + 1] * es));
   Bytes acc;
   for (int s = 0; s < n - 1; ++s) {
     const int c = mod(p - s - 2, n);
     acc = receive(left, tag);
     expect_size(acc, len(c), dtype, left);
-    combine(acc.data(), at(in, off[c] * es), len(c), dtype, op);
+    in.each(off[c] * es, off[c + 1] * es, [&](const std::byte* x, size_t at, size_t bytes) {
+      combine(acc.data() + at, x, bytes / es, dtype, op);
+    });
     // Two reads and a write per element, on the virtual clock.
     if (Timeline* tl = timeline()) tl->charge(OpCost{static_cast<double>(len(c)), 3.0 * len(c) * es});
     if (s < n - 2) send(kind, right, tag, std::move(acc));
   }
-  move_bytes(out_chunk, acc.data(), acc.size());
+  out.each(out_at, out_at + acc.size(), [&](std::byte* y, size_t at, size_t bytes) {
+    move_bytes(y, acc.data() + at, bytes);
+  });
 }
 
-void RingComm::ring_all_gather(void* buf, const std::vector<size_t>& off, DType dtype, const Group& group,
-                               Tag tag, CollectiveKind kind) {
+void RingComm::ring_all_gather(const Pieces& buf, const std::vector<size_t>& off, DType dtype,
+                               const Group& group, Tag tag, CollectiveKind kind) {
   const int n = group.size(), p = group.position;
   const int right = group.ranks[mod(p + 1, n)], left = group.ranks[mod(p - 1, n)];
   const size_t es = dtype_size(dtype);
-  send(kind, right, tag, at(buf, off[p] * es), (off[p + 1] - off[p]) * es);
+  send(kind, right, tag, buf.gather(off[p] * es, off[p + 1] * es));
   for (int s = 0; s < n - 1; ++s) {
     const int c = mod(p - s - 1, n);
     Bytes block = receive(left, tag);
     expect_size(block, off[c + 1] - off[c], dtype, left);
-    move_bytes(at(buf, off[c] * es), block.data(), block.size());
+    buf.each(off[c] * es, off[c + 1] * es, [&](std::byte* y, size_t at, size_t bytes) {
+      move_bytes(y, block.data() + at, bytes);
+    });
     if (s < n - 2) send(kind, right, tag, std::move(block));
   }
 }

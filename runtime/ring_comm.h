@@ -9,6 +9,7 @@
 // order and count the same bytes. Internal to the runtime's backends.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -29,6 +30,34 @@ struct Tag {
 
 using Bytes = std::vector<std::byte>;
 
+// A collective's buffer as the ring reads and writes it: bytes [0, bytes())
+// laid over one or more pieces back to back (a segmented all-reduce's
+// buffers, or one buffer).
+class Pieces {
+ public:
+  Pieces(const std::vector<Segment<void>>& segments, size_t element_size);
+  Pieces(void* data, size_t bytes);
+  size_t bytes() const { return start_.back(); }
+  // fn(piece address, offset of the piece from `begin`, piece bytes) for
+  // each piece of [begin, end), in order.
+  template <class F>
+  void each(size_t begin, size_t end, F&& fn) const {
+    size_t i = static_cast<size_t>(std::upper_bound(start_.begin(), start_.end(), begin) -
+                                   start_.begin()) - 1;
+    for (size_t at = begin; at < end; ++i) {
+      const size_t stop = std::min(end, start_[i + 1]);
+      if (stop > at) fn(data_[i] + (at - start_[i]), at - begin, stop - at);
+      at = std::max(at, stop);
+    }
+  }
+  // A copy of [begin, end), the block a ring step sends.
+  Bytes gather(size_t begin, size_t end) const;
+
+ private:
+  std::vector<std::byte*> data_;
+  std::vector<size_t> start_;  // piece i holds bytes [start_[i], start_[i + 1])
+};
+
 class RingComm : public Communicator {
  public:
   RingComm(int rank, int size) : rank_(rank), size_(size) {}
@@ -41,6 +70,8 @@ class RingComm : public Communicator {
   // The collectives (communicator.h), on post() and receive().
   void do_all_reduce(void* data, size_t count, DType dtype, const Group& group,
                      ReduceOp op) override;
+  void do_all_reduce_segments(const std::vector<Segment<void>>& segments, DType dtype,
+                              const Group& group, ReduceOp op) override;
   void do_all_gather(const void* in, void* out, size_t count_per_rank, DType dtype,
                      const Group& group) override;
   void do_reduce_scatter(const void* in, void* out, size_t count_per_rank, DType dtype,
@@ -75,20 +106,26 @@ class RingComm : public Communicator {
 
   Tag next_tag(const Group& group);
 
+  // all_reduce over `data`, `count` elements: reduce_scatter, then
+  // all_gather, on the same balanced chunks.
+  void ring_all_reduce(const Pieces& data, size_t count, DType dtype, const Group& group,
+                       ReduceOp op);
+
   // Member p ends with chunk p (elements `off[p]..off[p+1]`) reduced over the
-  // group, written to `out_chunk`. Step s sends chunk p-s-1 to the right
-  // neighbour and folds the partial sum of chunk p-s-2 from the left into it,
-  // so every chunk is reduced in one fixed order around the ring. `in` may
-  // contain `out_chunk`: chunk p of `in` is read before `out_chunk` is written.
-  void ring_reduce_scatter(const void* in, const std::vector<size_t>& off, void* out_chunk,
-                           DType dtype, const Group& group, Tag tag, ReduceOp op,
+  // group, written to `out` from byte `out_at`. Step s sends chunk p-s-1 to
+  // the right neighbour and folds the partial sum of chunk p-s-2 from the
+  // left into it, so every chunk is reduced in one fixed order around the
+  // ring. `in` may contain the output: chunk p of `in` is read before it is
+  // written.
+  void ring_reduce_scatter(const Pieces& in, const std::vector<size_t>& off, const Pieces& out,
+                           size_t out_at, DType dtype, const Group& group, Tag tag, ReduceOp op,
                            CollectiveKind kind);
 
   // `buf` holds this member's chunk at element off[p]; fills in all the
   // others. Step s sends chunk p-s to the right and receives chunk p-s-1 from
   // the left, which is then forwarded as-is at the next step.
-  void ring_all_gather(void* buf, const std::vector<size_t>& off, DType dtype, const Group& group,
-                       Tag tag, CollectiveKind kind);
+  void ring_all_gather(const Pieces& buf, const std::vector<size_t>& off, DType dtype,
+                       const Group& group, Tag tag, CollectiveKind kind);
 
   void expect_size(const Bytes& block, size_t expected, DType dtype, int src) const;
 

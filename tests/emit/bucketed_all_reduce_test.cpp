@@ -9,7 +9,9 @@
 //    any order; see the note below);
 //  - the emitted program (bucketed_emit, at build time) matches the
 //    interpreter on the bucketed program bit for bit, call for call, byte for
-//    byte, on non-integer inputs, and prints one comm.all_reduce per bucket.
+//    byte, on non-integer inputs, and prints one comm.all_reduce per bucket,
+//    over the members' own buffers (the interpreter packs them: the same
+//    chunks, so the same sums).
 //
 // NOTE: with non-integer values and groups of more than two devices, bucketing
 // may change the last bits of a sum: the ring reduces each chunk starting at a
@@ -125,8 +127,10 @@ TEST(AllReduceBuckets, GeneratedCodeMatchesInterpreterBitForBit) {
     }
 }
 
-// The emitted source spells each bucket as one collective over a packed
-// buffer: 7 comm.all_reduce calls for 9 all_reduce nodes.
+// The emitted source spells each bucket as one collective over its
+// members' buffers: 7 comm.all_reduce calls for 9 all_reduce nodes. Bucket 0's
+// operands are read again later, so its members get copies; bucket 1's are
+// not, so its members take the operands' buffers and nothing is copied.
 TEST(AllReduceBuckets, EmittedSourceHasOneAllReducePerBucket) {
   const std::filesystem::path src =
       std::filesystem::path(SHARC_BUCKETED_DIR) / "bucketed_all_reduce.cpp";
@@ -140,12 +144,25 @@ TEST(AllReduceBuckets, EmittedSourceHasOneAllReducePerBucket) {
        at = s.find("comm.all_reduce(", at + 1))
     ++calls;
   EXPECT_EQ(calls, 7);
-  EXPECT_NE(s.find("comm.all_reduce(bucket_0.data(), 16, dev.group_data, rt::ReduceOp::kSum);"),
-            std::string::npos)
-      << s;
-  EXPECT_NE(s.find("comm.all_reduce(bucket_1.data(), 16, dev.group_model, rt::ReduceOp::kSum);"),
-            std::string::npos)
-      << s;
+  const std::string bucket0 =
+      "  rt::copy(t2.data(), sum_xx.data(), 8);\n"
+      "  comm.all_reduce(std::vector<rt::Segment<float>>{\n"
+      "                      {sum_x.data(), 8},\n"
+      "                      {sum_xx.data(), 8},\n"
+      "                  },\n"
+      "                  dev.group_data, rt::ReduceOp::kSum);\n";
+  EXPECT_NE(s.find(bucket0), std::string::npos) << s;
+  EXPECT_NE(s.find("rt::copy(t0.data(), sum_x.data(), 8);"), std::string::npos) << s;
+  const std::string bucket1 =
+      "  rt::Buffer sum_yy = std::move(t6);  // f32[8] [{}], in t6's buffer (its last use)\n"
+      "  comm.all_reduce(std::vector<rt::Segment<float>>{\n"
+      "                      {sum_y.data(), 8},\n"
+      "                      {sum_yy.data(), 8},\n"
+      "                  },\n"
+      "                  dev.group_model, rt::ReduceOp::kSum);\n";
+  EXPECT_NE(s.find(bucket1), std::string::npos) << s;
+  EXPECT_NE(s.find("rt::Buffer sum_y = std::move(t4);"), std::string::npos) << s;
+  EXPECT_EQ(s.find("bucket_0"), std::string::npos) << "no packed buffer";
 }
 
 }  // namespace

@@ -248,9 +248,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t0 = rt::Buffer();  // last use of t0
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
-    rt::Buffer t2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::copy(t1.data(), t2.data(), 8);
-    t1 = rt::Buffer();  // last use of t1
+    rt::Buffer t2 = std::move(t1);  // f32[2,4] [{"data"}, {}], in t1's buffer (its last use)
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
@@ -274,9 +272,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
-    rt::Buffer t5(16, &mem, rt::uninitialized);  // f32[2,2,4] [{"data"}, {}, {}]
-    rt::copy(x.data(), t5.data(), 16);
-    x = rt::Buffer();  // last use of x
+    rt::Buffer t5 = std::move(x);  // f32[2,2,4] [{"data"}, {}, {}], in x's buffer (its last use)
     timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [1, 2)
     rt::Buffer t6(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
@@ -284,9 +280,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t5 = rt::Buffer();  // last use of t5
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
-    rt::Buffer t7(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::copy(t6.data(), t7.data(), 8);
-    t6 = rt::Buffer();  // last use of t6
+    rt::Buffer t7 = std::move(t6);  // f32[2,4] [{"data"}, {}], in t6's buffer (its last use)
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
@@ -374,10 +368,8 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t15 = rt::Buffer();  // last use of t15
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer t17(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
-    rt::copy(t16.data(), t17.data(), 16);
+    rt::Buffer t17 = std::move(t16);  // f32[4,4] [{}, {}], in t16's buffer (its last use)
     comm.all_reduce(t17.data(), 16, dev.group_data, rt::ReduceOp::kSum);
-    t16 = rt::Buffer();  // last use of t16
 
     // ==== after the micro-batches: the optimizer step ====
 
@@ -460,10 +452,8 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t3 = rt::Buffer();  // last use of t3
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer t5(1, &mem, rt::uninitialized);  // f32[] []
-    rt::copy(t4.data(), t5.data(), 1);
+    rt::Buffer t5 = std::move(t4);  // f32[] [], in t4's buffer (its last use)
     comm.all_reduce(t5.data(), 1, dev.group_data, rt::ReduceOp::kSum);
-    t4 = rt::Buffer();  // last use of t4
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:44: [] -> [] => mul
     rt::Buffer t6(1, &mem, rt::uninitialized);  // f32[] []
@@ -547,10 +537,8 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t14 = rt::Buffer();  // last use of t14
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer t16(1, &mem, rt::uninitialized);  // f32[] []
-    rt::copy(t15.data(), t16.data(), 1);
+    rt::Buffer t16 = std::move(t15);  // f32[] [], in t15's buffer (its last use)
     comm.all_reduce(t16.data(), 1, dev.group_data, rt::ReduceOp::kSum);
-    t15 = rt::Buffer();  // last use of t15
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
@@ -615,10 +603,8 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     t21 = rt::Buffer();  // last use of t21
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer t23(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
-    rt::copy(t22.data(), t23.data(), 16);
+    rt::Buffer t23 = std::move(t22);  // f32[4,4] [{}, {}], in t22's buffer (its last use)
     comm.all_reduce(t23.data(), 16, dev.group_data, rt::ReduceOp::kSum);
-    t22 = rt::Buffer();  // last use of t22
 
     // ==== after the micro-batches: the optimizer step ====
 
