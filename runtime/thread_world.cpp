@@ -186,6 +186,7 @@ ThreadWorld::ThreadWorld(MeshShape mesh) : mesh_(std::move(mesh)) {
     comms_.back()->set_timeline(timelines_.back().get());
   }
   set_threads_per_device(rt::threads_per_device(n));
+  devices_ = std::make_unique<Team>(n);
 }
 
 void ThreadWorld::set_threads_per_device(int threads) {
@@ -268,27 +269,25 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
 
   std::mutex mu;
   std::exception_ptr first;
-  std::vector<std::thread> threads;
-  threads.reserve(comms_.size());
-  for (int r = 0; r < size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        TeamScope team(teams_.empty() ? nullptr : teams_[r].get());
-        fn(r);
-        timelines_[r]->finish();
-      } catch (...) {
-        timelines_[r]->finish();
-        {
-          // Record before poisoning: the WorldAborted exceptions the poison
-          // causes elsewhere must never be the one reported.
-          std::lock_guard<std::mutex> lk(mu);
-          if (!first) first = std::current_exception();
-        }
-        fabric_->poison();
+  // The devices run on the pool's threads (the caller's is device 0), kept
+  // from run to run: a step pays two wake-ups per device, not a thread
+  // start and join.
+  devices_->run(size(), [&](int r) {
+    try {
+      TeamScope team(teams_.empty() ? nullptr : teams_[r].get());
+      fn(r);
+      timelines_[r]->finish();
+    } catch (...) {
+      timelines_[r]->finish();
+      {
+        // Record before poisoning: the WorldAborted exceptions the poison
+        // causes elsewhere must never be the one reported.
+        std::lock_guard<std::mutex> lk(mu);
+        if (!first) first = std::current_exception();
       }
-    });
-  }
-  for (auto& t : threads) t.join();
+      fabric_->poison();
+    }
+  });
   running_ = false;
 
   const size_t left = fabric_->reset(&src, &dst);

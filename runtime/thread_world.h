@@ -81,7 +81,8 @@ class ThreadWorld final : public World {
   // 0 waits forever. Default 60 s.
   void set_recv_timeout(double seconds);
 
-  // Runs fn(rank) on one thread per device and joins them. If any device
+  // Runs fn(rank) on one thread per device (the caller's runs device 0; the
+  // others are the world's, kept between runs) and waits for all. If any device
   // throws, the others are woken out of their receives and the first
   // exception is rethrown here. Throws std::logic_error if the devices all
   // returned but some message was never received (e.g. a ppermute_start with no
@@ -108,6 +109,7 @@ class ThreadWorld final : public World {
   bool running_ = false;
   int threads_per_device_ = 1;
   std::vector<std::unique_ptr<Team>> teams_;  // per device, when threads_per_device_ > 1
+  std::unique_ptr<Team> devices_;             // one thread per device, the caller's included
 };
 
 }  // namespace sharc::rt
