@@ -94,6 +94,16 @@ Bytes Pieces::gather(size_t begin, size_t end) const {
   return block;
 }
 
+const std::byte* Pieces::contiguous(size_t begin, size_t end) const {
+  const std::byte* found = nullptr;
+  int pieces = 0;
+  each(begin, end, [&](const std::byte* p, size_t, size_t) {
+    found = p;
+    ++pieces;
+  });
+  return pieces == 1 ? found : nullptr;
+}
+
 Tag RingComm::next_tag(const Group& group) {
   return Tag{hash_ranks(group.ranks), seq_[group.ranks]++};
 }
@@ -304,23 +314,47 @@ void RingComm::ring_all_gather(const Pieces& buf, const std::vector<size_t>& off
   const int n = group.size(), p = group.position;
   const int right = group.ranks[mod(p + 1, n)], left = group.ranks[mod(p - 1, n)];
   const size_t es = dtype_size(dtype);
-  send(kind, right, tag, buf.gather(off[p] * es, off[p + 1] * es));
+  // A chunk in one piece is lent; one across pieces goes as a copy.
+  auto pass_on = [&](int c) {
+    const size_t begin = off[c] * es, end = off[c + 1] * es;
+    if (const std::byte* at = buf.contiguous(begin, end)) {
+      if (right != rank_) count_bytes(kind, end - begin);
+      post_lent(right, tag, at, end - begin);
+    } else {
+      send(kind, right, tag, buf.gather(begin, end));
+    }
+  };
+  // If this throws, nothing lent may be read after the buffer is gone.
+  struct Abandon {
+    RingComm& comm;
+    const int exceptions = std::uncaught_exceptions();
+    ~Abandon() {
+      if (std::uncaught_exceptions() > exceptions) comm.abandon_lent();
+    }
+  } abandon{*this};
+  pass_on(p);
   for (int s = 0; s < n - 1; ++s) {
     const int c = mod(p - s - 1, n);
-    Bytes block = receive(left, tag);
-    expect_size(block, off[c + 1] - off[c], dtype, left);
-    buf.each(off[c] * es, off[c + 1] * es, [&](std::byte* y, size_t at, size_t bytes) {
-      move_bytes(y, block.data() + at, bytes);
+    receive_with(left, tag, [&](const std::byte* block, size_t bytes) {
+      expect_size(bytes, off[c + 1] - off[c], dtype, left);
+      buf.each(off[c] * es, off[c + 1] * es, [&](std::byte* y, size_t at, size_t piece) {
+        move_bytes(y, block + at, piece);
+      });
     });
-    if (s < n - 2) send(kind, right, tag, std::move(block));
+    if (s < n - 2) pass_on(c);
   }
+  wait_lent();
 }
 
 void RingComm::expect_size(const Bytes& block, size_t expected, DType dtype, int src) const {
+  expect_size(block.size(), expected, dtype, src);
+}
+
+void RingComm::expect_size(size_t bytes, size_t expected, DType dtype, int src) const {
   const size_t es = dtype_size(dtype);
-  if (block.size() != expected * es) {
+  if (bytes != expected * es) {
     throw std::runtime_error("rank " + std::to_string(rank_) + " received " +
-                             std::to_string(block.size() / es) + " " +
+                             std::to_string(bytes / es) + " " +
                              std::string(dtype_name(dtype)) + " elements from rank " +
                              std::to_string(src) + " but expected " + std::to_string(expected) +
                              ": members called a collective with different counts or types");

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -52,6 +53,9 @@ class Pieces {
   }
   // A copy of [begin, end), the block a ring step sends.
   Bytes gather(size_t begin, size_t end) const;
+  // The address of [begin, end) when one piece holds all of it (and it is
+  // not empty), else null.
+  const std::byte* contiguous(size_t begin, size_t end) const;
 
  private:
   std::vector<std::byte*> data_;
@@ -93,6 +97,26 @@ class RingComm : public Communicator {
   virtual void post(int dst, Tag tag, Bytes&& block) = 0;
   virtual Bytes receive(int src, Tag tag) = 0;
 
+  // Lending, for transports whose devices share memory: post_lent() hands
+  // `dst` the block where it lies, not a copy; receive_with() calls fn on the
+  // block's bytes where they lie (lent or not) and releases a lent block when
+  // fn returns; wait_lent() returns once every block this device lent has
+  // been released, and until then the lender leaves them unchanged. On
+  // failure a ring function calls abandon_lent(), which takes back what was
+  // not received yet and waits for reads in progress, so no device reads
+  // memory its lender has freed. The defaults copy (post) and wait for
+  // nothing.
+  virtual void post_lent(int dst, Tag tag, const std::byte* data, size_t bytes) {
+    post(dst, tag, Bytes(data, data + bytes));
+  }
+  virtual void receive_with(int src, Tag tag,
+                            const std::function<void(const std::byte*, size_t)>& fn) {
+    const Bytes block = receive(src, tag);
+    fn(block.data(), block.size());
+  }
+  virtual void wait_lent() {}
+  virtual void abandon_lent() noexcept {}
+
  private:
   static std::vector<size_t> equal_offsets(int n, size_t count_per_rank);
 
@@ -123,11 +147,14 @@ class RingComm : public Communicator {
 
   // `buf` holds this member's chunk at element off[p]; fills in all the
   // others. Step s sends chunk p-s to the right and receives chunk p-s-1 from
-  // the left, which is then forwarded as-is at the next step.
+  // the left, which is then forwarded as-is at the next step. Chunks are
+  // lent (post_lent), so on a shared-memory transport each step is one copy,
+  // from the left neighbour's buffer straight into this one's.
   void ring_all_gather(const Pieces& buf, const std::vector<size_t>& off, DType dtype,
                        const Group& group, Tag tag, CollectiveKind kind);
 
   void expect_size(const Bytes& block, size_t expected, DType dtype, int src) const;
+  void expect_size(size_t bytes, size_t expected, DType dtype, int src) const;
 
   void send(CollectiveKind kind, int dst, Tag tag, const std::byte* data, size_t bytes);
 

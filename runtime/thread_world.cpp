@@ -1,7 +1,9 @@
 // ThreadWorld: the thread transport under the ring collectives (ring_comm.h):
-// channels and message matching. Every post copies the block (or moves a
-// buffer the sender no longer needs) into the destination's channel; nothing
-// reads another device's memory. Failure handling is a poison flag plus a
+// channels and message matching. A post copies the block (or moves a
+// buffer the sender no longer needs) into the destination's channel; a lent
+// block (the all-gather steps) is read by its receiver where the lender
+// keeps it, and the lender waits for that read before its collective
+// returns, or takes the block back if the run fails. Failure handling is a poison flag plus a
 // broadcast wake-up of every channel, so a throw on one device cannot leave
 // the others blocked forever.
 #include "runtime/thread_world.h"
@@ -29,11 +31,19 @@ static Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
+class ThreadComm;
+
 struct Message {
   Tag tag;
   Bytes data;
   Clock::time_point arrival;  // wall clock with a simulated link
   double virtual_arrival = 0;  // virtual clock
+  // A lent block (RingComm::post_lent): the lender's bytes, not a copy;
+  // `data` is empty. The receiver releases it to the lender after reading.
+  const std::byte* lent = nullptr;
+  size_t lent_bytes = 0;
+  ThreadComm* lender = nullptr;
+  size_t bytes() const { return lent ? lent_bytes : data.size(); }
 };
 
 struct Channel {
@@ -91,31 +101,128 @@ class ThreadComm final : public RingComm {
  public:
   ThreadComm(Fabric& fabric, int rank) : RingComm(rank, fabric.n), fabric_(fabric) {}
 
+  // A new run: nothing is lent (a failed run took back what it lent).
+  void restart() {
+    restart_sequences();
+    std::lock_guard<std::mutex> lk(lent_mu_);
+    lent_ = 0;
+  }
+
+  // A receiver is done reading a block this device lent.
+  void release() {
+    std::lock_guard<std::mutex> lk(lent_mu_);
+    if (--lent_ == 0) lent_cv_.notify_all();
+  }
+
  protected:
   void post(int dst, Tag tag, Bytes&& block) override {
+    Message m;
+    m.tag = tag;
+    m.data = std::move(block);
+    enqueue(dst, std::move(m));
+  }
+
+  void post_lent(int dst, Tag tag, const std::byte* data, size_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lk(lent_mu_);
+      ++lent_;
+    }
+    Message m;
+    m.tag = tag;
+    m.lent = data;
+    m.lent_bytes = bytes;
+    m.lender = this;
+    enqueue(dst, std::move(m));
+  }
+
+  Bytes receive(int src, Tag tag) override {
+    Message m = take(src, tag);
+    if (!m.lent) return std::move(m.data);
+    Bytes copy(m.lent, m.lent + m.lent_bytes);
+    m.lender->release();
+    return copy;
+  }
+
+  void receive_with(int src, Tag tag,
+                    const std::function<void(const std::byte*, size_t)>& fn) override {
+    Message m = take(src, tag);
+    if (!m.lent) return fn(m.data.data(), m.data.size());
+    struct Release {
+      ThreadComm* lender;
+      ~Release() { lender->release(); }
+    } release{m.lender};
+    fn(m.lent, m.lent_bytes);
+  }
+
+  void wait_lent() override {
+    std::unique_lock<std::mutex> lk(lent_mu_);
+    const double timeout = fabric_.recv_timeout_s;
+    const Clock::time_point deadline = Clock::now() + seconds(timeout);
+    while (lent_ > 0) {
+      // Receivers that failed never take their blocks: look at the poison
+      // flag now and then (a release wakes this at once).
+      lent_cv_.wait_for(lk, std::chrono::milliseconds(10));
+      if (lent_ == 0) return;
+      const bool poisoned = fabric_.poisoned.load();
+      if (poisoned || (timeout > 0 && Clock::now() > deadline)) {
+        lk.unlock();
+        abandon_lent();
+        if (poisoned)
+          throw WorldAborted("rank " + std::to_string(rank()) +
+                             " aborted while its blocks were read: another device failed");
+        throw std::runtime_error("rank " + std::to_string(rank()) + " waited " +
+                                 std::to_string(timeout) +
+                                 " s for its ring neighbour to take a block it sent; the devices "
+                                 "probably issued collectives in different orders or groups");
+      }
+    }
+  }
+
+  void abandon_lent() noexcept override {
+    // Take back every lent block still queued, then wait for the reads in
+    // progress (they do not block, so they end soon).
+    int taken_back = 0;
+    for (int dst = 0; dst < fabric_.n; ++dst) {
+      Channel& ch = fabric_.at(rank(), dst);
+      std::lock_guard<std::mutex> lk(ch.mu);
+      for (auto it = ch.queue.begin(); it != ch.queue.end();) {
+        if (it->lender == this) {
+          it = ch.queue.erase(it);
+          ++taken_back;
+        } else {
+          ++it;
+        }
+      }
+    }
+    std::unique_lock<std::mutex> lk(lent_mu_);
+    lent_ -= taken_back;
+    lent_cv_.wait(lk, [&] { return lent_ <= 0; });
+  }
+
+ private:
+  void enqueue(int dst, Message&& m) {
     Channel& ch = fabric_.at(rank(), dst);
     {
       std::lock_guard<std::mutex> lk(ch.mu);
-      Clock::time_point arrival{};
-      double virtual_arrival = 0;
       const LinkModel& link = fabric_.link;
       const double transfer_s =
-          link.bytes_per_s > 0 ? static_cast<double>(block.size()) / link.bytes_per_s : 0.0;
+          link.bytes_per_s > 0 ? static_cast<double>(m.bytes()) / link.bytes_per_s : 0.0;
       if (fabric_.virtual_clock) {
         const double start = std::max(timeline()->now(), ch.virtual_link_free);
         ch.virtual_link_free = start + transfer_s;
-        virtual_arrival = ch.virtual_link_free + link.latency_s;
+        m.virtual_arrival = ch.virtual_link_free + link.latency_s;
       } else if (link.latency_s > 0 || link.bytes_per_s > 0) {
         const Clock::time_point start = std::max(Clock::now(), ch.link_free);
         ch.link_free = start + seconds(transfer_s);
-        arrival = ch.link_free + seconds(link.latency_s);
+        m.arrival = ch.link_free + seconds(link.latency_s);
       }
-      ch.queue.push_back(Message{tag, std::move(block), arrival, virtual_arrival});
+      ch.queue.push_back(std::move(m));
     }
     ch.cv.notify_all();
   }
 
-  Bytes receive(int src, Tag tag) override {
+  // The first message from `src` under `tag`, once it has arrived.
+  Message take(int src, Tag tag) {
     Channel& ch = fabric_.at(src, rank());
     std::unique_lock<std::mutex> lk(ch.mu);
     const double timeout = fabric_.recv_timeout_s;
@@ -133,7 +240,7 @@ class ThreadComm final : public RingComm {
           timeline()->arrive(m.virtual_arrival);
         else if (m.arrival > Clock::now())
           std::this_thread::sleep_until(m.arrival);
-        return std::move(m.data);
+        return m;
       }
       if (fabric_.poisoned.load()) {
         throw WorldAborted("rank " + std::to_string(rank()) + " aborted while waiting for rank " +
@@ -154,9 +261,10 @@ class ThreadComm final : public RingComm {
     }
   }
 
-
- private:
   Fabric& fabric_;
+  std::mutex lent_mu_;
+  std::condition_variable lent_cv_;
+  int lent_ = 0;  // blocks lent and not yet released
 };
 
 }  // namespace detail
@@ -260,7 +368,7 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
   if (!std::getenv("OPENBLAS_NUM_THREADS")) set_blas_threads(size() == 1 ? threads_per_device_ : 1);
   int src = -1, dst = -1;
   fabric_->reset(&src, &dst);
-  for (auto& c : comms_) c->restart_sequences();
+  for (auto& c : comms_) c->restart();
   if (clock_ == ClockMode::kVirtual) {
     double latest = 0;
     for (auto& t : timelines_) latest = std::max(latest, t->time().now_s);

@@ -1,8 +1,10 @@
 // ThreadWorld: the loopback backend, N simulated devices as threads of one
 // process, so partitioned programs and collective schedules run in tests
 // without GPUs or MPI. It is not a shared-memory shortcut: devices exchange
-// copies of blocks over per-(src, dst) FIFO channels, and the collectives are
-// the real ring algorithms, so byte counts and reduction orders match what a
+// blocks over per-(src, dst) FIFO channels (an all-gather step's block is
+// lent, read where its sender keeps it, one copy per step as a GPU's
+// peer-to-peer copy would be), and the collectives are the real ring
+// algorithms, so byte counts and reduction orders match what a
 // ring backend (NCCL) would do. Messages carry a (group, sequence) tag so an
 // asynchronous ppermute can overlap other collectives between the same devices.
 #pragma once
