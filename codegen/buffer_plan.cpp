@@ -341,10 +341,15 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p,
       held[static_cast<int>(i)] = t.alloc(bytes_of(g.nodes[i]), /*persistent=*/true);
     }
   // A value the step hands to a parameter outlives the step (emit_updates);
-  // one computed in place takes the parameter's block.
+  // one computed in place takes the parameter's block, and a copy-like
+  // result its operand's (emit_bucket, take_operand_buffer).
   auto result = [&](int v) {
-    held[v] = p.in_place_of[v] >= 0 ? held.at(p.in_place_of[v])
-                                    : t.alloc(bytes_of(g[v]), p.is_update_value[v] != 0);
+    if (p.in_place_of[v] >= 0)
+      held[v] = held.at(p.in_place_of[v]);
+    else if (p.takes_buffer_of[v] >= 0)
+      held[v] = held.at(p.takes_buffer_of[v]);
+    else
+      held[v] = t.alloc(bytes_of(g[v]), p.is_update_value[v] != 0);
   };
 
   for (size_t k = 0; k < p.stmts.size(); ++k) {
@@ -352,15 +357,7 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p,
     t.stmt = static_cast<int>(k);
     const Node& v = g[s.node];
     if (!s.bucket.empty()) {
-      // Each member takes its operand's block or a new one (emit_bucket).
-      for (int m : s.bucket) {
-        if (p.takes_buffer_of[m] >= 0)
-          held[m] = held.at(p.takes_buffer_of[m]);
-        else
-          result(m);
-      }
-    } else if (p.takes_buffer_of[s.node] >= 0) {
-      held[s.node] = held.at(p.takes_buffer_of[s.node]);  // a copy-like op, no copy
+      for (int m : s.bucket) result(m);  // reduced in place: no packed buffer
     } else if (v.op != Op::kSend) {  // a send has no result
       result(s.node);  // the statement's result
       for (int k : s.stores) result(k);  // and the values its loop keeps

@@ -1185,13 +1185,13 @@ class CpuEmitter {
     for (size_t k = 0; k < s.bucket.size(); ++k) {
       const int m = s.bucket[k];
       const int a = g_[m].args[0];
-      const std::string n = std::to_string(ir::num_elements(g_[m].shape));
+      const int64_t n = ir::num_elements(g_[m].shape);
       w.line(describe(g_[m], {a},
                       "all_reduce" + axes + ", bucket " + id + " [" + std::to_string(at[k]) + ", " +
-                          std::to_string(at[k] + ir::num_elements(g_[m].shape)) + ")"));
+                          std::to_string(at[k] + n) + ")"));
       if (!take_operand_buffer(w, m)) {
         w.line(declare(m, /*writes_all=*/true));
-        w.line("rt::copy(" + ptr(a) + ", " + ptr(m) + ", " + n + ");");
+        w.line("rt::copy(" + ptr(a) + ", " + ptr(m) + ", " + std::to_string(n) + ");");
       }
     }
     w.line("comm.all_reduce(std::vector<rt::Segment<" + elem_type(head.dtype) + ">>{");

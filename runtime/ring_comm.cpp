@@ -317,12 +317,10 @@ void RingComm::ring_all_gather(const Pieces& buf, const std::vector<size_t>& off
   // A chunk in one piece is lent; one across pieces goes as a copy.
   auto pass_on = [&](int c) {
     const size_t begin = off[c] * es, end = off[c + 1] * es;
-    if (const std::byte* at = buf.contiguous(begin, end)) {
-      if (right != rank_) count_bytes(kind, end - begin);
-      post_lent(right, tag, at, end - begin);
-    } else {
+    if (const std::byte* at = buf.contiguous(begin, end))
+      send_lent(kind, right, tag, at, end - begin);
+    else
       send(kind, right, tag, buf.gather(begin, end));
-    }
   };
   // If this throws, nothing lent may be read after the buffer is gone.
   struct Abandon {
@@ -368,6 +366,12 @@ void RingComm::send(CollectiveKind kind, int dst, Tag tag, const std::byte* data
 void RingComm::send(CollectiveKind kind, int dst, Tag tag, Bytes&& block) {
   if (dst != rank_) count_bytes(kind, block.size());
   post(dst, tag, std::move(block));
+}
+
+void RingComm::send_lent(CollectiveKind kind, int dst, Tag tag, const std::byte* data,
+                         size_t bytes) {
+  if (dst != rank_) count_bytes(kind, bytes);
+  post_lent(dst, tag, data, bytes);
 }
 
 void RingComm::receive_into(int src, Tag tag, void* out, size_t count, DType dtype) {

@@ -160,6 +160,8 @@ class RingComm : public Communicator {
 
   // Bytes to oneself never touch a link, so they are not counted.
   void send(CollectiveKind kind, int dst, Tag tag, Bytes&& block);
+  // The same, lent (post_lent): `data` stays unchanged until wait_lent().
+  void send_lent(CollectiveKind kind, int dst, Tag tag, const std::byte* data, size_t bytes);
 
   void receive_into(int src, Tag tag, void* out, size_t count, DType dtype);
 

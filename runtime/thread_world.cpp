@@ -3,9 +3,9 @@
 // buffer the sender no longer needs) into the destination's channel; a lent
 // block (the all-gather steps) is read by its receiver where the lender
 // keeps it, and the lender waits for that read before its collective
-// returns, or takes the block back if the run fails. Failure handling is a poison flag plus a
-// broadcast wake-up of every channel, so a throw on one device cannot leave
-// the others blocked forever.
+// returns, or takes the block back if the run fails. Failure handling is a
+// poison flag plus a broadcast wake-up of every channel, so a throw on one
+// device cannot leave the others blocked forever.
 #include "runtime/thread_world.h"
 
 #include <algorithm>
