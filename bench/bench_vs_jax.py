@@ -3,7 +3,7 @@
 meshes, measured side by side in one invocation on one machine.
 
     bench_vs_jax.py --bench-train build/bench/bench_train [--steps 20] [--warmup 3]
-                    [--models mlp,gpt] [--venv DIR] [--keep-blas-env]
+                    [--windows 5] [--models mlp,gpt] [--venv DIR] [--keep-blas-env]
 
 (or `ninja -C build bench_vs_jax`, which passes the paths). For every (model,
 mesh) that bench_train has compiled in, it runs sharc's program (bench_train,
@@ -17,6 +17,11 @@ per device (sharc's measured peak; XLA's memory_analysis: arguments +
 outputs - aliased + temporaries). It also measures this machine's sgemm rate
 (a 2048^3 sgemm on every core) and prints the one-device MLP step's GEMM
 rate as a fraction of it.
+
+Timing: after the warm-up, each side runs --windows windows of --steps steps
+and reports its fastest window. These benches run on shared machines where a
+neighbour's burst slows a window for a second or two; the fastest window is
+the least disturbed one, and both sides get the same treatment.
 
 JAX comes from a virtual environment (default: <bench_train's folder>/jax-venv),
 made and filled from PyPI when `import jax` fails there.
@@ -58,7 +63,8 @@ def ensure_jax(venv_dir):
 
 def sharc_row(bench, model, mesh, args, env):
     out = subprocess.run([bench, "--model", model, "--mesh", mesh, "--steps", str(args.steps),
-                          "--warmup", str(args.warmup)], capture_output=True, text=True, env=env)
+                          "--warmup", str(args.warmup), "--windows", str(args.windows)],
+                         capture_output=True, text=True, env=env)
     if out.returncode:
         raise SystemExit(f"bench_train --model {model} --mesh {mesh} failed:\n{out.stderr}")
     return json.loads(out.stdout)
@@ -66,7 +72,8 @@ def sharc_row(bench, model, mesh, args, env):
 
 def jax_row(py, row, args):
     req = dict(model=row["model"], axes=row["axes"], parameters=row["parameters"],
-               inputs=row["inputs"], steps=args.steps, warmup=args.warmup)
+               inputs=row["inputs"], steps=args.steps, warmup=args.warmup,
+               windows=args.windows)
     if row["model"] == "gpt":
         p = {t["name"]: t["shape"] for t in row["parameters"] if not t["name"].startswith("opt/")}
         layers = sum(1 for n in p if n.endswith("/attn/qkv/kernel"))
@@ -91,6 +98,9 @@ def main():
     ap.add_argument("--bench-train", required=True)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--windows", type=int, default=5,
+                    help="timed windows of --steps steps each; the fastest window counts, for "
+                         "both sharc and JAX")
     ap.add_argument("--models", default="mlp,gpt")
     ap.add_argument("--venv", default=None)
     ap.add_argument("--gpt-heads", type=int, default=8, help="the GPT sample's head count")
@@ -113,8 +123,8 @@ def main():
     jax_version = subprocess.run([py, "-c", "import jax; print(jax.__version__)"],
                                  capture_output=True, text=True).stdout.strip()
 
-    print(f"bench_vs_jax: {args.warmup} warm-up + {args.steps} timed steps per mesh, "
-          f"sharc then JAX for each mesh")
+    print(f"bench_vs_jax: {args.warmup} warm-up steps, then the fastest of {args.windows} windows "
+          f"of {args.steps} steps, per mesh, sharc then JAX for each mesh")
     print(f"machine: {platform.processor() or platform.machine()}, {sgemm['cores']} cores; "
           f"sgemm 2048^3 on every core: {sgemm['sgemm_gflops']:.1f} GFLOP/s "
           f"(OpenBLAS {sgemm['blas']} kernels)")

@@ -113,18 +113,18 @@ Result run_mesh(const char* mesh, const char* strategy, const rt::MeshShape& sha
     program.step(in, out);
   };
 
-  const double wall = sharc::bench::timed_steps(world, opt.warmup, opt.steps, step);
+  const double step_s = sharc::bench::timed_steps(world, opt.warmup, opt.steps, step).step_s;
 
   Result res;
   res.mesh = mesh;
   res.strategy = strategy;
   res.devices = world.size();
-  res.step_s = wall / opt.steps;
+  res.step_s = step_s;
   res.loss = loss;
   const int n = world.size();
   for (int r = 0; r < n; ++r) {
     const rt::CommStats& st = world.comm(r).stats();
-    res.collective_fraction += st.total_seconds() / wall / n;
+    res.collective_fraction += st.total_seconds() / (step_s * opt.steps) / n;
     const double bytes = static_cast<double>(st.total_bytes()) / opt.steps;
     res.bytes_mean += bytes / n;
     res.bytes_max = std::max(res.bytes_max, bytes);

@@ -3,10 +3,14 @@
 // batches, printed as one JSON object per line so that the driver can build
 // the same step in JAX with the same layouts and compare:
 //
-//   bench_train --model mlp|gpt --mesh data=8 [--steps N] [--warmup N]
+//   bench_train --model mlp|gpt --mesh data=8 [--steps N] [--warmup N] [--windows N]
 //   bench_train --list          the (model, mesh) pairs compiled in
 //   bench_train --sgemm         this machine's sgemm rate on every core
 //
+// With --windows N the timed steps run as N windows of --steps steps and the
+// fastest window gives examples/s; bytes per step count every timed step.
+// --profile then runs --steps more steps on the wall clock and prints where
+// the time went, statement by statement, on stderr.
 // A row holds examples/s, bytes sent per device per step (mean over devices,
 // the ring collectives' count), peak memory per device (max over devices:
 // parameter shards, optimizer state and the step's buffers, as
@@ -21,10 +25,13 @@
 // eight distinct batches are used in turn (fixed-seed std::mt19937).
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -50,7 +57,8 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string model, mesh;
-  int steps = 20, warmup = 3;
+  int steps = 20, warmup = 3, windows = 1;
+  bool profile = false;
 };
 
 std::string json_str(std::string_view s) {
@@ -86,6 +94,35 @@ std::string json_table(std::span<const rt::TensorInfo> table) {
          ",\"shape\":" + json_shape(t.shape) + ",\"spec\":" + json_spec(t.spec) + "}";
   }
   return r + "]";
+}
+
+// --profile: `steps` more steps on the wall clock (runtime/trace.h), then, on
+// stderr, the statements that took the most time per step, summed over every
+// device, each with its share of all devices' time. Not part of the timed
+// figures: marking every statement costs a clock read.
+template <class Step>
+void print_profile(rt::ThreadWorld& world, int steps, Step& step, int first) {
+  world.set_clock(rt::ClockMode::kWall);
+  for (int s = 0; s < steps; ++s) step(first + s);
+  const rt::Trace trace = world.trace();
+  world.set_clock(rt::ClockMode::kOff);
+  std::map<std::string, std::pair<double, int64_t>> by_name;  // seconds, events
+  double total = 0;
+  for (const rt::TraceEvent& e : trace.events) {
+    if (e.category != "compute" && e.category != "collective") continue;
+    auto& [sec, n] = by_name[e.name];
+    sec += e.end_s - e.start_s;
+    ++n;
+    total += e.end_s - e.start_s;
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [name, v] : by_name) rows.emplace_back(v.first, name);
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr, "profile: %d steps on %d devices, %.3f ms per step of device time\n",
+               steps, world.size(), 1e3 * total / steps);
+  for (size_t i = 0; i < rows.size() && i < 30; ++i)
+    std::fprintf(stderr, "  %8.1f us  %5.1f%%  %s\n", 1e6 * rows[i].first / steps,
+                 100 * rows[i].first / total, rows[i].second.c_str());
 }
 
 template <class Program>
@@ -128,12 +165,15 @@ std::string run(const char* model, const char* mesh, int64_t id_range, const Opt
       ++o;
     }
   };
-  const double wall = sharc::bench::timed_steps(world, opt.warmup, opt.steps, step);
+  const sharc::bench::Timing timing =
+      sharc::bench::timed_steps(world, opt.warmup, opt.steps, step, opt.windows);
+
+  if (opt.profile) print_profile(world, opt.steps, step, opt.warmup + timing.steps);
 
   double bytes = 0;
   size_t peak = 0;
   for (int r = 0; r < world.size(); ++r) {
-    bytes += static_cast<double>(world.comm(r).stats().total_bytes()) / opt.steps / world.size();
+    bytes += static_cast<double>(world.comm(r).stats().total_bytes()) / timing.steps / world.size();
     peak = std::max(peak, world.memory(r).peak());
   }
   const int64_t examples = Program::inputs()[0].shape[0];
@@ -148,8 +188,8 @@ std::string run(const char* model, const char* mesh, int64_t id_range, const Opt
   std::snprintf(numbers, sizeof numbers,
                 "\"devices\":%d,\"threads_per_device\":%d,\"step_s\":%.9g,\"examples_per_s\":%.9g,"
                 "\"bytes_per_device\":%.9g,\"peak_bytes\":%zu,\"loss\":%.9g,",
-                world.size(), world.threads_per_device(), wall / opt.steps,
-                examples * opt.steps / wall, bytes, peak, static_cast<double>(loss));
+                world.size(), world.threads_per_device(), timing.step_s,
+                examples / timing.step_s, bytes, peak, static_cast<double>(loss));
   return std::string("{\"model\":") + json_str(model) + ",\"mesh\":" + json_str(mesh) +
          ",\"axes\":" + axes + "," + numbers + "\"blas\":" + json_str(blas.core) +
          ",\"blas_forced_by_env\":" + json_str(blas.forced_by_env) +
@@ -213,8 +253,9 @@ double sgemm_gflops() {
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --model mlp|gpt --mesh MESH [--steps N] [--warmup N]\n"
+               "       %*s [--windows N] [--profile]\n"
                "       %s --list | --sgemm\n",
-               argv0, argv0);
+               argv0, static_cast<int>(std::strlen(argv0)), "", argv0);
   return 2;
 }
 
@@ -235,20 +276,25 @@ int main(int argc, char** argv) {
                   json_str(blas.forced_by_env).c_str());
       return 0;
     }
+    if (flag == "--profile") {
+      opt.profile = true;
+      continue;
+    }
     if (i + 1 >= argc) return usage(argv[0]);
     const std::string value = argv[++i];
     if (flag == "--model") {
       opt.model = value;
     } else if (flag == "--mesh") {
       opt.mesh = value;
-    } else if (flag == "--steps" || flag == "--warmup") {
+    } else if (flag == "--steps" || flag == "--warmup" || flag == "--windows") {
       char* end = nullptr;
       const long v = std::strtol(value.c_str(), &end, 10);
-      if (end == value.c_str() || *end || v < (flag == "--steps" ? 1 : 0)) {
+      if (end == value.c_str() || *end || v < (flag == "--warmup" ? 0 : 1) || v > 1000000) {
         std::fprintf(stderr, "%s: '%s' is not a valid count\n", flag.c_str(), value.c_str());
         return 2;
       }
-      (flag == "--steps" ? opt.steps : opt.warmup) = static_cast<int>(v);
+      (flag == "--steps" ? opt.steps : flag == "--warmup" ? opt.warmup : opt.windows) =
+          static_cast<int>(v);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return usage(argv[0]);
