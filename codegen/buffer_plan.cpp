@@ -29,7 +29,7 @@ void add_unique(std::vector<int>& v, int x) {
 void collect_tree(const ir::Graph& g, const BufferPlan& p, int r, int v, std::vector<int>& tree,
                   std::vector<int>& reads) {
   for (int a : g[v].args) {
-    if (p.inlined[a] && p.root[a] == r)
+    if (p.inlined[a] && (p.root[a] == r || p.duplicated[a]))
       collect_tree(g, p, r, a, tree, reads);
     else if (g[a].op != Op::kConstant)
       add_unique(reads, a);
@@ -138,6 +138,7 @@ BufferPlan plan_buffers(const ir::Graph& g) {
   // after their operands, so walking backwards decides every user first.
   p.root.assign(n, -1);
   p.kept.assign(n, false);
+  p.duplicated.assign(n, false);
   // Where the statement of a node that is not elementwise runs: itself, or
   // for a bucketed all-reduce, its bucket's first member.
   std::vector<int> runs_at(n);
@@ -166,7 +167,19 @@ BufferPlan plan_buffers(const ir::Graph& g) {
       p.root[i] = r;
       continue;
     }
-    if (broadcast) continue;  // materialised once for readers in several loops
+    if (broadcast) {
+      // Read in place by every loop that reads it, when all its readers are
+      // loops of this micro-batch; else materialised once (a dot, a
+      // reduction or a collective reads it).
+      bool everywhere = !lives_on;
+      for (int u : p.users[i])
+        everywhere = everywhere && ir::is_elementwise(g[u].op) && g[u].micro_batch == v.micro_batch;
+      if (everywhere) {
+        p.inlined[i] = true;
+        p.duplicated[i] = true;
+      }
+      continue;
+    }
     // Kept: computed in the first loop that reads it (an elementwise user of
     // this micro-batch) and also stored, for readers that run after that
     // loop: later loops, and ops that are not elementwise (a dot, a

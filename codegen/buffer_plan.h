@@ -21,6 +21,12 @@
 //    work to the last one and keep every micro-batch's operands alive until
 //    then: a gradient accumulated over k micro-batches would hold k
 //    gradients;
+//  - a broadcast is an indexed read of its operand: inlined into the loop
+//    of its readers as above, and when its readers are several loops of its
+//    micro-batch, inlined into each of them (duplicated) rather than
+//    materialised: a layer norm's [B,T,1] statistics read by the forward and
+//    the backward loops cost no [B,T,D] block kept across the step. It has
+//    a buffer only when something other than a loop reads it;
 //  - a Constant is a literal inside elementwise loops and gets a buffer only
 //    when something else reads it, or it is an output or an update's value;
 //  - Parameters are persistent (members of the generated Device), never
@@ -55,8 +61,9 @@ struct BufferPlan {
   std::vector<bool> is_output, is_update_value, inlined, needs_buffer;
   // kept: inlined into a loop and stored by it too (see the rules above);
   // root: per node, the node whose statement computes it (itself unless
-  // inlined).
-  std::vector<bool> kept;
+  // inlined). duplicated: a broadcast read in place by each of several loops
+  // (it is in every one of their trees; its root stays itself).
+  std::vector<bool> kept, duplicated;
   std::vector<int> root;
   std::vector<Stmt> stmts;
   // Per statement: the values whose buffers are released right after it

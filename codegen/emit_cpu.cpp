@@ -754,13 +754,26 @@ class CpuEmitter {
           ++d;
           continue;
         }
-        size_t e = d + 1;
-        while (e < x.shape.size() && x.shape[e] != 1 && v.ints[e] == v.ints[e - 1] + 1) ++e;
-        // Operand dims [d, e) follow output dims [ints[d], ints[e-1]].
+        // Extend the run over operand dims that follow consecutive output
+        // dims, stepping over size-1 dims on both sides: they index nothing
+        // ([16,1,64,1] over [16,1,64,64] is one run of 1024 rows).
+        size_t last = d, e = d + 1;
+        for (; e < x.shape.size(); ++e) {
+          if (x.shape[e] == 1) continue;
+          bool gap_is_ones = v.ints[e] > v.ints[last];
+          for (int o = v.ints[last] + 1; o < v.ints[e] && gap_is_ones; ++o)
+            gap_is_ones = v.shape[o] == 1;
+          if (!gap_is_ones) break;
+          last = e;
+        }
+        // Operand dims [d, last] (size-1 ones aside) follow output dims
+        // ints[d] .. ints[last].
         int64_t extent = 1;
-        for (size_t k = d; k < e; ++k) extent *= x.shape[k];
-        terms.push_back({ostride[v.ints[e - 1]], extent, istride[e - 1], v.ints[d] > 0});
-        d = e;
+        for (size_t k = d; k <= last; ++k) extent *= x.shape[k];
+        bool wraps = false;  // an output dim of more than one element comes first
+        for (int o = 0; o < v.ints[d]; ++o) wraps = wraps || v.shape[o] > 1;
+        terms.push_back({ostride[v.ints[last]], extent, istride[last], wraps});
+        d = last + 1;
       }
       return terms;
     };
@@ -1119,6 +1132,10 @@ class CpuEmitter {
   // (a hash of its DSL site) with the seed operand at run time, and element
   // e of this block draws from its GLOBAL flat index, so every mesh gives the
   // same values.
+  // The block's elements drawn as the global tensor's (rt::uniform_at of
+  // the global index): one rt::uniform_fill per run that is contiguous both
+  // here and in the global tensor, i.e. over dimensions c.. where every
+  // dimension after c is whole on this device (c = rank - 1 at worst).
   void emit_random_uniform(CodeWriter& w, const Stmt& s) {
     const Node& v = g_[s.node];
     const int id = s.node;
@@ -1127,15 +1144,20 @@ class CpuEmitter {
     char key[32];
     std::snprintf(key, sizeof key, "0x%016" PRIx64 "ull", v.key);
     w.line(describe(v, s.reads, "random_uniform over the global " + ir::shape_str(gs)));
-    w.line(declare(id));
+    w.line(declare(id, /*writes_all=*/true));
     w.open("");
     w.line("const uint64_t key = rt::random_stream_key(" + std::string(key) + ", " +
            elem0(v.args[0]) + ");  // (site, seed)");
     std::vector<std::string> local, global;
     int loops = 0;
-    for (size_t d = 0; d < v.shape.size(); ++d) {
+    const size_t rank = v.shape.size();
+    size_t c = rank ? rank - 1 : 0;
+    while (c > 0 && v.shape[c] == gs[c]) --c;
+    int64_t run_count = 1;
+    for (size_t d = c; d < rank; ++d) run_count *= v.shape[d];
+    for (size_t d = 0; d <= c && d < rank; ++d) {
       std::string idx;
-      if (v.shape[d] > 1) {
+      if (v.shape[d] > 1 && d < c) {
         idx = "i" + std::to_string(d);
         w.open("for (int64_t " + idx + " = 0; " + idx + " < " + std::to_string(v.shape[d]) +
                "; ++" + idx + ")");
@@ -1148,7 +1170,10 @@ class CpuEmitter {
     }
     const std::string l = local.empty() ? "0" : join(local, " + ");
     const std::string g = global.empty() ? "0" : join(global, " + ");
-    w.line(var_[id] + "[" + l + "] = rt::uniform_at(key, static_cast<uint64_t>(" + g + "));");
+    w.line("rt::uniform_fill(key, " + (g == "0" ? g : "static_cast<uint64_t>(" + g + ")") + ", " +
+           std::to_string(run_count) +
+           ", " + ptr(id) +
+           (l == "0" ? "" : " + " + l) + ");");
     for (int k = 0; k < loops; ++k) w.close();
     w.close("random_uniform " + var_[id]);
   }

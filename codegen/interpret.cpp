@@ -173,7 +173,9 @@ void eval_node(const ir::Graph& g, size_t id, std::vector<Values>& val, const Ho
       case Op::kRandomUniform: {
         out.resize(count);
         const uint64_t key = random_stream_key(n.key, arg(0)[0]);
-        for (int64_t i = 0; i < count; ++i) out[i] = rt::uniform_at(key, static_cast<uint64_t>(i));
+        std::vector<float> u(static_cast<size_t>(count));
+        rt::uniform_fill(key, 0, count, u.data());
+        for (int64_t i = 0; i < count; ++i) out[i] = u[i];
         break;
       }
       case Op::kSlice:

@@ -70,10 +70,33 @@ inline std::array<uint32_t, 4> random_block(uint64_t key, uint64_t index, uint64
                     {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
 }
 
-// Uniform in (0, 1) for global element `index` of the stream named by `key`.
-// Uses the top 24 bits, so the float is exact and can never round up to 1.
+// A random word's top 24 bits as a float in (0, 1): exact, and never rounds
+// up to 1.
+inline float unit_from_bits(uint32_t x) {
+  return (static_cast<float>(x >> 8) + 0.5f) * 0x1p-24f;
+}
+
+// Uniform in (0, 1) for global element `index` of the stream named by `key`:
+// word index % 4 of block index / 4, so that one Philox evaluation serves four
+// consecutive elements (uniform_fill draws them that way).
 inline float uniform_at(uint64_t key, uint64_t index) {
-  return (static_cast<float>(random_block(key, index)[0] >> 8) + 0.5f) * 0x1p-24f;
+  return unit_from_bits(random_block(key, index >> 2)[index & 3]);
+}
+
+// out[k] = uniform_at(key, first + k) for k < count, one block per four
+// elements (the loop over whole blocks vectorises): what a tensor's
+// contiguous run of elements draws, in a dropout mask or the oracle.
+inline void uniform_fill(uint64_t key, uint64_t first, int64_t count, float* out) {
+  uint64_t i = first;
+  const uint64_t end = first + static_cast<uint64_t>(count > 0 ? count : 0);
+  for (; i < end && (i & 3); ++i) *out++ = uniform_at(key, i);
+  const uint64_t blocks = (end - i) / 4;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const std::array<uint32_t, 4> r = random_block(key, (i >> 2) + b);
+    for (int w = 0; w < 4; ++w) out[4 * b + w] = unit_from_bits(r[w]);
+  }
+  out += 4 * blocks;
+  for (i += 4 * blocks; i < end; ++i) *out++ = uniform_at(key, i);
 }
 
 // The stream a random_uniform node draws from: the node's call-site key mixed

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace sharc::rt {
 namespace {
@@ -53,6 +55,25 @@ TEST(Philox, StreamsHaveTheRightMoments) {
   EXPECT_NEAR(su / n, 0.5, 0.012);
   EXPECT_NEAR(sn / n, 0.0, 0.04);
   EXPECT_NEAR(sn2 / n, 1.0, 0.06);
+}
+
+TEST(Philox, UniformFillDrawsWhatUniformAtDraws) {
+  // Runs starting and ending anywhere within a four-element block, and runs
+  // shorter than one block, element for element as uniform_at.
+  const uint64_t key = hash_name("dropout");
+  std::vector<float> out(40);
+  for (uint64_t first : {0ull, 1ull, 2ull, 3ull, 4ull, 5ull, 1ull << 33}) {
+    for (int64_t count : {0, 1, 2, 3, 4, 5, 7, 8, 9, 31}) {
+      std::fill(out.begin(), out.end(), -1.0f);
+      uniform_fill(key, first, count, out.data());
+      for (int64_t k = 0; k < count; ++k)
+        ASSERT_EQ(out[k], uniform_at(key, first + k)) << "first " << first << " count " << count;
+      EXPECT_EQ(out[count], -1.0f) << "wrote past the run";
+    }
+  }
+  // The four words of one block are four distinct elements.
+  EXPECT_NE(uniform_at(key, 8), uniform_at(key, 9));
+  EXPECT_EQ(uniform_at(key, 9), unit_from_bits(random_block(key, 2)[1]));
 }
 
 TEST(Philox, ValuesDependOnlyOnKeyAndIndex) {
