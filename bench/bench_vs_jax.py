@@ -131,17 +131,21 @@ def main():
     if dropped:
         print(f"note: OPENBLAS_CORETYPE={dropped} from the environment was not passed to sharc "
               f"(--keep-blas-env keeps it)")
-    print(f"JAX {jax_version} on 8 fake CPU devices; sharc on a ThreadWorld (devices are threads)\n")
+    print(f"JAX {jax_version} on 8 fake CPU devices; sharc on a ThreadWorld (devices are threads)")
 
     hdr = (f"{'model':5} {'mesh':15} {'sharc ex/s':>11} {'JAX ex/s':>10} {'ratio':>6} "
            f"{'sharc B/dev':>12} {'JAX B/dev':>12} {'sharc MiB/dev':>13} {'JAX MiB/dev':>11} "
            f"{'sharc loss':>10} {'JAX loss':>9}")
-    print(hdr)
     rows = []
+    first = True
     for model, mesh in pairs:
         if model not in models:
             continue
         s = sharc_row(bench, model, mesh, args, env)
+        if first:
+            print(f"sharc's GEMMs: {s.get('gemm', 'blas')} kernels\n")
+            print(hdr)
+            first = False
         j = jax_row(py, s, args)
         rows.append((s, j))
         mem = j["memory"]["total"] if j.get("memory") else None

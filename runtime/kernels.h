@@ -18,6 +18,15 @@
 
 namespace sharc::rt {
 
+// Which kernels rt::gemm runs: "libxsmm" (JIT-compiled small-GEMM kernels,
+// BLAS where none can be made) or "blas" (the CBLAS sgemm), as configured
+// (SHARC_USE_LIBXSMM).
+const char* gemm_kernels();
+// True when the GEMMs of a one-device world run on OpenBLAS's own thread
+// pool ("blas"); libxsmm's kernels run on the calling thread, so a device
+// splits them over its team (runtime/team.h) instead.
+bool gemm_on_blas_threads();
+
 // C[b] = A[b]·B[b] + beta*C[b] for b < batch, with the batch matrices stored
 // back to back. A is MxK (KxM when trans_a), B is KxN (NxK when trans_b), C is
 // MxN. A weight shared across the batch is better passed as batch=1 with the

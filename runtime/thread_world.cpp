@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "runtime/blas.h"
+#include "runtime/kernels.h"
 #include "runtime/ring_comm.h"
 
 namespace sharc::rt {
@@ -304,7 +305,9 @@ void ThreadWorld::set_threads_per_device(int threads) {
                                 "): at least one thread per device");
   threads_per_device_ = threads;
   teams_.clear();
-  if (size() > 1 && threads > 1)
+  // One device uses OpenBLAS's pool when OpenBLAS runs the GEMMs; libxsmm's
+  // kernels are single-threaded, so then it gets a team as well.
+  if ((size() > 1 || !gemm_on_blas_threads()) && threads > 1)
     for (int r = 0; r < size(); ++r) teams_.push_back(std::make_unique<Team>(threads));
 }
 
@@ -365,7 +368,8 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
   running_ = true;
   // OpenBLAS's thread count is one per process: the whole budget for a
   // single device, else 1 (the devices' teams split GEMMs instead).
-  if (!std::getenv("OPENBLAS_NUM_THREADS")) set_blas_threads(size() == 1 ? threads_per_device_ : 1);
+  if (!std::getenv("OPENBLAS_NUM_THREADS"))
+    set_blas_threads(size() == 1 && gemm_on_blas_threads() ? threads_per_device_ : 1);
   int src = -1, dst = -1;
   fabric_->reset(&src, &dst);
   for (auto& c : comms_) c->restart();

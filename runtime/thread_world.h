@@ -60,10 +60,11 @@ class ThreadWorld final : public World {
   void set_link(const LinkModel& link);
   // The threads each device computes with (runtime/blas.h): by default
   // rt::threads_per_device(size()), so that devices x threads = the
-  // machine's cores. One device uses them through OpenBLAS's own threads;
-  // several devices each get a Team of that many threads and OpenBLAS runs
-  // single-threaded. An OPENBLAS_NUM_THREADS in the environment is the
-  // user's choice and is left alone. Not while running.
+  // machine's cores. Each device gets a Team of that many threads that its
+  // GEMMs split over, and OpenBLAS runs single-threaded; except that one
+  // device whose GEMMs run on OpenBLAS (rt::gemm_on_blas_threads) uses
+  // OpenBLAS's own threads instead. An OPENBLAS_NUM_THREADS in the
+  // environment is the user's choice and is left alone. Not while running.
   void set_threads_per_device(int threads);
   int threads_per_device() const { return threads_per_device_; }
   // Every device's timeline (trace.h): off (the default), the wall clock, or
