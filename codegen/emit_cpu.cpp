@@ -23,6 +23,7 @@
 #include "codegen/interpret.h"
 #include "codegen/op_cost.h"
 #include "codegen/ring_plan.h"
+#include "runtime/team.h"
 
 namespace sharc {
 
@@ -823,19 +824,29 @@ class CpuEmitter {
       return ir::is_unary(v.op) ? unary_expr(v.op, operand(v.args[0]))
                                 : binary_expr(v.op, operand(v.args[0]), operand(v.args[1]));
     };
-    const std::string n = std::to_string(ir::num_elements(root.shape));
-    const std::string head = "for (int64_t i = 0; i < " + n + "; ++i)";
+    const int64_t count = ir::num_elements(root.shape);
+    const std::string n = std::to_string(count);
+    // A loop of rt::kParallelMin elements or more runs over the device's
+    // team (rt::parallel_for, runtime/team.h): the loop becomes a lambda
+    // over [lo, hi) of its outer index.
+    const bool parallel = count >= rt::kParallelMin;
+    const int64_t outer = splittable ? count / split : count;
+    const std::string lo = parallel ? "lo" : "0", hi = parallel ? "hi" : std::to_string(outer);
+    std::string head = "for (int64_t i = " + lo + "; i < " + hi + "; ++i)";
     for (const std::string& line : before) w.line(line);
+    if (parallel)
+      w.open("rt::parallel_for(" + std::to_string(outer) + ", /*grain=*/" + (splittable ? "1" : "64") +
+             ", [&](int64_t lo, int64_t hi)");
     if (s.tree.size() == 1) {
       w.line(head + " " + var_[s.node] + "[i] = " + stored(root.dtype, expr(s.node)) + ";");
+      if (parallel) (--w).line("});");
       return;
     }
     // The vectorised loop says its buffers do not overlap (runtime/elementwise.h).
-    const bool independent = ir::num_elements(root.shape) > 1;
+    const bool independent = count > 1;
     if (splittable) {
       const std::string sp = std::to_string(split);
-      w.open("for (int64_t o = 0; o < " + std::to_string(ir::num_elements(root.shape) / split) +
-             "; ++o)");
+      w.open("for (int64_t o = " + lo + "; o < " + hi + "; ++o)");
       if (independent) w.line("SHARC_INDEPENDENT_ITERATIONS");
       w.open("for (int64_t j = 0; j < " + sp + "; ++j)");
       w.line("const int64_t i = o * " + sp + " + j;");
@@ -868,6 +879,7 @@ class CpuEmitter {
     }
     if (splittable) w.close("");
     w.close("fused loop of " + var_[s.node]);
+    if (parallel) (--w).line("});");
   }
 
   // Local dot_general exactly as execute.cpp's local_dot() (local_dot_layout):

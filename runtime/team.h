@@ -7,6 +7,7 @@
 // code and kernel signatures do not change with the thread budget.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -58,5 +59,28 @@ class TeamScope {
  private:
   Team* previous_;
 };
+
+// body(lo, hi) over [0, n): on the calling device's team (current_team()),
+// one part per thread, each a whole number of `grain` steps (a flat loop
+// over floats passes 64, so every part but the last starts on a cache line
+// and vectorises alike); without a team, one call body(0, n). Generated
+// code runs its elementwise loops of kParallelMin elements or more through
+// it: each element is computed alone, so the split never changes a result.
+inline constexpr int64_t kParallelMin = int64_t{1} << 16;
+template <class F>
+void parallel_for(int64_t n, int64_t grain, F&& body) {
+  Team* team = current_team();
+  const int64_t steps = (n + grain - 1) / grain;
+  if (!team || team->size() < 2 || steps < 2) {
+    body(int64_t{0}, n);
+    return;
+  }
+  const int parts = static_cast<int>(std::min<int64_t>(team->size(), steps));
+  team->run(parts, [&](int part) {
+    const int64_t lo = std::min(n, steps * part / parts * grain);
+    const int64_t hi = std::min(n, steps * (part + 1) / parts * grain);
+    if (lo < hi) body(lo, hi);
+  });
+}
 
 }  // namespace sharc::rt

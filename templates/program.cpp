@@ -27,6 +27,7 @@
 #include "runtime/kernels.h"
 #include "runtime/memory.h"
 #include "runtime/philox.h"
+#include "runtime/team.h"
 #include "runtime/tensor_collectives.h"
 
 namespace @SHARC_NAMESPACE@ {

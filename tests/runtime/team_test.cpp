@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/blas.h"
@@ -93,6 +95,33 @@ void check_split_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, bool ta, b
   EXPECT_EQ(current_team(), nullptr);
   const double max_rel = testing::gemm_max_relative_error(batch, M, N, K, A, ta, B, tb, C);
   EXPECT_LT(max_rel, 1e-5) << batch << "x" << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb;
+}
+
+TEST(Team, ParallelForCoversTheRangeOnceInWholeGrains) {
+  // Without a team: one call over everything.
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  parallel_for(1000, 64, [&](int64_t lo, int64_t hi) { calls.emplace_back(lo, hi); });
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{1000}));
+  Team team(3);
+  TeamScope scope(&team);
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{130},
+                    int64_t{1} << 16, (int64_t{1} << 16) + 7}) {
+    for (int64_t grain : {int64_t{1}, int64_t{64}}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " grain " + std::to_string(grain));
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> bodies{0};
+      parallel_for(n, grain, [&](int64_t lo, int64_t hi) {
+        ++bodies;
+        EXPECT_EQ(lo % grain, 0) << "a part starts inside a grain";
+        EXPECT_TRUE(hi == n || hi % grain == 0) << "a part ends inside a grain";
+        for (int64_t i = lo; i < hi; ++i) ++hits[static_cast<size_t>(i)];
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "element " << i;
+      // As many parts as the team has threads, when there are that many grains.
+      if ((n + grain - 1) / grain >= 3) EXPECT_EQ(bodies.load(), 3);
+    }
+  }
 }
 
 TEST(Team, SplitGemmEqualsTheReference) {
