@@ -1,6 +1,7 @@
 // Team: see team.h.
 #include "runtime/team.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -18,33 +19,60 @@ Team::Team(int threads) {
 Team::~Team() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
+namespace {
+
+// Spins until pred() holds or kSpin has passed; returns pred().
+template <class Pred>
+bool spin_until(Pred pred) {
+  constexpr auto kSpin = std::chrono::microseconds(100);
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return pred();
+  }
+}
+
+}  // namespace
+
 void Team::work(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job = nullptr;
-    {
+    auto started = [&] {
+      return stop_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(started)) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= parts_) continue;
-      job = job_;
+      start_.wait(lock, started);
     }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
+    if (index >= parts_) continue;
+    const std::function<void(int)>* job = job_;
     std::exception_ptr error;
     try {
       (*job)(index);
     } catch (...) {
       error = std::current_exception();
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error && !error_) error_ = error;
-    if (--pending_ == 0) done_.notify_one();
+    if (error) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = error;
+    }
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // The caller may be asleep: wake it under the lock it checks under.
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.notify_one();
+    }
   }
 }
 
@@ -60,9 +88,9 @@ void Team::run(int parts, const std::function<void(int part)>& fn) {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
     parts_ = parts;
-    pending_ = parts - 1;
     error_ = nullptr;
-    ++generation_;
+    pending_.store(parts - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_.notify_all();
   std::exception_ptr mine;
@@ -71,8 +99,12 @@ void Team::run(int parts, const std::function<void(int part)>& fn) {
   } catch (...) {
     mine = std::current_exception();
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, done);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   job_ = nullptr;
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);

@@ -2,12 +2,13 @@
 // machine is more than one core (rt::threads_per_device). A fork-join group:
 // run(parts, fn) calls fn(0) .. fn(parts-1), part 0 on the calling device
 // thread and the others on the team's workers, and returns when all are
-// done. Kernels find the team of the device thread they run on through
+// done. Idle workers spin for up to 100 us before they sleep. Kernels find the team of the device thread they run on through
 // current_team() (set by the world for the duration of a run), so generated
 // code and kernel signatures do not change with the thread budget.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -35,14 +36,19 @@ class Team {
   void work(int index);
 
   std::vector<std::thread> workers_;
+  // Workers and the caller spin on generation_ / pending_ for a short while
+  // (kSpin) before sleeping on the condition variables: a step's parallel
+  // loops and GEMMs come tens of microseconds apart, and a wake-up from
+  // sleep costs about as much as such a loop. job_ and parts_ are written
+  // before generation_ is released, and read after it is acquired.
   std::mutex mu_;
   std::condition_variable start_, done_;
   const std::function<void(int)>* job_ = nullptr;
   int parts_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  std::exception_ptr error_;  // under mu_
 };
 
 // The team of the device this thread runs (null: compute alone).

@@ -119,7 +119,9 @@ TEST(Team, ParallelForCoversTheRangeOnceInWholeGrains) {
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "element " << i;
       // As many parts as the team has threads, when there are that many grains.
-      if ((n + grain - 1) / grain >= 3) EXPECT_EQ(bodies.load(), 3);
+      if ((n + grain - 1) / grain >= 3) {
+        EXPECT_EQ(bodies.load(), 3);
+      }
     }
   }
 }
