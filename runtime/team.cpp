@@ -12,7 +12,8 @@ thread_local Team* t_current = nullptr;
 }  // namespace
 
 Team::Team(int threads) {
-  if (threads < 1) throw std::invalid_argument("Team: " + std::to_string(threads) + " threads");
+  if (threads < 1 || static_cast<uint64_t>(threads) > kPartsMask)
+    throw std::invalid_argument("Team: " + std::to_string(threads) + " threads");
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
 }
 
@@ -55,8 +56,11 @@ void Team::work(int index) {
       start_.wait(lock, started);
     }
     if (stop_.load(std::memory_order_acquire)) return;
+    // One load gives the run and its part count together: a worker with no
+    // part in a run is not waited for, and by the time it looks, the caller
+    // may have started the next run.
     seen = generation_.load(std::memory_order_acquire);
-    if (index >= parts_) continue;
+    if (index >= static_cast<int>(seen & kPartsMask)) continue;
     const std::function<void(int)>* job = job_;
     std::exception_ptr error;
     try {
@@ -87,10 +91,11 @@ void Team::run(int parts, const std::function<void(int part)>& fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
-    parts_ = parts;
     error_ = nullptr;
     pending_.store(parts - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    const uint64_t next = ((generation_.load(std::memory_order_relaxed) >> kPartsBits) + 1)
+                          << kPartsBits;
+    generation_.store(next | static_cast<uint64_t>(parts), std::memory_order_release);
   }
   start_.notify_all();
   std::exception_ptr mine;

@@ -37,14 +37,17 @@ class Team {
 
   std::vector<std::thread> workers_;
   // Workers and the caller spin on generation_ / pending_ for a short while
-  // (kSpin) before sleeping on the condition variables: a step's parallel
-  // loops and GEMMs come tens of microseconds apart, and a wake-up from
-  // sleep costs about as much as such a loop. job_ and parts_ are written
-  // before generation_ is released, and read after it is acquired.
+  // before sleeping on the condition variables: a step's parallel loops and
+  // GEMMs come tens of microseconds apart, and a wake-up from sleep costs
+  // about as much as such a loop. generation_ holds the run's number above
+  // its part count (the low kPartsBits bits); job_ is written before
+  // generation_ is released and read, by the run's parts only, after it is
+  // acquired.
+  static constexpr int kPartsBits = 16;
+  static constexpr uint64_t kPartsMask = (uint64_t{1} << kPartsBits) - 1;
   std::mutex mu_;
   std::condition_variable start_, done_;
   const std::function<void(int)>* job_ = nullptr;
-  int parts_ = 0;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
