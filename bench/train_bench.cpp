@@ -107,17 +107,15 @@ void print_profile(rt::ThreadWorld& world, int steps, Step& step, int first) {
   for (int s = 0; s < steps; ++s) step(first + s);
   const rt::Trace trace = world.trace();
   world.set_clock(rt::ClockMode::kOff);
-  std::map<std::string, std::pair<double, int64_t>> by_name;  // seconds, events
+  std::map<std::string, double> seconds;  // per statement label
   double total = 0;
   for (const rt::TraceEvent& e : trace.events) {
     if (e.category != "compute" && e.category != "collective") continue;
-    auto& [sec, n] = by_name[e.name];
-    sec += e.end_s - e.start_s;
-    ++n;
+    seconds[e.name] += e.end_s - e.start_s;
     total += e.end_s - e.start_s;
   }
   std::vector<std::pair<double, std::string>> rows;
-  for (const auto& [name, v] : by_name) rows.emplace_back(v.first, name);
+  for (const auto& [name, sec] : seconds) rows.emplace_back(sec, name);
   std::sort(rows.rbegin(), rows.rend());
   std::fprintf(stderr, "profile: %d steps on %d devices, %.3f ms per step of device time\n",
                steps, world.size(), 1e3 * total / steps);

@@ -758,8 +758,8 @@ class CpuEmitter {
         // Extend the run over operand dims that follow consecutive output
         // dims, stepping over size-1 dims on both sides: they index nothing
         // ([16,1,64,1] over [16,1,64,64] is one run of 1024 rows).
-        size_t last = d, e = d + 1;
-        for (; e < x.shape.size(); ++e) {
+        size_t last = d;
+        for (size_t e = d + 1; e < x.shape.size(); ++e) {
           if (x.shape[e] == 1) continue;
           bool gap_is_ones = v.ints[e] > v.ints[last];
           for (int o = v.ints[last] + 1; o < v.ints[e] && gap_is_ones; ++o)
@@ -825,14 +825,13 @@ class CpuEmitter {
                                 : binary_expr(v.op, operand(v.args[0]), operand(v.args[1]));
     };
     const int64_t count = ir::num_elements(root.shape);
-    const std::string n = std::to_string(count);
     // A loop of rt::kParallelMin elements or more runs over the device's
     // team (rt::parallel_for, runtime/team.h): the loop becomes a lambda
     // over [lo, hi) of its outer index.
     const bool parallel = count >= rt::kParallelMin;
     const int64_t outer = splittable ? count / split : count;
     const std::string lo = parallel ? "lo" : "0", hi = parallel ? "hi" : std::to_string(outer);
-    std::string head = "for (int64_t i = " + lo + "; i < " + hi + "; ++i)";
+    const std::string head = "for (int64_t i = " + lo + "; i < " + hi + "; ++i)";
     for (const std::string& line : before) w.line(line);
     if (parallel)
       w.open("rt::parallel_for(" + std::to_string(outer) + ", /*grain=*/" + (splittable ? "1" : "64") +
@@ -1142,12 +1141,10 @@ class CpuEmitter {
 
   // random_uniform exactly as execute.cpp: the stream key mixes the node's key
   // (a hash of its DSL site) with the seed operand at run time, and element
-  // e of this block draws from its GLOBAL flat index, so every mesh gives the
-  // same values.
-  // The block's elements drawn as the global tensor's (rt::uniform_at of
-  // the global index): one rt::uniform_fill per run that is contiguous both
-  // here and in the global tensor, i.e. over dimensions c.. where every
-  // dimension after c is whole on this device (c = rank - 1 at worst).
+  // e of this block draws from its GLOBAL flat index (rt::uniform_at), so
+  // every mesh gives the same values. One rt::uniform_fill per run that is
+  // contiguous both here and in the global tensor: over dimensions c.. where
+  // every dimension after c is whole on this device (c = rank - 1 at worst).
   void emit_random_uniform(CodeWriter& w, const Stmt& s) {
     const Node& v = g_[s.node];
     const int id = s.node;

@@ -2,9 +2,10 @@
 // machine is more than one core (rt::threads_per_device). A fork-join group:
 // run(parts, fn) calls fn(0) .. fn(parts-1), part 0 on the calling device
 // thread and the others on the team's workers, and returns when all are
-// done. Idle workers spin for up to 100 us before they sleep. Kernels find the team of the device thread they run on through
-// current_team() (set by the world for the duration of a run), so generated
-// code and kernel signatures do not change with the thread budget.
+// done. Idle workers spin for up to 100 us before they sleep. Kernels find
+// the team of the device thread they run on through current_team() (set by
+// the world for the duration of a run), so generated code and kernel
+// signatures do not change with the thread budget.
 #pragma once
 
 #include <algorithm>
