@@ -11,7 +11,7 @@ namespace {
 thread_local Team* t_current = nullptr;
 }  // namespace
 
-Team::Team(int threads) {
+Team::Team(int threads, bool spin) : spin_(spin) {
   if (threads < 1 || static_cast<uint64_t>(threads) > kPartsMask)
     throw std::invalid_argument("Team: " + std::to_string(threads) + " threads");
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
@@ -30,7 +30,8 @@ namespace {
 
 // Spins until pred() holds or kSpin has passed; returns pred().
 template <class Pred>
-bool spin_until(Pred pred) {
+bool spin_until(bool spin, Pred pred) {
+  if (!spin) return pred();
   constexpr auto kSpin = std::chrono::microseconds(100);
   const auto deadline = std::chrono::steady_clock::now() + kSpin;
   for (int i = 0;; ++i) {
@@ -51,7 +52,7 @@ void Team::work(int index) {
       return stop_.load(std::memory_order_acquire) ||
              generation_.load(std::memory_order_acquire) != seen;
     };
-    if (!spin_until(started)) {
+    if (!spin_until(spin_, started)) {
       std::unique_lock<std::mutex> lock(mu_);
       start_.wait(lock, started);
     }
@@ -105,7 +106,7 @@ void Team::run(int parts, const std::function<void(int part)>& fn) {
     mine = std::current_exception();
   }
   auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(done)) {
+  if (!spin_until(spin_, done)) {
     std::unique_lock<std::mutex> lock(mu_);
     done_.wait(lock, done);
   }

@@ -23,7 +23,10 @@ namespace sharc::rt {
 class Team {
  public:
   // A team of `threads` threads in all: the caller and threads - 1 workers.
-  explicit Team(int threads);
+  // spin = false: workers and the caller sleep at once instead of spinning
+  // (a team with more threads than the machine has cores, where a spinning
+  // thread takes the core a working one needs).
+  explicit Team(int threads, bool spin = true);
   ~Team();
   Team(const Team&) = delete;
   Team& operator=(const Team&) = delete;
@@ -52,6 +55,7 @@ class Team {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  const bool spin_;
   std::exception_ptr error_;  // under mu_
 };
 

@@ -295,7 +295,8 @@ ThreadWorld::ThreadWorld(MeshShape mesh) : mesh_(std::move(mesh)) {
     comms_.back()->set_timeline(timelines_.back().get());
   }
   set_threads_per_device(rt::threads_per_device(n));
-  devices_ = std::make_unique<Team>(n);
+  // The device threads spin between steps only if each has a core.
+  devices_ = std::make_unique<Team>(n, n <= static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 void ThreadWorld::set_threads_per_device(int threads) {
