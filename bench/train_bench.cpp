@@ -10,7 +10,10 @@
 // With --windows N the timed steps run as N windows of --steps steps and the
 // fastest window gives examples/s; bytes per step count every timed step.
 // --profile then runs --steps more steps on the wall clock and prints where
-// the time went, statement by statement, on stderr.
+// the time went, statement by statement, on stderr. --device-threads K runs
+// the devices on K threads (rt::ThreadWorld::set_device_threads; the
+// default fits the machine's cores, fibers when there are fewer cores than
+// devices); the row reports the count.
 // A row holds examples/s, bytes sent per device per step (mean over devices,
 // the ring collectives' count), peak memory per device (max over devices:
 // parameter shards, optimizer state and the step's buffers, as
@@ -59,6 +62,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string model, mesh;
   int steps = 20, warmup = 3, windows = 1;
+  int device_threads = 0;  // 0: the world's default
   bool profile = false;
 };
 
@@ -127,6 +131,7 @@ void print_profile(rt::ThreadWorld& world, int steps, Step& step, int first) {
 template <class Program>
 std::string run(const char* model, const char* mesh, int64_t id_range, const Options& opt) {
   rt::ThreadWorld world(Program::mesh_shape());
+  if (opt.device_threads > 0) world.set_device_threads(std::min(opt.device_threads, world.size()));
   Program program(world);
   program.init(/*seed=*/0);
 
@@ -185,9 +190,9 @@ std::string run(const char* model, const char* mesh, int64_t id_range, const Opt
   const rt::BlasInfo blas = rt::blas_info();
   char numbers[512];
   std::snprintf(numbers, sizeof numbers,
-                "\"devices\":%d,\"threads_per_device\":%d,\"step_s\":%.9g,\"examples_per_s\":%.9g,"
+                "\"devices\":%d,\"device_threads\":%d,\"threads_per_device\":%d,\"step_s\":%.9g,\"examples_per_s\":%.9g,"
                 "\"bytes_per_device\":%.9g,\"peak_bytes\":%zu,\"loss\":%.9g,",
-                world.size(), world.threads_per_device(), timing.step_s,
+                world.size(), world.device_threads(), world.threads_per_device(), timing.step_s,
                 examples / timing.step_s, bytes, peak, static_cast<double>(loss));
   return std::string("{\"model\":") + json_str(model) + ",\"mesh\":" + json_str(mesh) +
          ",\"axes\":" + axes + "," + numbers + "\"blas\":" + json_str(blas.core) +
@@ -253,7 +258,7 @@ double sgemm_gflops() {
 int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --model mlp|gpt --mesh MESH [--steps N] [--warmup N]\n"
-               "       %*s [--windows N] [--profile]\n"
+               "       %*s [--windows N] [--device-threads K] [--profile]\n"
                "       %s --list | --sgemm\n",
                argv0, static_cast<int>(std::strlen(argv0)), "", argv0);
   return 2;
@@ -286,15 +291,18 @@ int main(int argc, char** argv) {
       opt.model = value;
     } else if (flag == "--mesh") {
       opt.mesh = value;
-    } else if (flag == "--steps" || flag == "--warmup" || flag == "--windows") {
+    } else if (flag == "--steps" || flag == "--warmup" || flag == "--windows" ||
+               flag == "--device-threads") {
       char* end = nullptr;
       const long v = std::strtol(value.c_str(), &end, 10);
       if (end == value.c_str() || *end || v < (flag == "--warmup" ? 0 : 1) || v > 1000000) {
         std::fprintf(stderr, "%s: '%s' is not a valid count\n", flag.c_str(), value.c_str());
         return 2;
       }
-      (flag == "--steps" ? opt.steps : flag == "--warmup" ? opt.warmup : opt.windows) =
-          static_cast<int>(v);
+      (flag == "--steps"     ? opt.steps
+       : flag == "--warmup"  ? opt.warmup
+       : flag == "--windows" ? opt.windows
+                             : opt.device_threads) = static_cast<int>(v);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return usage(argv[0]);

@@ -6,8 +6,20 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 
 namespace sharc::rt {
+
+std::byte* Communicator::scratch(int slot, size_t bytes) {
+  if (slot < 0 || slot > 1)
+    throw std::invalid_argument("Communicator::scratch: slot " + std::to_string(slot));
+  if (bytes > scratch_bytes_[slot]) {
+    scratch_[slot].reset();
+    scratch_[slot].reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
+    scratch_bytes_[slot] = bytes;
+  }
+  return scratch_[slot].get();
+}
 
 const char* collective_kind_name(CollectiveKind kind) {
   switch (kind) {

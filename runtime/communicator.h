@@ -166,6 +166,15 @@ class Communicator {
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
 
+  // Scratch memory the dimension-aware collectives (tensor_collectives.h)
+  // pack and unpack blocks in: slot 0 or 1, at least `bytes` bytes, 64-byte
+  // aligned, uninitialised, kept from call to call. A step repeats the same
+  // collectives, and a fresh zeroed block per call cost a page fault per 4
+  // KiB once devices shared threads (runtime/fibers.h). Per device, like
+  // everything here, so it needs no lock; it must not be held across
+  // another call that uses the same slot.
+  std::byte* scratch(int slot, size_t bytes);
+
   // The timeline every call is recorded on (a world gives each device's
   // communicator its own); none by default.
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
@@ -242,8 +251,13 @@ class Communicator {
   }
 
  private:
+  struct FreeScratch {
+    void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{64}); }
+  };
   CommStats stats_;
   Timeline* timeline_ = nullptr;
+  std::unique_ptr<std::byte, FreeScratch> scratch_[2];
+  size_t scratch_bytes_[2] = {0, 0};
 };
 
 }  // namespace sharc::rt

@@ -86,12 +86,28 @@ Pieces::Pieces(void* data, size_t bytes) {
   start_.push_back(bytes);
 }
 
-Bytes Pieces::gather(size_t begin, size_t end) const {
-  Bytes block(end - begin);
+void Pieces::gather(size_t begin, size_t end, Bytes& block) const {
   each(begin, end, [&](const std::byte* p, size_t at, size_t bytes) {
     std::memcpy(block.data() + at, p, bytes);
   });
+}
+
+Bytes RingComm::new_block(size_t bytes) {
+  auto it = spare_.find(bytes);
+  if (it == spare_.end() || it->second.empty()) return Bytes(bytes);
+  Bytes block = std::move(it->second.back());
+  it->second.pop_back();
+  spare_bytes_ -= bytes;
   return block;
+}
+
+void RingComm::recycle(Bytes&& block) {
+  const size_t bytes = block.size();
+  if (bytes == 0 || spare_bytes_ + bytes > kSpareBytes) return;
+  std::vector<Bytes>& spare = spare_[bytes];
+  if (spare.size() >= kSpareBlocks) return;
+  spare.push_back(std::move(block));
+  spare_bytes_ += bytes;
 }
 
 const std::byte* Pieces::contiguous(size_t begin, size_t end) const {
@@ -291,7 +307,9 @@ void RingComm::ring_reduce_scatter(const Pieces& in, const std::vector<size_t>& 
   const size_t es = dtype_size(dtype);
   auto len = [&](int c) { return off[c + 1] - off[c]; };
   const int first = mod(p - 1, n);
-  send(kind, right, tag, in.gather(off[first] * es, off[first + 1] * es));
+  Bytes first_block = new_block((off[first + 1] - off[first]) * es);
+  in.gather(off[first] * es, off[first + 1] * es, first_block);
+  send(kind, right, tag, std::move(first_block));
   Bytes acc;
   for (int s = 0; s < n - 1; ++s) {
     const int c = mod(p - s - 2, n);
@@ -307,6 +325,7 @@ void RingComm::ring_reduce_scatter(const Pieces& in, const std::vector<size_t>& 
   out.each(out_at, out_at + acc.size(), [&](std::byte* y, size_t at, size_t bytes) {
     move_bytes(y, acc.data() + at, bytes);
   });
+  recycle(std::move(acc));
 }
 
 void RingComm::ring_all_gather(const Pieces& buf, const std::vector<size_t>& off, DType dtype,
@@ -317,10 +336,13 @@ void RingComm::ring_all_gather(const Pieces& buf, const std::vector<size_t>& off
   // A chunk in one piece is lent; one across pieces goes as a copy.
   auto pass_on = [&](int c) {
     const size_t begin = off[c] * es, end = off[c + 1] * es;
-    if (const std::byte* at = buf.contiguous(begin, end))
+    if (const std::byte* at = buf.contiguous(begin, end)) {
       send_lent(kind, right, tag, at, end - begin);
-    else
-      send(kind, right, tag, buf.gather(begin, end));
+    } else {
+      Bytes block = new_block(end - begin);
+      buf.gather(begin, end, block);
+      send(kind, right, tag, std::move(block));
+    }
   };
   // If this throws, nothing lent may be read after the buffer is gone.
   struct Abandon {
@@ -360,7 +382,9 @@ void RingComm::expect_size(size_t bytes, size_t expected, DType dtype, int src) 
 }
 
 void RingComm::send(CollectiveKind kind, int dst, Tag tag, const std::byte* data, size_t bytes) {
-  send(kind, dst, tag, Bytes(data, data + bytes));
+  Bytes block = new_block(bytes);
+  if (bytes) std::memcpy(block.data(), data, bytes);
+  send(kind, dst, tag, std::move(block));
 }
 
 void RingComm::send(CollectiveKind kind, int dst, Tag tag, Bytes&& block) {
@@ -378,6 +402,7 @@ void RingComm::receive_into(int src, Tag tag, void* out, size_t count, DType dty
   Bytes block = receive(src, tag);
   expect_size(block, count, dtype, src);
   move_bytes(out, block.data(), block.size());
+  recycle(std::move(block));
 }
 
 }  // namespace sharc::rt::detail

@@ -51,8 +51,9 @@ class Pieces {
       at = std::max(at, stop);
     }
   }
-  // A copy of [begin, end), the block a ring step sends.
-  Bytes gather(size_t begin, size_t end) const;
+  // Copies [begin, end) into `block` (of end - begin bytes), the block a
+  // ring step sends.
+  void gather(size_t begin, size_t end, Bytes& block) const;
   // The address of [begin, end) when one piece holds all of it (and it is
   // not empty), else null.
   const std::byte* contiguous(size_t begin, size_t end) const;
@@ -117,7 +118,23 @@ class RingComm : public Communicator {
   virtual void wait_lent() {}
   virtual void abandon_lent() noexcept {}
 
+  // Message blocks are recycled: a step sends blocks of the same sizes
+  // every time, and in a ring every device receives as many blocks as it
+  // sends, so a block this device received and is done with becomes one it
+  // sends later. new_block() gives a block of `bytes` bytes, a recycled one
+  // (its old contents still there) when one of that size is spare;
+  // recycle() keeps `block` for that, up to kSpareBlocks per size and
+  // kSpareBytes in all. A fresh block per message cost a zero fill, and
+  // page faults once several devices shared a thread's heap.
+  Bytes new_block(size_t bytes);
+  void recycle(Bytes&& block);
+
  private:
+  static constexpr size_t kSpareBlocks = 4;
+  static constexpr size_t kSpareBytes = size_t{64} << 20;
+  std::map<size_t, std::vector<Bytes>> spare_;  // by size
+  size_t spare_bytes_ = 0;
+
   static std::vector<size_t> equal_offsets(int n, size_t count_per_rank);
 
   void check(const Group& group, const char* what) const;

@@ -118,6 +118,10 @@ void Team::run(int parts, const std::function<void(int part)>& fn) {
 
 Team* current_team() { return t_current; }
 
+// For FiberPool (fibers.cpp), which switches several devices on one thread:
+// each takes its team with it.
+void set_current_team(Team* team) { t_current = team; }
+
 TeamScope::TeamScope(Team* team) : previous_(t_current) { t_current = team; }
 TeamScope::~TeamScope() { t_current = previous_; }
 

@@ -35,6 +35,12 @@ void check_divisible(const char* what, const std::vector<int64_t>& shape, int di
   }
 }
 
+// `count` elements of the device's reusable scratch (Communicator::scratch).
+template <class T>
+T* scratch(Communicator& comm, int slot, size_t count) {
+  return reinterpret_cast<T*>(comm.scratch(slot, count * sizeof(T)));
+}
+
 int64_t product(const std::vector<int64_t>& shape, int from, int to) {
   int64_t n = 1;
   for (int d = from; d < to; ++d) n *= shape[d];
@@ -103,9 +109,9 @@ void all_gather_dim(Communicator& comm, const Group& group, const T* in,
     comm.all_gather(in, out, count, group);
     return;
   }
-  std::vector<T> blocks(count * n);
-  comm.all_gather(in, blocks.data(), count, group);
-  concat_blocks(blocks.data(), local_shape, dim, n, out);
+  T* blocks = scratch<T>(comm, 0, count * n);
+  comm.all_gather(in, blocks, count, group);
+  concat_blocks(blocks, local_shape, dim, n, out);
 }
 
 template <class T>
@@ -123,9 +129,9 @@ void reduce_scatter_dim(Communicator& comm, const Group& group, const T* in,
   const int64_t outer = product(full_shape, 0, dim);
   const int64_t row = product(full_shape, dim, static_cast<int>(full_shape.size()));
   const int64_t block_row = row / n;
-  std::vector<T> packed(num_elements(full_shape));
-  strided_copy(in, {n, outer, block_row}, {block_row, row, 1}, packed.data());
-  comm.reduce_scatter(packed.data(), out, block, group, op);
+  T* packed = scratch<T>(comm, 0, num_elements(full_shape));
+  strided_copy(in, {n, outer, block_row}, {block_row, row, 1}, packed);
+  comm.reduce_scatter(packed, out, block, group, op);
 }
 
 template <class T>
@@ -141,22 +147,17 @@ void all_to_all_dim(Communicator& comm, const Group& group, const T* in,
 
   const bool split_outer = product(local_shape, 0, split_dim) == 1;
   const bool concat_outer = product(block_shape, 0, concat_dim) == 1;
-  std::vector<T> packed, received;
   const T* send = in;
   if (!split_outer) {
     const int64_t outer = product(local_shape, 0, split_dim);
     const int64_t row = product(local_shape, split_dim, static_cast<int>(local_shape.size()));
-    packed.resize(block * n);
-    strided_copy(in, {n, outer, row / n}, {row / n, row, 1}, packed.data());
-    send = packed.data();
+    T* packed = scratch<T>(comm, 0, block * n);
+    strided_copy(in, {n, outer, row / n}, {row / n, row, 1}, packed);
+    send = packed;
   }
-  T* recv = out;
-  if (!concat_outer) {
-    received.resize(block * n);
-    recv = received.data();
-  }
+  T* recv = concat_outer ? out : scratch<T>(comm, 1, block * n);
   comm.all_to_all(send, recv, block, group);
-  if (!concat_outer) concat_blocks(received.data(), block_shape, concat_dim, n, out);
+  if (!concat_outer) concat_blocks(recv, block_shape, concat_dim, n, out);
 }
 
 #define SHARC_TENSOR_COLLECTIVES_FOR(T)                                                   \

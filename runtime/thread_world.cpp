@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "runtime/blas.h"
+#include "runtime/fibers.h"
 #include "runtime/kernels.h"
 #include "runtime/ring_comm.h"
 
@@ -30,6 +31,34 @@ using Clock = std::chrono::steady_clock;
 
 static Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// Waits on `cv` under `lk` until a notify or `until` (a device thread), or
+// lets the other devices of its thread run until then (a device fiber:
+// FiberPool). Either may return early; callers look again.
+static void await_peer(std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
+                 Clock::time_point until = Clock::time_point::max()) {
+  if (in_fiber()) {
+    // The lock is not held across the switch (the thread's other devices
+    // take it); a post in between bumps the thread's signal
+    // (FiberPool::notify), so the fiber looks again after the pass.
+    lk.unlock();
+    fiber_wait(until);
+    lk.lock();
+    return;
+  }
+  // A thread keeps the lock into the wait: a post in between would be missed.
+  if (until == Clock::time_point::max())
+    cv.wait(lk);
+  else
+    cv.wait_until(lk, until);
+}
+
+// Sleeps until `until`, letting the thread's other devices run meanwhile
+// when this device is a fiber.
+static void sleep_until_arrival(Clock::time_point until) {
+  while (Clock::now() < until)
+    if (!fiber_wait(until)) std::this_thread::sleep_until(until);
 }
 
 class ThreadComm;
@@ -61,8 +90,14 @@ struct Fabric {
 
   Channel& at(int src, int dst) { return channels[static_cast<size_t>(src) * n + dst]; }
 
+  // Something device `rank` may wait for has happened.
+  void notify(int rank) {
+    if (fibers) fibers->notify(rank);
+  }
+
   void poison() {
     poisoned.store(true);
+    if (fibers) fibers->notify_all();
     // Taking each lock before notifying closes the window between a receiver's
     // predicate check and its wait, so no receiver misses the wake-up.
     for (int i = 0; i < n * n; ++i) {
@@ -96,6 +131,7 @@ struct Fabric {
   LinkModel link;
   bool virtual_clock = false;
   double recv_timeout_s = 60;
+  FiberPool* fibers = nullptr;  // the world's, when the devices are fibers
 };
 
 class ThreadComm final : public RingComm {
@@ -111,8 +147,11 @@ class ThreadComm final : public RingComm {
 
   // A receiver is done reading a block this device lent.
   void release() {
-    std::lock_guard<std::mutex> lk(lent_mu_);
-    if (--lent_ == 0) lent_cv_.notify_all();
+    {
+      std::lock_guard<std::mutex> lk(lent_mu_);
+      if (--lent_ == 0) lent_cv_.notify_all();
+    }
+    fabric_.notify(rank());
   }
 
  protected:
@@ -139,7 +178,8 @@ class ThreadComm final : public RingComm {
   Bytes receive(int src, Tag tag) override {
     Message m = take(src, tag);
     if (!m.lent) return std::move(m.data);
-    Bytes copy(m.lent, m.lent + m.lent_bytes);
+    Bytes copy = new_block(m.lent_bytes);
+    if (m.lent_bytes) std::memcpy(copy.data(), m.lent, m.lent_bytes);
     m.lender->release();
     return copy;
   }
@@ -147,7 +187,11 @@ class ThreadComm final : public RingComm {
   void receive_with(int src, Tag tag,
                     const std::function<void(const std::byte*, size_t)>& fn) override {
     Message m = take(src, tag);
-    if (!m.lent) return fn(m.data.data(), m.data.size());
+    if (!m.lent) {
+      fn(m.data.data(), m.data.size());
+      recycle(std::move(m.data));
+      return;
+    }
     struct Release {
       ThreadComm* lender;
       ~Release() { lender->release(); }
@@ -162,7 +206,7 @@ class ThreadComm final : public RingComm {
     while (lent_ > 0) {
       // Receivers that failed never take their blocks: look at the poison
       // flag now and then (a release wakes this at once).
-      lent_cv_.wait_for(lk, std::chrono::milliseconds(10));
+      await_peer(lk, lent_cv_, Clock::now() + std::chrono::milliseconds(10));
       if (lent_ == 0) return;
       const bool poisoned = fabric_.poisoned.load();
       if (poisoned || (timeout > 0 && Clock::now() > deadline)) {
@@ -197,7 +241,7 @@ class ThreadComm final : public RingComm {
     }
     std::unique_lock<std::mutex> lk(lent_mu_);
     lent_ -= taken_back;
-    lent_cv_.wait(lk, [&] { return lent_ <= 0; });
+    while (lent_ > 0) await_peer(lk, lent_cv_);
   }
 
  private:
@@ -220,6 +264,7 @@ class ThreadComm final : public RingComm {
       ch.queue.push_back(std::move(m));
     }
     ch.cv.notify_all();
+    fabric_.notify(dst);
   }
 
   // The first message from `src` under `tag`, once it has arrived.
@@ -240,7 +285,7 @@ class ThreadComm final : public RingComm {
         if (fabric_.virtual_clock)
           timeline()->arrive(m.virtual_arrival);
         else if (m.arrival > Clock::now())
-          std::this_thread::sleep_until(m.arrival);
+          sleep_until_arrival(m.arrival);
         return m;
       }
       if (fabric_.poisoned.load()) {
@@ -254,10 +299,11 @@ class ThreadComm final : public RingComm {
             "; the devices probably issued collectives in different orders or groups");
       }
       if (timeout <= 0) {
-        ch.cv.wait(lk);
+        await_peer(lk, ch.cv);
       } else {
         // Look at the queue once more after a timeout before giving up.
-        timed_out = ch.cv.wait_until(lk, deadline) == std::cv_status::timeout;
+        await_peer(lk, ch.cv, deadline);
+        timed_out = Clock::now() >= deadline;
       }
     }
   }
@@ -295,8 +341,40 @@ ThreadWorld::ThreadWorld(MeshShape mesh) : mesh_(std::move(mesh)) {
     comms_.back()->set_timeline(timelines_.back().get());
   }
   set_threads_per_device(rt::threads_per_device(n));
-  // The device threads spin between steps only if each has a core.
-  devices_ = std::make_unique<Team>(n, n <= static_cast<int>(std::thread::hardware_concurrency()));
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int threads = fibers_available() ? std::clamp(cores / threads_per_device_, 1, n) : n;
+  // SHARC_DEVICE_THREADS=K (a positive number) overrides the default, as
+  // min(K, devices): the tests run the worlds both ways through it.
+  if (const char* env = std::getenv("SHARC_DEVICE_THREADS")) {
+    char* end = nullptr;
+    const long k = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && k > 0)
+      threads = fibers_available() ? static_cast<int>(std::min<long>(k, n)) : n;
+  }
+  set_device_threads(threads);
+}
+
+void ThreadWorld::set_device_threads(int threads) {
+  if (running_) throw std::logic_error("ThreadWorld::set_device_threads while running");
+  const int n = size();
+  if (threads < 1 || threads > n)
+    throw std::invalid_argument("ThreadWorld::set_device_threads(" + std::to_string(threads) +
+                                "): between 1 and the " + std::to_string(n) + " devices");
+  if (threads < n && !fibers_available())
+    throw std::runtime_error("ThreadWorld::set_device_threads(" + std::to_string(threads) +
+                             "): fewer threads than devices needs fibers, and sharc was built "
+                             "without Boost.Context (apt-get install libboost-context-dev)");
+  device_threads_ = threads;
+  fabric_->fibers = nullptr;
+  fibers_.reset();
+  devices_.reset();
+  if (threads < n) {
+    fibers_ = std::make_unique<FiberPool>(n, threads);
+    fabric_->fibers = fibers_.get();
+  } else {
+    // The device threads spin between steps only if each has a core.
+    devices_ = std::make_unique<Team>(n, n <= static_cast<int>(std::thread::hardware_concurrency()));
+  }
 }
 
 void ThreadWorld::set_threads_per_device(int threads) {
@@ -385,7 +463,7 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
   // The devices run on the pool's threads (the caller's is device 0), kept
   // from run to run: a step pays two wake-ups per device, not a thread
   // start and join.
-  devices_->run(size(), [&](int r) {
+  const std::function<void(int)> device = [&](int r) {
     try {
       TeamScope team(teams_.empty() ? nullptr : teams_[r].get());
       fn(r);
@@ -400,7 +478,11 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
       }
       fabric_->poison();
     }
-  });
+  };
+  if (fibers_)
+    fibers_->run(device);
+  else
+    devices_->run(size(), device);
   running_ = false;
 
   const size_t left = fabric_->reset(&src, &dst);

@@ -24,6 +24,8 @@
 
 namespace sharc::rt {
 
+class FiberPool;
+
 namespace detail {
 class ThreadComm;
 struct Fabric;
@@ -67,6 +69,18 @@ class ThreadWorld final : public World {
   // environment is the user's choice and is left alone. Not while running.
   void set_threads_per_device(int threads);
   int threads_per_device() const { return threads_per_device_; }
+  // The OS threads the devices run on. With as many threads as devices
+  // (the default when the machine has a core per device) each device has
+  // its own thread; with fewer, the devices are fibers (runtime/fibers.h),
+  // device r on thread r % threads, and a thread switches to another of its
+  // devices whenever one waits for a message. The default is
+  // min(devices, cores / threads_per_device()), at least 1, when fibers are
+  // built in (rt::fibers_available()); otherwise one thread per device. The
+  // environment variable SHARC_DEVICE_THREADS=K sets it to min(K, devices).
+  // Throws std::invalid_argument outside [1, devices] and std::runtime_error
+  // for fewer threads than devices without fibers. Not while running.
+  void set_device_threads(int threads);
+  int device_threads() const { return device_threads_; }
   // Every device's timeline (trace.h): off (the default), the wall clock, or
   // the virtual clock with `machine` charging each statement. Clears the
   // timelines. Not while running.
@@ -84,8 +98,9 @@ class ThreadWorld final : public World {
   // 0 waits forever. Default 60 s.
   void set_recv_timeout(double seconds);
 
-  // Runs fn(rank) on one thread per device (the caller's runs device 0; the
-  // others are the world's, kept between runs) and waits for all. If any device
+  // Runs fn(rank) for every device on the world's threads (see
+  // set_device_threads; the caller's thread is one of them, and the others
+  // are kept between runs) and waits for all. If any device
   // throws, the others are woken out of their receives and the first
   // exception is rethrown here. Throws std::logic_error if the devices all
   // returned but some message was never received (e.g. a ppermute_start with no
@@ -112,7 +127,9 @@ class ThreadWorld final : public World {
   bool running_ = false;
   int threads_per_device_ = 1;
   std::vector<std::unique_ptr<Team>> teams_;  // per device, when threads_per_device_ > 1
-  std::unique_ptr<Team> devices_;             // one thread per device, the caller's included
+  int device_threads_ = 1;
+  std::unique_ptr<Team> devices_;       // one thread per device, the caller's included
+  std::unique_ptr<FiberPool> fibers_;   // or the devices as fibers on fewer threads
 };
 
 }  // namespace sharc::rt

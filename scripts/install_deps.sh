@@ -8,13 +8,16 @@
 # python3 with pip runs the test that reads an export with Python's
 # safetensors package, which is installed from PyPI (with numpy) when
 # missing. libopenmpi-dev and openmpi-bin are for MpiWorld and its mpirun
-# tests; libxsmm-dev gives rt::gemm its JIT-compiled small-GEMM kernels.
+# tests; libxsmm-dev gives rt::gemm its JIT-compiled small-GEMM kernels;
+# libboost-context-dev lets a ThreadWorld run more devices than cores as
+# fibers (runtime/fibers.h).
 set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in cmake ninja-build g++ libgtest-dev libopenblas-dev ccache diffutils zlib1g-dev \
          dataset-fashion-mnist nlohmann-json3-dev clang-14 python3 python3-pip \
-         libopenmpi-dev openmpi-bin libclang-cpp14-dev llvm-14-dev libxsmm-dev; do
+         libopenmpi-dev openmpi-bin libclang-cpp14-dev llvm-14-dev libxsmm-dev \
+         libboost-context-dev; do
   have "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
