@@ -131,11 +131,13 @@ def main():
     if dropped:
         print(f"note: OPENBLAS_CORETYPE={dropped} from the environment was not passed to sharc "
               f"(--keep-blas-env keeps it)")
-    print(f"JAX {jax_version} on 8 fake CPU devices; sharc on a ThreadWorld (devices are threads)")
+    print(f"JAX {jax_version} on 8 fake CPU devices; sharc on a ThreadWorld (one thread per "
+          f"device, or with fewer cores than devices the devices as fibers on one thread per "
+          f"core: the 'thr' column)")
 
     hdr = (f"{'model':5} {'mesh':15} {'sharc ex/s':>11} {'JAX ex/s':>10} {'ratio':>6} "
            f"{'sharc B/dev':>12} {'JAX B/dev':>12} {'sharc MiB/dev':>13} {'JAX MiB/dev':>11} "
-           f"{'sharc loss':>10} {'JAX loss':>9}")
+           f"{'sharc loss':>10} {'JAX loss':>9} {'thr':>3}")
     rows = []
     first = True
     for model, mesh in pairs:
@@ -152,7 +154,8 @@ def main():
         print(f"{model:5} {mesh:15} {s['examples_per_s']:11.0f} {j['examples_per_s']:10.0f} "
               f"{s['examples_per_s'] / j['examples_per_s']:5.2f}x {s['bytes_per_device']:12.0f} "
               f"{j['bytes_per_device']:12.0f} {mib(s['peak_bytes']):>13} {mib(mem):>11} "
-              f"{s['loss']:10.4f} {j['loss']:9.4f}", flush=True)
+              f"{s['loss']:10.4f} {j['loss']:9.4f} {s.get('device_threads', s['devices']):3d}",
+              flush=True)
     for s, j in rows:
         if s["model"] == "mlp" and s["devices"] == 1:
             rate = MLP_FLOPS_PER_EXAMPLE * s["examples_per_s"] / 1e9
