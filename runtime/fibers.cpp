@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "runtime/team.h"
 
@@ -136,7 +137,10 @@ FiberPool::FiberPool(int fibers, int threads, size_t stack_bytes) {
     f->worker->fibers.push_back(f.get());
     fibers_.push_back(std::move(f));
   }
-  threads_ = std::make_unique<Team>(threads);
+  // Spinning (the team's between runs, idle()'s between messages) pays only
+  // when every thread has a core of its own.
+  spin_ = threads <= static_cast<int>(std::thread::hardware_concurrency());
+  threads_ = std::make_unique<Team>(threads, spin_);
 }
 
 FiberPool::~FiberPool() {
@@ -283,13 +287,12 @@ void FiberPool::schedule(Worker&) {}
 #endif
 
 void FiberPool::idle(Worker& w, unsigned long long seen) {
-  // The thread has a core of its own (threads <= cores): spin a little, as a
-  // message usually follows within a kernel's time; then sleep until a
-  // notify, the earliest deadline of a waiting fiber, or 1 ms (a fiber that
-  // waits with no notify to come, e.g. for the poison flag or a timeout,
-  // looks again then).
+  // With a core per thread, spin a little: a message usually follows within
+  // a kernel's time. Then sleep until a notify, the earliest deadline of a
+  // waiting fiber, or 1 ms (a fiber that waits with no notify to come, e.g.
+  // for the poison flag or a timeout, looks again then).
   const auto spin_until = Clock::now() + std::chrono::microseconds(50);
-  for (int i = 0;; ++i) {
+  for (int i = 0; w.pool->spin_; ++i) {
     if (w.signal.load(std::memory_order_acquire) != seen) return;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

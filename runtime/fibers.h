@@ -9,8 +9,9 @@
 // a thread runs one of its devices until that device must wait for another
 // (a message not posted yet, a lent block not read yet), then goes on with
 // its next device, and so round-robin. A thread whose devices all wait spins
-// for a short while and then sleeps until a message for one of them is posted
-// (notify) or a waiting device's deadline passes.
+// for a short while (when each thread has a core) and then sleeps until a
+// message for one of them is posted (notify) or a waiting device's deadline
+// passes.
 //
 // Device i lives on thread i % threads for the whole run and never moves, so
 // thread-locals (a kernel's scratch buffer, the current Team) stay with
@@ -79,6 +80,7 @@ class FiberPool {
   std::vector<std::unique_ptr<Fiber>> fibers_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Team> threads_;
+  bool spin_ = true;  // threads <= cores
   const std::function<void(int)>* job_ = nullptr;
   std::mutex error_mu_;
   std::exception_ptr error_;
