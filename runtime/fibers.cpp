@@ -69,6 +69,9 @@ struct FiberPool::Fiber {
   void* tsan = nullptr;
 #endif
   std::byte* stack_top() const { return static_cast<std::byte*>(map) + map_bytes; }
+  ~Fiber() {
+    if (map) munmap(map, map_bytes);
+  }
 };
 
 struct FiberPool::Worker {
@@ -143,11 +146,7 @@ FiberPool::FiberPool(int fibers, int threads, size_t stack_bytes) {
   threads_ = std::make_unique<Team>(threads, spin_);
 }
 
-FiberPool::~FiberPool() {
-  threads_.reset();
-  for (auto& f : fibers_)
-    if (f->map) munmap(f->map, f->map_bytes);
-}
+FiberPool::~FiberPool() = default;
 
 void FiberPool::notify(int fiber) { wake(*fibers_.at(static_cast<size_t>(fiber))->worker); }
 
@@ -181,15 +180,27 @@ struct FiberAccess {
 
 namespace {
 
-// The switches, with what the sanitizers must be told around each.
-// Scheduler -> fiber: enter(); fiber -> scheduler: leave().
+// The switches, with what the sanitizers must be told around each:
+// leave() from a fiber to its thread's scheduler, enter() back, and
+// fiber_main() where a fiber starts.
 
-void enter(FiberPool::Worker& w, FiberPool::Fiber& f);
-void leave(FiberPool::Worker& w, FiberPool::Fiber& f, bool finished);
-
-}  // namespace
-
-namespace {
+void leave(FiberPool::Worker& w, FiberPool::Fiber& f, bool finished) {
+  f.team = current_team();
+#if SHARC_ASAN
+  __sanitizer_start_switch_fiber(finished ? nullptr : &f.fake_stack, w.stack_bottom,
+                                 w.stack_size);
+#endif
+#if SHARC_TSAN
+  __tsan_switch_to_fiber(w.tsan, 0);
+#endif
+  const fc::transfer_t t = fc::jump_fcontext(w.scheduler, nullptr);
+  // Resumed (never after finished): on the same thread, by enter().
+  w.scheduler = t.fctx;
+#if SHARC_ASAN
+  __sanitizer_finish_switch_fiber(f.fake_stack, &w.stack_bottom, &w.stack_size);
+#endif
+  set_current_team(f.team);
+}
 
 [[noreturn]] void fiber_main(fc::transfer_t t) {
   auto* f = static_cast<FiberPool::Fiber*>(t.data);
@@ -222,24 +233,6 @@ void enter(FiberPool::Worker& w, FiberPool::Fiber& f) {
   f.context = t.fctx;
   w.current = nullptr;
   set_current_team(mine);
-}
-
-void leave(FiberPool::Worker& w, FiberPool::Fiber& f, bool finished) {
-  f.team = current_team();
-#if SHARC_ASAN
-  __sanitizer_start_switch_fiber(finished ? nullptr : &f.fake_stack, w.stack_bottom,
-                                 w.stack_size);
-#endif
-#if SHARC_TSAN
-  __tsan_switch_to_fiber(w.tsan, 0);
-#endif
-  const fc::transfer_t t = fc::jump_fcontext(w.scheduler, nullptr);
-  // Resumed (never after finished): on the same thread, by enter().
-  w.scheduler = t.fctx;
-#if SHARC_ASAN
-  __sanitizer_finish_switch_fiber(f.fake_stack, &w.stack_bottom, &w.stack_size);
-#endif
-  set_current_team(f.team);
 }
 
 }  // namespace
