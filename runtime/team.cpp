@@ -70,8 +70,11 @@ void Team::work(int index) {
       error = std::current_exception();
     }
     if (error) {
+      // This thread's reference goes before the run is marked done: the
+      // caller may rethrow and free the exception as soon as it is.
       std::lock_guard<std::mutex> lock(mu_);
-      if (!error_) error_ = error;
+      if (!error_) error_ = std::move(error);
+      error = nullptr;
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // The caller may be asleep: wake it under the lock it checks under.
