@@ -13,7 +13,7 @@
 #                      targets (sharc::runtime, sharc::ir, sharc::dsl,
 #                      sharc::codegen, sharc::generator_main and, when
 #                      built, sharc::checkpoint and sharc::mpi) and
-#                      sharc.cmake
+#                      sharc.cmake and sharc_golden.cmake
 #   share/sharc/templates/   what the generator fills in
 #   bin/sharc-lift           where Clang LibTooling was found (sharc::lift)
 # tests/consumer installs sharc into a fresh prefix and builds
@@ -72,4 +72,5 @@ write_basic_package_version_file("${PROJECT_BINARY_DIR}/sharcConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES "${PROJECT_BINARY_DIR}/sharcConfig.cmake" "${PROJECT_BINARY_DIR}/sharcConfigVersion.cmake"
               "${CMAKE_CURRENT_LIST_DIR}/sharc.cmake"
+              "${CMAKE_CURRENT_LIST_DIR}/sharc_golden.cmake"
         DESTINATION ${SHARC_INSTALL_CMAKEDIR})

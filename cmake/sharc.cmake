@@ -302,4 +302,107 @@ function(sharc_add_program NAME)
     DEPENDS ${generator}
     COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     USES_TERMINAL VERBATIM)
+
+  # What sharc_add_golden_test needs to generate this program again.
+  set_target_properties(${NAME} PROPERTIES
+    SHARC_GENERATOR ${generator}
+    SHARC_GENERATOR_ARGS "${common_args};--namespace;${ARG_NAMESPACE};--templates;${templates_dir}"
+    SHARC_REPORT_ARGS "${common_args}"
+    SHARC_TEMPLATE_FILES "${templates}")
+endfunction()
+
+# sharc_add_golden_test(): pins the generated code of programs made by
+# sharc_add_program, so that a change of model, mesh or sharc shows up as a
+# reviewable diff:
+#
+#   sharc_add_golden_test(NAME PROGRAMS prog [prog...] GOLDEN_DIR dir
+#                         [WITH_IR] [WITH_REPORT])
+#
+#  - at build time (in ALL) each program is generated once more into
+#    <build>/sharc_golden/NAME/<prog>/: <prog>.h and <prog>.cpp, with WITH_IR the
+#    IR after every pass (ir/), with WITH_REPORT the report's text
+#    (<prog>_report.txt);
+#  - the ctest NAME compares those files with GOLDEN_DIR/<prog>/. A file that
+#    differs prints its unified diff (the first 150 lines, then how many more
+#    there are); a golden file missing, or one the program no longer
+#    generates, is named. Every failure ends with the command that accepts
+#    the build's output;
+#  - the target NAME_update (not in ALL) writes the build's output into
+#    GOLDEN_DIR, replacing each program's folder there.
+function(_sharc_golden_fail name)
+  string(JOIN "" why ${ARGN})
+  message(FATAL_ERROR "sharc_add_golden_test(${name}): ${why}")
+endfunction()
+
+function(sharc_add_golden_test NAME)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "WITH_IR;WITH_REPORT" "GOLDEN_DIR" "PROGRAMS")
+  if(NOT NAME MATCHES "^[A-Za-z_][A-Za-z0-9_.-]*$")
+    _sharc_golden_fail("${NAME}" "the name \"${NAME}\" cannot name a test and its NAME_update target")
+  endif()
+  if(ARG_UNPARSED_ARGUMENTS)
+    list(GET ARG_UNPARSED_ARGUMENTS 0 first)
+    _sharc_golden_fail(${NAME} "unknown argument '${first}' (the keywords are PROGRAMS, GOLDEN_DIR, "
+                        "WITH_IR, WITH_REPORT)")
+  endif()
+  if(NOT ARG_PROGRAMS)
+    _sharc_golden_fail(${NAME} "PROGRAMS needs at least one target made by sharc_add_program")
+  endif()
+  if(NOT DEFINED ARG_GOLDEN_DIR)
+    _sharc_golden_fail(${NAME} "GOLDEN_DIR is required: the folder, in your source tree, that holds "
+                        "the accepted files")
+  endif()
+  cmake_path(ABSOLUTE_PATH ARG_GOLDEN_DIR BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} NORMALIZE
+             OUTPUT_VARIABLE golden_dir)
+  set(script "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/sharc_golden.cmake")
+  set(stage "${CMAKE_CURRENT_BINARY_DIR}/sharc_golden/${NAME}")
+  set(stamps "")
+  foreach(program IN LISTS ARG_PROGRAMS)
+    if(NOT TARGET ${program})
+      _sharc_golden_fail(${NAME} "PROGRAMS names '${program}', which is not a target (yet): call "
+                          "sharc_add_program(${program} ...) before sharc_add_golden_test")
+    endif()
+    get_target_property(generator ${program} SHARC_GENERATOR)
+    if(NOT generator)
+      _sharc_golden_fail(${NAME} "PROGRAMS names '${program}', which sharc_add_program did not make")
+    endif()
+    get_target_property(args ${program} SHARC_GENERATOR_ARGS)
+    get_target_property(report_args ${program} SHARC_REPORT_ARGS)
+    get_target_property(templates ${program} SHARC_TEMPLATE_FILES)
+    # The generator's path and arguments travel in a file, not on a command line.
+    set(config "${stage}/${program}.config.cmake")
+    string(REPLACE ";" "\" \"" quoted_args "${args}")
+    string(REPLACE ";" "\" \"" quoted_report "${report_args}")
+    file(GENERATE OUTPUT "${config}" CONTENT
+"set(GENERATOR \"$<TARGET_FILE:${generator}>\")
+set(ARGS \"${quoted_args}\")
+set(REPORT_ARGS \"${quoted_report}\")
+set(PROGRAM \"${program}\")
+set(OUT \"${stage}/${program}\")
+set(WITH_IR ${ARG_WITH_IR})
+set(WITH_REPORT ${ARG_WITH_REPORT})
+")
+    add_custom_command(
+      OUTPUT "${stage}/${program}.stamp"
+      COMMAND ${CMAKE_COMMAND} -DMODE=stage "-DCONFIG=${config}" -P "${script}"
+      COMMAND ${CMAKE_COMMAND} -E touch "${stage}/${program}.stamp"
+      DEPENDS ${generator} ${templates} "${script}" "${config}"
+      COMMENT "sharc: generating ${program} for the golden test ${NAME}"
+      VERBATIM)
+    list(APPEND stamps "${stage}/${program}.stamp")
+  endforeach()
+  add_custom_target(${NAME}_files ALL DEPENDS ${stamps})
+  set(update_command "cmake --build \"${CMAKE_BINARY_DIR}\" --target ${NAME}_update")
+  # Lists go to the scripts comma-separated: a ';' would split the argument.
+  string(JOIN "," programs ${ARG_PROGRAMS})
+  add_test(NAME ${NAME}
+           COMMAND ${CMAKE_COMMAND} -DMODE=check "-DSTAGE=${stage}" "-DGOLDEN=${golden_dir}"
+                   "-DPROGRAMS=${programs}" "-DUPDATE_COMMAND=${update_command}"
+                   "-DTEST=${NAME}" -P "${script}")
+  set_tests_properties(${NAME} PROPERTIES LABELS golden)
+  add_custom_target(${NAME}_update
+    COMMAND ${CMAKE_COMMAND} -DMODE=update "-DSTAGE=${stage}" "-DGOLDEN=${golden_dir}"
+            "-DPROGRAMS=${programs}" -P "${script}"
+    DEPENDS ${NAME}_files
+    COMMENT "sharc: accepting the generated files of ${NAME} into ${golden_dir}"
+    VERBATIM)
 endfunction()

@@ -1,6 +1,7 @@
 # Configures tests/consumer/bad_args with -DCASE=<CASE> in a fresh folder and
 # checks that configuring fails, that CMake's output names the user's
-# CMakeLists.txt:<line> of that case's sharc_add_program call (the line marked
+# CMakeLists.txt:<line> of that case's sharc_add_program or
+# sharc_add_golden_test call (the line marked
 # `# case: <CASE>`), and that it contains EXPECT, the reason.
 #   cmake -DSHARC_SOURCE_DIR=... -DCASE=... -DEXPECT=... -DBUILD_DIR=... -P this
 set(project_dir "${CMAKE_CURRENT_LIST_DIR}/bad_args")
@@ -27,9 +28,9 @@ message("${all}")
 if(rc EQUAL 0)
   message(FATAL_ERROR "configuring with CASE=${CASE} succeeded; it must fail")
 endif()
-string(FIND "${all}" "CMakeLists.txt:${line} (sharc_add_program)" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "the output does not name CMakeLists.txt:${line} (sharc_add_program)")
+if(NOT all MATCHES "CMakeLists.txt:${line} \\(sharc_add_(program|golden_test)\\)")
+  message(FATAL_ERROR "the output does not name CMakeLists.txt:${line} (sharc_add_program or "
+                      "sharc_add_golden_test)")
 endif()
 string(REGEX REPLACE "[ \t\r\n]+" " " flat "${all}")  # CMake wraps long messages
 string(FIND "${flat}" "${EXPECT}" at)
