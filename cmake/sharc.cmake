@@ -303,8 +303,11 @@ function(sharc_add_program NAME)
     COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     USES_TERMINAL VERBATIM)
 
-  # What sharc_add_golden_test needs to generate this program again.
+  # What sharc_add_golden_test needs to generate this program again; the
+  # global list lets a project (sharc's own tests) find every program.
+  set_property(GLOBAL APPEND PROPERTY SHARC_PROGRAMS ${NAME})
   set_target_properties(${NAME} PROPERTIES
+    SHARC_GENERATED_DIR ${out_dir}
     SHARC_GENERATOR ${generator}
     SHARC_GENERATOR_ARGS "${common_args};--namespace;${ARG_NAMESPACE};--templates;${templates_dir}"
     SHARC_REPORT_ARGS "${common_args}"
