@@ -1,6 +1,7 @@
-// ThreadWorld: the loopback backend, N simulated devices as threads of one
-// process, so partitioned programs and collective schedules run in tests
-// without GPUs or MPI. It is not a shared-memory shortcut: devices exchange
+// ThreadWorld: the loopback backend, N simulated devices in one process (a
+// thread each, or fibers on one thread per core when there are fewer cores
+// than devices: set_device_threads), so partitioned programs and collective
+// schedules run in tests without GPUs or MPI. It is not a shared-memory shortcut: devices exchange
 // blocks over per-(src, dst) FIFO channels (an all-gather step's block is
 // lent, read where its sender keeps it, one copy per step as a GPU's
 // peer-to-peer copy would be), and the collectives are the real ring

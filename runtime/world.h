@@ -53,8 +53,9 @@ class World {
   virtual DeviceMemory& memory(int rank) = 0;
   virtual Timeline& timeline(int rank) = 0;
 
-  // Runs fn(rank) for every local device, each on its own thread, and joins
-  // them. If a device anywhere throws, the others stop and run() rethrows.
+  // Runs fn(rank) for every local device, concurrently (ThreadWorld: a thread
+  // each, or fibers sharing the cores' threads), and joins them. If a device
+  // anywhere throws, the others stop and run() rethrows.
   virtual void run(const std::function<void(int rank)>& fn) = 0;
 
   // Host-level exchange between processes, outside run(): every process
