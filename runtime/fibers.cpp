@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -125,7 +126,12 @@ FiberPool::FiberPool(int fibers, int threads, size_t stack_bytes) {
   for (int i = 0; i < fibers; ++i) {
     auto f = std::make_unique<Fiber>();
     f->index = i;
-    f->worker = workers_[static_cast<size_t>(i % threads)].get();
+    // Contiguous blocks of devices per thread: ring neighbours (r, r + 1)
+    // mostly share a thread, so a block posted in a pass is taken in the
+    // same pass. Against round-robin placement, where every ring edge
+    // crossed threads: MLP model=8 1.89 -> 1.50 ms, GPT model=8 13.5 ->
+    // 11.3 ms per step on 2 cores.
+    f->worker = workers_[static_cast<size_t>(static_cast<int64_t>(i) * threads / fibers)].get();
     f->map_bytes = usable + page;
     f->map = mmap(nullptr, f->map_bytes, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);

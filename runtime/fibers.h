@@ -13,7 +13,9 @@
 // message for one of them is posted (notify) or a waiting device's deadline
 // passes.
 //
-// Device i lives on thread i % threads for the whole run and never moves, so
+// Threads take contiguous blocks of devices: device i lives on thread
+// i * threads / fibers (so ring neighbours mostly share a thread) for the
+// whole run and never moves, so
 // thread-locals (a kernel's scratch buffer, the current Team) stay with
 // their device between switches, and a fiber only ever waits inside
 // fiber_wait(): device code that blocks by other means (a mutex held across a

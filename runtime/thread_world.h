@@ -73,7 +73,7 @@ class ThreadWorld final : public World {
   // The OS threads the devices run on. With as many threads as devices
   // (the default when the machine has a core per device) each device has
   // its own thread; with fewer, the devices are fibers (runtime/fibers.h),
-  // device r on thread r % threads, and a thread switches to another of its
+  // device r on thread r * threads / devices, and a thread switches to another of its
   // devices whenever one waits for a message. The default is
   // min(devices, cores / threads_per_device()), at least 1, when fibers are
   // built in (rt::fibers_available()); otherwise one thread per device. The

@@ -1,5 +1,6 @@
 // Devices as fibers (runtime/fibers.h): a FiberPool runs every fiber once on
-// its own thread (i % threads), a waiting fiber lets its thread run the
+// its own thread (contiguous blocks: i * threads / fibers), a waiting fiber
+// lets its thread run the
 // others, a device's team goes with its fiber, exceptions come back after
 // all fibers end; and a ThreadWorld on fewer threads than devices computes
 // bit for bit what one thread per device computes, fails the same way
@@ -47,7 +48,8 @@ TEST(FiberPool, RunsEveryFiberOnceOnItsOwnThread) {
     for (int i = 0; i < 8; ++i) {
       EXPECT_EQ(calls[static_cast<size_t>(i)].load(), 1) << i;
       for (int j = 0; j < 8; ++j)
-        EXPECT_EQ(thread[static_cast<size_t>(i)] == thread[static_cast<size_t>(j)], i % 3 == j % 3)
+        EXPECT_EQ(thread[static_cast<size_t>(i)] == thread[static_cast<size_t>(j)],
+                  i * 3 / 8 == j * 3 / 8)
             << i << " " << j;
     }
     EXPECT_EQ(thread[0], std::this_thread::get_id());  // the caller runs thread 0's fibers
