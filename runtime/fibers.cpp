@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/spin.h"
 #include "runtime/team.h"
 
 #if SHARC_HAVE_BOOST_CONTEXT
@@ -62,6 +63,8 @@ struct FiberPool::Fiber {
   bool done = true;
   void* map = nullptr;  // the mapping: guard page, then the stack
   size_t map_bytes = 0;
+  std::byte* stack_bottom = nullptr;  // just above the guard page
+  size_t stack_bytes = 0;
   Team* team = nullptr;  // its current team while switched out
 #if SHARC_ASAN
   void* fake_stack = nullptr;
@@ -69,7 +72,7 @@ struct FiberPool::Fiber {
 #if SHARC_TSAN
   void* tsan = nullptr;
 #endif
-  std::byte* stack_top() const { return static_cast<std::byte*>(map) + map_bytes; }
+  std::byte* stack_top() const { return stack_bottom + stack_bytes; }
   ~Fiber() {
     if (map) munmap(map, map_bytes);
   }
@@ -143,6 +146,8 @@ FiberPool::FiberPool(int fibers, int threads, size_t stack_bytes) {
     // The lowest page is the guard: a fiber that overflows its stack faults
     // there instead of writing over its neighbour's.
     mprotect(f->map, page, PROT_NONE);
+    f->stack_bottom = static_cast<std::byte*>(f->map) + page;
+    f->stack_bytes = usable;
     f->worker->fibers.push_back(f.get());
     fibers_.push_back(std::move(f));
   }
@@ -226,8 +231,7 @@ void enter(FiberPool::Worker& w, FiberPool::Fiber& f) {
   w.current = &f;
   Team* const mine = current_team();
 #if SHARC_ASAN
-  __sanitizer_start_switch_fiber(&w.fake_stack, f.stack_top() - (f.map_bytes - page_bytes()),
-                                 f.map_bytes - page_bytes());
+  __sanitizer_start_switch_fiber(&w.fake_stack, f.stack_bottom, f.stack_bytes);
 #endif
 #if SHARC_TSAN
   __tsan_switch_to_fiber(f.tsan, 0);
@@ -250,7 +254,7 @@ void FiberPool::schedule(Worker& w) {
 #endif
   size_t live = 0;
   for (Fiber* f : w.fibers) {
-    f->context = fc::make_fcontext(f->stack_top(), f->map_bytes - page_bytes(), &fiber_main);
+    f->context = fc::make_fcontext(f->stack_top(), f->stack_bytes, &fiber_main);
     f->done = false;
     f->team = nullptr;
 #if SHARC_TSAN
@@ -290,14 +294,10 @@ void FiberPool::idle(Worker& w, unsigned long long seen) {
   // a kernel's time. Then sleep until a notify, the earliest deadline of a
   // waiting fiber, or 1 ms (a fiber that waits with no notify to come, e.g.
   // for the poison flag or a timeout, looks again then).
-  const auto spin_until = Clock::now() + std::chrono::microseconds(50);
-  for (int i = 0; w.pool->spin_; ++i) {
-    if (w.signal.load(std::memory_order_acquire) != seen) return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-    if ((i & 63) == 63 && Clock::now() > spin_until) break;
-  }
+  if (w.pool->spin_ && spin_for(std::chrono::microseconds(50), [&] {
+        return w.signal.load(std::memory_order_acquire) != seen;
+      }))
+    return;
   const Clock::time_point until = std::min(w.wake_by, Clock::now() + std::chrono::milliseconds(1));
   w.parked.store(true, std::memory_order_seq_cst);
   if (w.signal.load(std::memory_order_seq_cst) == seen) {

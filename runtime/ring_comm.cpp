@@ -101,6 +101,18 @@ Bytes RingComm::new_block(size_t bytes) {
   return block;
 }
 
+Bytes RingComm::copy_of(const std::byte* data, size_t bytes) {
+  Bytes block = new_block(bytes);
+  if (bytes) std::memcpy(block.data(), data, bytes);
+  return block;
+}
+
+Bytes RingComm::gathered(const Pieces& from, size_t begin, size_t end) {
+  Bytes block = new_block(end - begin);
+  from.gather(begin, end, block);
+  return block;
+}
+
 void RingComm::recycle(Bytes&& block) {
   const size_t bytes = block.size();
   if (bytes == 0 || spare_bytes_ + bytes > kSpareBytes) return;
@@ -307,9 +319,7 @@ void RingComm::ring_reduce_scatter(const Pieces& in, const std::vector<size_t>& 
   const size_t es = dtype_size(dtype);
   auto len = [&](int c) { return off[c + 1] - off[c]; };
   const int first = mod(p - 1, n);
-  Bytes first_block = new_block((off[first + 1] - off[first]) * es);
-  in.gather(off[first] * es, off[first + 1] * es, first_block);
-  send(kind, right, tag, std::move(first_block));
+  send(kind, right, tag, gathered(in, off[first] * es, off[first + 1] * es));
   Bytes acc;
   for (int s = 0; s < n - 1; ++s) {
     const int c = mod(p - s - 2, n);
@@ -336,13 +346,10 @@ void RingComm::ring_all_gather(const Pieces& buf, const std::vector<size_t>& off
   // A chunk in one piece is lent; one across pieces goes as a copy.
   auto pass_on = [&](int c) {
     const size_t begin = off[c] * es, end = off[c + 1] * es;
-    if (const std::byte* at = buf.contiguous(begin, end)) {
+    if (const std::byte* at = buf.contiguous(begin, end))
       send_lent(kind, right, tag, at, end - begin);
-    } else {
-      Bytes block = new_block(end - begin);
-      buf.gather(begin, end, block);
-      send(kind, right, tag, std::move(block));
-    }
+    else
+      send(kind, right, tag, gathered(buf, begin, end));
   };
   // If this throws, nothing lent may be read after the buffer is gone.
   struct Abandon {
@@ -382,9 +389,7 @@ void RingComm::expect_size(size_t bytes, size_t expected, DType dtype, int src) 
 }
 
 void RingComm::send(CollectiveKind kind, int dst, Tag tag, const std::byte* data, size_t bytes) {
-  Bytes block = new_block(bytes);
-  if (bytes) std::memcpy(block.data(), data, bytes);
-  send(kind, dst, tag, std::move(block));
+  send(kind, dst, tag, copy_of(data, bytes));
 }
 
 void RingComm::send(CollectiveKind kind, int dst, Tag tag, Bytes&& block) {

@@ -128,6 +128,8 @@ class RingComm : public Communicator {
   // page faults once several devices shared a thread's heap.
   Bytes new_block(size_t bytes);
   void recycle(Bytes&& block);
+  // new_block() filled with `bytes` bytes from `data`.
+  Bytes copy_of(const std::byte* data, size_t bytes);
 
  private:
   static constexpr size_t kSpareBlocks = 4;
@@ -136,6 +138,9 @@ class RingComm : public Communicator {
   size_t spare_bytes_ = 0;
 
   static std::vector<size_t> equal_offsets(int n, size_t count_per_rank);
+
+  // new_block() filled with bytes [begin, end) of `from`.
+  Bytes gathered(const Pieces& from, size_t begin, size_t end);
 
   void check(const Group& group, const char* what) const;
 

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/spin.h"
+
 namespace sharc::rt {
 
 namespace {
@@ -28,19 +30,10 @@ Team::~Team() {
 
 namespace {
 
-// Spins until pred() holds or kSpin has passed; returns pred().
+// Spins for up to 100 us when the team spins (spin_for); returns pred().
 template <class Pred>
 bool spin_until(bool spin, Pred pred) {
-  if (!spin) return pred();
-  constexpr auto kSpin = std::chrono::microseconds(100);
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
-  for (int i = 0;; ++i) {
-    if (pred()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return pred();
-  }
+  return spin ? spin_for(std::chrono::microseconds(100), pred) : pred();
 }
 
 }  // namespace

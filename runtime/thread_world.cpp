@@ -178,8 +178,7 @@ class ThreadComm final : public RingComm {
   Bytes receive(int src, Tag tag) override {
     Message m = take(src, tag);
     if (!m.lent) return std::move(m.data);
-    Bytes copy = new_block(m.lent_bytes);
-    if (m.lent_bytes) std::memcpy(copy.data(), m.lent, m.lent_bytes);
+    Bytes copy = copy_of(m.lent, m.lent_bytes);
     m.lender->release();
     return copy;
   }
