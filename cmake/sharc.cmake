@@ -14,8 +14,12 @@
 #     Calls with the same SOURCE share one generator (named after the first
 #     call: NAME.generator), so four meshes of one model build it once;
 #  2. runs it at build time (add_custom_command) to write
-#     <build>/sharc_generated/NAME/NAME.h and NAME.cpp; it re-runs when the
-#     generator (so the model) or anything in sharc's templates/ changes;
+#     <build>/sharc_generated/NAME/NAME.h and NAME.cpp, and NAME_explain.txt:
+#     each model line with the kernels and collectives it became and their
+#     lines in NAME.cpp (codegen/explain.h); it re-runs when the generator
+#     (so the model) or anything in sharc's templates/ changes, and a file
+#     that comes out the same keeps its time stamp, so it is not compiled
+#     again;
 #  3. adds the STATIC library NAME from the generated source, linking
 #     sharc::runtime, with the generated folder on its include path, so users
 #     `#include "NAME.h"` and use namespace NAMESPACE (default sharc_gen::NAME);
@@ -24,7 +28,9 @@
 #     each parameter's layout and local shape, every collective with its
 #     bytes per device and each device's peak memory (codegen/report.h); for a
 #     pipelined program, per stage, and it draws the schedule into
-#     <build>/sharc_generated/NAME/NAME_schedule.svg.
+#     <build>/sharc_generated/NAME/NAME_schedule.svg;
+#  5. adds the target NAME_explain (not built by default), which prints what
+#     NAME_explain.txt holds (the generator's --explain).
 #
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
 # when one axis is -1). DUMP_IR also writes the IR after every pass
@@ -208,10 +214,11 @@ function(sharc_add_program NAME)
                           "sharc_add_program(${NAME} SOURCE model.cpp MESH \"data=2,model=4\")")
     endif()
   endforeach()
-  foreach(taken ${NAME} ${NAME}_report)
+  foreach(taken ${NAME} ${NAME}_report ${NAME}_explain)
     if(TARGET ${taken})
       _sharc_fail(${NAME} "a target named ${taken} already exists: each sharc_add_program "
-                          "needs its own NAME (it names the library ${NAME} and ${NAME}_report)")
+                          "needs its own NAME (it names the library ${NAME} and the targets "
+                          "${NAME}_report and ${NAME}_explain)")
     endif()
   endforeach()
   cmake_path(ABSOLUTE_PATH ARG_SOURCE BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} NORMALIZE
@@ -282,7 +289,7 @@ function(sharc_add_program NAME)
     list(APPEND args --dump-ir ${out_dir}/ir)
   endif()
   add_custom_command(
-    OUTPUT ${outputs}
+    OUTPUT ${outputs} ${out_dir}/${NAME}_explain.txt
     COMMAND ${generator} ${args}
     DEPENDS ${generator} ${templates}
     COMMENT "sharc: generating ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
@@ -302,6 +309,11 @@ function(sharc_add_program NAME)
     DEPENDS ${generator}
     COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     USES_TERMINAL VERBATIM)
+  add_custom_target(${NAME}_explain
+    COMMAND ${generator} ${common_args} --templates ${templates_dir} --explain
+    DEPENDS ${generator}
+    COMMENT "sharc: what each model line of ${NAME} became in ${NAME}.cpp"
+    USES_TERMINAL VERBATIM)
 
   # What sharc_add_golden_test needs to generate this program again; the
   # global list lets a project (sharc's own tests) find every program.
@@ -319,12 +331,14 @@ endfunction()
 # reviewable diff:
 #
 #   sharc_add_golden_test(NAME PROGRAMS prog [prog...] GOLDEN_DIR dir
-#                         [WITH_IR] [WITH_REPORT])
+#                         [WITH_IR] [WITH_REPORT] [WITH_EXPLAIN])
 #
 #  - at build time (in ALL) each program is generated once more into
 #    <build>/sharc_golden/NAME/<prog>/: <prog>.h and <prog>.cpp, with WITH_IR the
 #    IR after every pass (ir/), with WITH_REPORT the report's text
-#    (<prog>_report.txt);
+#    (<prog>_report.txt), with WITH_EXPLAIN the model-line map
+#    (<prog>_explain.txt, whose generated line numbers move with any change
+#    above them);
 #  - the ctest NAME compares those files with GOLDEN_DIR/<prog>/. A file that
 #    differs prints its unified diff (the first 150 lines, then how many more
 #    there are); a golden file missing, or one the program no longer
@@ -338,14 +352,14 @@ function(_sharc_golden_fail name)
 endfunction()
 
 function(sharc_add_golden_test NAME)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "WITH_IR;WITH_REPORT" "GOLDEN_DIR" "PROGRAMS")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "WITH_IR;WITH_REPORT;WITH_EXPLAIN" "GOLDEN_DIR" "PROGRAMS")
   if(NOT NAME MATCHES "^[A-Za-z_][A-Za-z0-9_.-]*$")
     _sharc_golden_fail("${NAME}" "the name \"${NAME}\" cannot name a test and its NAME_update target")
   endif()
   if(ARG_UNPARSED_ARGUMENTS)
     list(GET ARG_UNPARSED_ARGUMENTS 0 first)
     _sharc_golden_fail(${NAME} "unknown argument '${first}' (the keywords are PROGRAMS, GOLDEN_DIR, "
-                        "WITH_IR, WITH_REPORT)")
+                        "WITH_IR, WITH_REPORT, WITH_EXPLAIN)")
   endif()
   if(NOT ARG_PROGRAMS)
     _sharc_golden_fail(${NAME} "PROGRAMS needs at least one target made by sharc_add_program")
@@ -383,6 +397,7 @@ set(PROGRAM \"${program}\")
 set(OUT \"${stage}/${program}\")
 set(WITH_IR ${ARG_WITH_IR})
 set(WITH_REPORT ${ARG_WITH_REPORT})
+set(WITH_EXPLAIN ${ARG_WITH_EXPLAIN})
 ")
     add_custom_command(
       OUTPUT "${stage}/${program}.stamp"

@@ -2,6 +2,7 @@
 #include "codegen/emission_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "codegen/ring_plan.h"
@@ -20,12 +21,26 @@ bool needs_group(const Node& v) {
          v.op == Op::kPPermute || v.op == Op::kAxisIndex;
 }
 
+// What a value that is neither a parameter nor an input is called: the layer
+// that made it and its op ("dense1_dot", "h0_attn_reshape"; "relu" outside
+// a layer), "grad_" first for the gradient computation; name_values() adds
+// "_n" to the n-th value of one name. Nothing is numbered program-wide, so a
+// mesh that adds or drops collectives, or an op appended to the model,
+// renames nothing else and a diff of two generated files shows only what
+// changed.
+std::string value_name(const Node& v) {
+  std::string base = ir::op_name(v.op);
+  if (!v.name.empty()) base = v.name + "_" + base;
+  if (v.backward) base = "grad_" + base;
+  return base;
+}
+
 void name_values(const ir::Graph& g, const ir::Graph& scope, EmissionPlan& p) {
   const size_t n = g.nodes.size();
-  // Parameters by path (members of Device), inputs and outputs by name,
-  // everything else t0, t1, ... in program order. Device members and the
-  // Inputs/Outputs fields are named from `scope`, so every stage of a
-  // pipeline names them alike.
+  // Parameters by path (members of Device), inputs by name, everything else
+  // by value_name() in program order. Device members and the Inputs/Outputs
+  // fields are named from `scope`, so every stage of a pipeline names them
+  // alike.
   p.var.assign(n, "");
   cpp::Names device_names;
   for (auto& a : scope.mesh.axes()) p.axis_var[a.name] = device_names.user(a.name + "_index");
@@ -40,11 +55,19 @@ void name_values(const ir::Graph& g, const ir::Graph& scope, EmissionPlan& p) {
         p.group_var[v.axes] = device_names.user("group_" + cpp::join(v.axes, "_"));
   for (size_t i = 0; i < n; ++i)
     if (g.nodes[i].op == Op::kInput) p.var[i] = p.locals.user(g.nodes[i].name);
-  for (auto& o : g.outputs)
-    if (p.var[o.value].empty() && p.buffers.needs_buffer[o.value])
-      p.var[o.value] = p.locals.user(o.name);
+  // A value computed from a node of the global program is numbered among
+  // the global program's values of its name (Node::origin_rank): "relu_2" is
+  // the second relu outside a layer on every mesh, however many values the
+  // mesh fuses away, combines or adds. Those names are taken first; the
+  // collectives and slices the partitioner added follow in program order.
+  for (size_t i = 0; i < n; ++i) {
+    const Node& v = g.nodes[i];
+    if (!p.var[i].empty() || !p.buffers.needs_buffer[i] || v.origin < 0) continue;
+    const std::string base = value_name(v);
+    p.var[i] = p.locals.user(v.origin_rank == 0 ? base : base + "_" + std::to_string(v.origin_rank + 1));
+  }
   for (size_t i = 0; i < n; ++i)
-    if (p.var[i].empty() && p.buffers.needs_buffer[i]) p.var[i] = p.locals.next("t");
+    if (p.var[i].empty() && p.buffers.needs_buffer[i]) p.var[i] = p.locals.user(value_name(g.nodes[i]));
 
   // The Inputs/Outputs fields: their own scope (members, not locals).
   cpp::Names in_fields(cpp::Names::Scope::kFields);

@@ -55,7 +55,8 @@ struct EmissionPlan {
 
   // ---- names ----------------------------------------------------------------
   // Per node: the C++ name of its buffer (parameters: a member of the
-  // generated Device; inputs and outputs: the user's name; else t0, t1, ...),
+  // generated Device; inputs: the user's name; else the layer and op that
+  // made it, "dense1_dot", "grad_dense1_dot_2": see value_name()),
   // "" when it has none (fused away).
   std::vector<std::string> var;
   std::map<std::string, std::string> axis_var;                // axis -> coordinate member

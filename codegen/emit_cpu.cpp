@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -22,6 +23,7 @@
 #include "codegen/execute.h"
 #include "codegen/interpret.h"
 #include "codegen/op_cost.h"
+#include "codegen/report.h"
 #include "codegen/ring_plan.h"
 #include "runtime/team.h"
 
@@ -121,7 +123,31 @@ class CpuEmitter {
                                    {"SHARC_SET_PARAMETER", parameter_transfer(true)},
                                    {"SHARC_GET_PARAMETER", parameter_transfer(false)}}),
                              "templates/program.cpp");
+    f.marks = std::move(*marks_);
+    place_marks(f);
     return f;
+  }
+
+  // Gives each mark its line in the source: marks were recorded in the order
+  // they were written, one per line that starts (after its indentation) with
+  // "timeline.op(" or "timeline.comm_op(", and each such line names its label.
+  static void place_marks(EmittedFiles& f) {
+    std::istringstream in(f.source);
+    std::string text;
+    size_t next = 0;
+    for (int line = 1; std::getline(in, text); ++line) {
+      const size_t at = text.find_first_not_of(' ');
+      if (at == std::string::npos ||
+          (text.compare(at, 12, "timeline.op(") != 0 && text.compare(at, 17, "timeline.comm_op(") != 0))
+        continue;
+      if (next == f.marks.size())
+        internal_error("emit_cpu: line " + std::to_string(line) + " marks the timeline, but no mark was recorded for it");
+      if (text.find(quoted(f.marks[next].label)) == std::string::npos)
+        internal_error("emit_cpu: line " + std::to_string(line) + " is not the mark of " + f.marks[next].label);
+      f.marks[next++].line = line;
+    }
+    if (next != f.marks.size())
+      internal_error("emit_cpu: " + std::to_string(f.marks.size() - next) + " recorded marks are not in the source");
   }
 
  private:
@@ -1043,6 +1069,7 @@ class CpuEmitter {
                way[h]);
       w.close();
       w.line("timeline.op(" + label + ", " + cost_literal(cost.gemm) + ");");
+      record_mark(EmittedMark::Kind::kRingGemm, id, cost.gemm);
       for (int h = 0; h < H; ++h) {
         const std::string i = piece_index(blk[h], h);
         std::string step[2];
@@ -1108,6 +1135,7 @@ class CpuEmitter {
              piece + ", " + grp + ", " + perm[h] + ");  // to the " + way[h]);
     w.close();
     w.line("timeline.op(" + label + ", " + cost_literal(cost.gemm) + ");");
+    record_mark(EmittedMark::Kind::kRingGemm, id, cost.gemm);
     for (int h = 0; h < H; ++h) {
       std::string step[2];
       step[sl] = sliced_piece(piece_index(blk[h], h));
@@ -1120,6 +1148,7 @@ class CpuEmitter {
     for (int h = 0; h < H; ++h) {
       w.line("comm.ppermute_wait(" + recv[h] + ");");
       w.line("timeline.op(" + label + ", " + cost_literal(cost.add) + ");");
+      record_mark(EmittedMark::Kind::kRingAdd, id, cost.add);
       const std::string sum =
           v.dtype == ir::DType::kBF16
               ? "rt::bf16(static_cast<float>(" + part[h] + "[i]) + static_cast<float>(" +
@@ -1240,10 +1269,42 @@ class CpuEmitter {
   // name and, for computation, its virtual-clock cost (op_cost.h).
   void emit_mark(CodeWriter& w, const Stmt& s) {
     const std::string label = quoted(statement_label(g_[s.node]));
-    if (is_comm_statement(g_, s))
+    if (is_comm_statement(g_, s)) {
       w.line("timeline.comm_op(" + label + ");");
-    else
-      w.line("timeline.op(" + label + ", " + cost_literal(statement_cost(g_, s)) + ");");
+      record_mark(EmittedMark::Kind::kCollective, s.node, {});
+    } else {
+      const rt::OpCost cost = statement_cost(g_, s);
+      w.line("timeline.op(" + label + ", " + cost_literal(cost) + ");");
+      EmittedMark& m = record_mark(EmittedMark::Kind::kKernel, s.node, cost);
+      if (ir::is_elementwise(g_[s.node].op))
+        for (int t : s.tree) m.fused.emplace_back(g_[t].loc, ir::op_name(g_[t].op));
+    }
+  }
+
+  // Records a mark just written (EmittedFiles::marks; run() finds its line).
+  // Collectives and ring_dots carry the report's bytes per device.
+  EmittedMark& record_mark(EmittedMark::Kind kind, int node, const rt::OpCost& cost) {
+    const Node& v = g_[node];
+    EmittedMark m;
+    m.kind = kind;
+    m.stage = stage_;
+    m.node = node;
+    m.label = statement_label(v);
+    m.op = ir::op_name(v.op);
+    m.layer = v.name;
+    m.loc = v.loc;
+    m.flops = cost.flops;
+    m.bytes = cost.bytes;
+    if (kind == EmittedMark::Kind::kCollective || (kind == EmittedMark::Kind::kKernel && v.op == Op::kRingDot)) {
+      if (!report_) report_ = predict(g_);
+      for (const CollectiveReport& c : report_->collectives)
+        if (c.node == node) {
+          m.what = c.what;
+          m.sent = c.bytes;
+        }
+    }
+    marks_->push_back(std::move(m));
+    return marks_->back();
   }
   static std::string cost_literal(const rt::OpCost& c) {
     char buf[96];
@@ -1637,6 +1698,8 @@ class CpuEmitter {
       w.open("const auto stage_" + std::to_string(s) + " = [&]");
       CpuEmitter stage(stages_->at(s), o_, nullptr, nullptr, &g_);
       stage.units_ = &plan.units[s];
+      stage.marks_ = marks_;
+      stage.stage_ = s;
       for (const StageStep& st : plan.steps[s]) stage.node_unit_.push_back(st.unit);
       w.text(stage.forward_body(2));
       --w;  // the lambda's closing brace takes a semicolon
@@ -1711,6 +1774,13 @@ class CpuEmitter {
   std::map<std::string, std::vector<int>> holders_;  // pipelined: parameter path -> stages holding it
   // A stage's emitter: the unit (StagePlan::units) of each node, to title them.
   const std::vector<StageUnit>* units_ = nullptr;
+  // The marks written so far (a stage's emitter adds to its program's), the
+  // stage this emitter writes (-1: not a stage), and its graph's report
+  // (made at the first collective, for the bytes).
+  std::vector<EmittedMark> own_marks_;
+  std::vector<EmittedMark>* marks_ = &own_marks_;
+  int stage_ = -1;
+  std::optional<Report> report_;
   std::vector<int> node_unit_;
   const EmissionPlan ep_;
   const BufferPlan& plan_;

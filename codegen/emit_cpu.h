@@ -43,8 +43,33 @@ struct EmitOptions {
   EmitTemplates templates;
 };
 
+// One mark on a device's timeline in the generated source: a line
+// `timeline.op(...)` before a kernel or `timeline.comm_op(...)` before a
+// collective. Every statement of the step has one; a ring_dot also marks
+// each step's GEMM and add. The emitter records them as it writes them, so
+// explain.h can say which model line became which generated line.
+struct EmittedMark {
+  enum class Kind { kKernel, kCollective, kRingGemm, kRingAdd };
+  Kind kind = Kind::kKernel;
+  int line = 0;       // 1-based, in EmittedFiles::source
+  int stage = -1;     // a pipelined program: the stage whose program it is in
+  int node = -1;      // the statement's node in its (stage) graph
+  std::string label;  // the timeline label: "dot  model.h:21 dot1"
+  std::string op;     // the node's op ("dot", "all_gather", "ring_dot")
+  std::string layer;  // the node's layer label, "" outside layers
+  SrcLoc loc;         // the DSL line that caused it
+  double flops = 0, bytes = 0;  // a kernel's modelled cost (op_cost.h)
+  // Collectives and ring_dots: what the report calls it and the bytes each
+  // device sends per step (0 on devices of other pipeline stages).
+  std::string what;
+  std::vector<uint64_t> sent;
+  // A fused loop: the elementwise ops it computes (the mark's own op too).
+  std::vector<std::pair<SrcLoc, std::string>> fused;
+};
+
 struct EmittedFiles {
   std::string header, source;
+  std::vector<EmittedMark> marks;  // in source order
 };
 
 // Emits the program. `partitioned` must be the output of lower() (verified,

@@ -6,13 +6,19 @@
 //                   --out-dir DIR --templates DIR [--name STEM] [--namespace NS]
 //                   [--dump-ir DIR] [--source-root DIR]...
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --report
+//   model.generator --program dot_relu_dot --mesh data=2,model=4 --explain --templates DIR
 //
-// It traces the program, lowers it for the mesh and writes DIR/STEM.h and
-// DIR/STEM.cpp (STEM defaults to the program name, NS to sharc_gen::STEM),
-// plus numbered per-pass IR dumps with --dump-ir. With --report it writes
-// nothing: it prints the predicted costs of the program on the mesh (each
-// parameter's layout and local shape, every collective with its bytes per
-// device, each device's peak memory; codegen/report.h) and exits. A mistake in the model
+// It traces the program, lowers it for the mesh and writes DIR/STEM.h,
+// DIR/STEM.cpp and DIR/STEM_explain.txt (STEM defaults to the program name,
+// NS to sharc_gen::STEM), plus numbered per-pass IR dumps with --dump-ir. A
+// file whose bytes are already what it would write is left alone, so the
+// build (which restats generated files) does not compile it again. With
+// --report it writes nothing: it prints the predicted costs of the program on
+// the mesh (each parameter's layout and local shape, every collective with
+// its bytes per device, each device's peak memory; codegen/report.h) and
+// exits. With --explain it writes nothing either: it prints what STEM_explain.txt
+// holds, each model line with the kernels and collectives it became and
+// their lines in STEM.cpp (codegen/explain.h). A mistake in the model
 // (sharc::Error) prints `file:line:col: error: ...` to stderr, with the model's
 // line and a caret under the call when the file is found (as recorded, or
 // under a --source-root: sharc_add_program passes the project's root, since
@@ -25,11 +31,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "codegen/emit_cpu.h"
+#include "codegen/explain.h"
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
 #include "dsl/program.h"
@@ -42,13 +50,15 @@ constexpr const char* kUsage =
     "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
     "          [--devices N] [--name FILE_STEM] [--namespace NS] [--dump-ir DIR]\n"
     "          [--source-root DIR]...\n"
-    "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name TARGET] --report\n";
+    "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name TARGET] --report\n"
+    "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name STEM] --templates DIR --explain\n";
 
 struct Args {
   std::string program, mesh, out_dir, templates, dump_ir, cpp_namespace, name;
   std::vector<std::string> source_roots;  // where relative DSL file names are found
   int devices = 0;  // 0: the product of the mesh
   bool report = false;  // print the predicted costs instead of generating
+  bool explain = false;  // print the model-line map instead of generating
   std::string schedule_svg;  // with --report, a pipelined program's schedule picture goes here
 };
 
@@ -83,6 +93,8 @@ Args parse_args(int argc, char** argv) {
       a.source_roots.push_back(value());
     else if (flag == "--report")
       a.report = true;
+    else if (flag == "--explain")
+      a.explain = true;
     else if (flag == "--schedule-svg")
       a.schedule_svg = value();
     else if (flag == "--devices") {
@@ -100,7 +112,8 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.program.empty()) throw UsageError{"--program is required"};
   if (a.mesh.empty()) throw UsageError{"--mesh is required"};
-  if (a.out_dir.empty() && !a.report) throw UsageError{"--out-dir is required"};
+  if (a.report && a.explain) throw UsageError{"--report and --explain are two runs: give one"};
+  if (a.out_dir.empty() && !a.report && !a.explain) throw UsageError{"--out-dir is required"};
   if (a.templates.empty() && !a.report) throw UsageError{"--templates is required"};
   if (a.name.empty()) a.name = a.program;
   if (a.cpp_namespace.empty()) a.cpp_namespace = "sharc_gen::" + a.name;
@@ -111,6 +124,15 @@ std::string registered_programs() {
   std::string s;
   for (auto& [name, fn] : sharc::ProgramRegistry::all()) s += (s.empty() ? "" : ", ") + name;
   return s.empty() ? "(none: does the model file use SHARC_PROGRAM?)" : s;
+}
+
+// True when `path` holds exactly `text`.
+bool holds(const fs::path& path, const std::string& text) {
+  std::error_code ec;
+  if (fs::file_size(path, ec) != text.size() || ec) return false;
+  std::ifstream f(path, std::ios::binary);
+  const std::string have((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return have == text;
 }
 
 void write_file(const fs::path& path, const std::string& text) {
@@ -124,14 +146,20 @@ void write_file(const fs::path& path, const std::string& text) {
 class Outputs {
  public:
   Outputs(const fs::path& dir, const std::string& stem)
-      : finals_{dir / (stem + ".h"), dir / (stem + ".cpp")} {
+      : finals_{dir / (stem + ".h"), dir / (stem + ".cpp"), dir / (stem + "_explain.txt")} {
     for (auto& f : finals_) temps_.push_back(fs::path(f.string() + ".tmp"));
   }
-  void write(const sharc::EmittedFiles& files) {
+  // All written, or none: each goes to a temporary first. A file that is
+  // already right keeps its time stamp.
+  void write(const std::vector<std::string>& texts) {
     fs::create_directories(finals_[0].parent_path());
-    write_file(temps_[0], files.header);
-    write_file(temps_[1], files.source);
-    for (size_t i = 0; i < finals_.size(); ++i) fs::rename(temps_[i], finals_[i]);
+    std::vector<bool> same(finals_.size());
+    for (size_t i = 0; i < finals_.size(); ++i) {
+      same[i] = holds(finals_[i], texts[i]);
+      if (!same[i]) write_file(temps_[i], texts[i]);
+    }
+    for (size_t i = 0; i < finals_.size(); ++i)
+      if (!same[i]) fs::rename(temps_[i], finals_[i]);
   }
   // Removes temporaries and any earlier outputs: after a failure the build must
   // not find (and compile) a previous run's files.
@@ -188,10 +216,16 @@ int run(const Args& a) {
   eo.model_file = where.file;
   eo.templates = sharc::load_templates(a.templates);
   const sharc::EmittedFiles files = sharc::emit_cpu(lowered, eo);
+  const std::string map =
+      sharc::explain(lowered, files, {.program = a.program, .model_file = where.file, .source_name = a.name + ".cpp"});
+  if (a.explain) {
+    std::cout << map;
+    return 0;
+  }
 
   Outputs out(a.out_dir, a.name);
   try {
-    out.write(files);
+    out.write({files.header, files.source, map});
   } catch (...) {
     out.discard();
     throw;
@@ -207,14 +241,14 @@ int main(int argc, char** argv) {
     args = parse_args(argc, argv);
   } catch (const UsageError& e) {
     if (!e.message.empty()) std::fprintf(stderr, "%s: %s\n", argv[0], e.message.c_str());
-    std::fprintf(stderr, kUsage, argv[0], argv[0]);
+    std::fprintf(stderr, kUsage, argv[0], argv[0], argv[0]);
     return e.message.empty() ? 0 : 2;
   }
   Outputs outputs(args.out_dir, args.name);
   try {
     return run(args);
   } catch (const sharc::Error& e) {
-    if (!args.report) outputs.discard();  // --report writes nothing
+    if (!args.report && !args.explain) outputs.discard();  // --report and --explain write nothing
     if (e.loc().known()) {
       std::cerr << sharc::render_diagnostic(e, args.source_roots);
     } else {
@@ -225,7 +259,7 @@ int main(int argc, char** argv) {
     }
     return 1;
   } catch (const std::exception& e) {
-    if (!args.report) outputs.discard();  // --report writes nothing
+    if (!args.report && !args.explain) outputs.discard();  // --report and --explain write nothing
     std::cerr << "sharc generator: " << e.what() << "\n";
     return 1;
   }

@@ -312,6 +312,16 @@ struct Node {
   // codegen/stage_plan.h places nodes on stages by them.
   int layer = -1;
   int micro_batch = -1;
+
+  // Per-device programs: the node of the global program this node computes
+  // (partition_per_device sets it on the op it lowers a node to; collectives
+  // and slices it adds have -1), copied by every later pass, and how many
+  // nodes of the global program before that one have the same op, name and
+  // `backward`. The global program does not depend on the mesh, so neither
+  // does a name made from them (the generated code's variable names,
+  // codegen/emission_plan.cpp).
+  int origin = -1;
+  int origin_rank = 0;
 };
 
 // After a training step, persistent Parameter `target` takes the value of node

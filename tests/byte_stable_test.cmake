@@ -1,6 +1,6 @@
 # Generates every program in LIST (tests/CMakeLists.txt writes it: the
 # samples' programs, all meshes) twice more, into WORK/a and WORK/b, and
-# checks that both copies are byte for byte the .h and .cpp the build
+# checks that both copies are byte for byte the .h, .cpp and _explain.txt the build
 # compiled: no output folder, absolute path, time or hash order leaks into
 # generated code. Fails listing each file that differs, with the start of
 # its diff.
@@ -22,7 +22,7 @@ foreach(program IN LISTS PROGRAMS)
     if(NOT rc EQUAL 0)
       message(FATAL_ERROR "generating ${program} into ${out} failed (${rc}):\n${log}")
     endif()
-    foreach(file ${program}.h ${program}.cpp)
+    foreach(file ${program}.h ${program}.cpp ${program}_explain.txt)
       file(SHA256 "${out}/${file}" got)
       file(SHA256 "${BUILT_${program}}/${file}" want)
       if(NOT got STREQUAL want)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "codegen/passes/dim_maps.h"
 #include "dsl/shard_map.h"
@@ -36,6 +37,8 @@ class Partitioner {
 
   ir::Graph run() {
     map_.assign(g_.nodes.size(), -1);
+    std::map<std::tuple<Op, std::string, bool>, int> seen;  // for Node::origin_rank
+    for (const Node& n : g_.nodes) rank_.push_back(seen[{n.op, n.name, n.backward}]++);
     for (size_t id = 0; id < g_.nodes.size(); ++id) lower(static_cast<int>(id));
     for (const ir::Output& o : g_.outputs) {
       cur_ = &g_.nodes[o.value];
@@ -196,6 +199,8 @@ class Partitioner {
     m.spec.reset();
     m.rules.reset();
     m.fixed = false;
+    m.origin = id;
+    m.origin_rank = rank_[id];
     if (n.layout_of >= 0) m.layout_of = map_[n.layout_of];
     if (ir::is_source(n.op)) {
       map_[id] = emit(std::move(m), n.shape, S);
@@ -437,6 +442,7 @@ class Partitioner {
   std::map<int, std::vector<int>> shard_map_results_;  // body index -> result node per output
   ir::Graph out_;
   std::vector<int> map_;     // global node id -> per-device node id
+  std::vector<int> rank_;    // global node id -> its Node::origin_rank
   std::vector<Shape> global_;  // per-device node id -> global shape
   const Node* cur_ = nullptr;
 };

@@ -144,24 +144,27 @@ TEST(AllReduceBuckets, EmittedSourceHasOneAllReducePerBucket) {
        at = s.find("comm.all_reduce(", at + 1))
     ++calls;
   EXPECT_EQ(calls, 7);
+  // Values are named after their layer and op (EmissionPlan::var): the
+  // graph's all_reduces are all in layer "grads", in program order.
   const std::string bucket0 =
-      "  rt::copy(t2.data(), sum_xx.data(), 8);\n"
+      "  rt::copy(partials_reduce_2.data(), grads_all_reduce_2.data(), 8);\n"
       "  comm.all_reduce(std::vector<rt::Segment<float>>{\n"
-      "                      {sum_x.data(), 8},\n"
-      "                      {sum_xx.data(), 8},\n"
+      "                      {grads_all_reduce.data(), 8},\n"
+      "                      {grads_all_reduce_2.data(), 8},\n"
       "                  },\n"
       "                  dev.group_data, rt::ReduceOp::kSum);\n";
   EXPECT_NE(s.find(bucket0), std::string::npos) << s;
-  EXPECT_NE(s.find("rt::copy(t0.data(), sum_x.data(), 8);"), std::string::npos) << s;
+  EXPECT_NE(s.find("rt::copy(partials_reduce.data(), grads_all_reduce.data(), 8);"), std::string::npos) << s;
   const std::string bucket1 =
-      "  rt::Buffer sum_yy = std::move(t6);  // f32[8] [{}], in t6's buffer (its last use)\n"
+      "  rt::Buffer grads_all_reduce_6 = std::move(partials_reduce_5);  // f32[8] [{}], in partials_reduce_5's "
+      "buffer (its last use)\n"
       "  comm.all_reduce(std::vector<rt::Segment<float>>{\n"
-      "                      {sum_y.data(), 8},\n"
-      "                      {sum_yy.data(), 8},\n"
+      "                      {grads_all_reduce_5.data(), 8},\n"
+      "                      {grads_all_reduce_6.data(), 8},\n"
       "                  },\n"
       "                  dev.group_model, rt::ReduceOp::kSum);\n";
   EXPECT_NE(s.find(bucket1), std::string::npos) << s;
-  EXPECT_NE(s.find("rt::Buffer sum_y = std::move(t4);"), std::string::npos) << s;
+  EXPECT_NE(s.find("rt::Buffer grads_all_reduce_5 = std::move(partials_reduce_4);"), std::string::npos) << s;
   EXPECT_EQ(s.find("bucket_0"), std::string::npos) << "no packed buffer";
 }
 

@@ -196,43 +196,43 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // ---- dot1 (samples/dot_relu_dot/model.h:21) -------------------------------
   timeline.op("dot  samples/dot_relu_dot/model.h:21 dot1", {.flops = 2097152, .bytes = 1069056});
   // samples/dot_relu_dot/model.h:21 dot1: [{"data"}, {}], [{}, {"model"}] -> [{"data"}, {"model"}] => dot contract=[1]x[0]
-  rt::Buffer t0(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
+  rt::Buffer dot1_dot(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
   rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/256, /*K=*/1024,
-           x.data(), false, dev.dot1_kernel.data(), false, t0.data());
+           x.data(), false, dev.dot1_kernel.data(), false, dot1_dot.data());
   x = rt::Buffer();  // last use of x
 
   // ---- relu (samples/dot_relu_dot/model.h:21) -------------------------------
   timeline.op("relu  samples/dot_relu_dot/model.h:21", {.flops = 1024, .bytes = 8192});
   // samples/dot_relu_dot/model.h:21: [{"data"}, {"model"}] -> [{"data"}, {"model"}] => relu
-  rt::Buffer t1(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
-  for (int64_t i = 0; i < 1024; ++i) t1[i] = rt::relu(t0[i]);
-  t0 = rt::Buffer();  // last use of t0
+  rt::Buffer relu(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
+  for (int64_t i = 0; i < 1024; ++i) relu[i] = rt::relu(dot1_dot[i]);
+  dot1_dot = rt::Buffer();  // last use of dot1_dot
 
   // ---- dot (samples/dot_relu_dot/model.h:24) --------------------------------
   timeline.op("dot  samples/dot_relu_dot/model.h:24", {.flops = 2097152, .bytes = 1069056});
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}], [{"model"}, {}] -> [{"data"}, {}] partial={"model"} => dot contract=[1]x[0]
-  rt::Buffer t2(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}] partial={"model"}
+  rt::Buffer dot(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}] partial={"model"}
   rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/1024, /*K=*/256,
-           t1.data(), false, dev.w2.data(), false, t2.data());
-  t1 = rt::Buffer();  // last use of t1
+           relu.data(), false, dev.w2.data(), false, dot.data());
+  relu = rt::Buffer();  // last use of relu
   timeline.comm_op("reduce_scatter  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {}] partial={"model"} -> [{"data"}, {"model"}] => reduce_scatter(model)
-  rt::Buffer t3(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
-  rt::reduce_scatter_dim(comm, dev.group_model, t2.data(), {4, 1024}, /*dim=*/1, t3.data(), rt::ReduceOp::kSum);
-  t2 = rt::Buffer();  // last use of t2
+  rt::Buffer reduce_scatter(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
+  rt::reduce_scatter_dim(comm, dev.group_model, dot.data(), {4, 1024}, /*dim=*/1, reduce_scatter.data(), rt::ReduceOp::kSum);
+  dot = rt::Buffer();  // last use of dot
   timeline.comm_op("all_gather  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}] -> [{"data"}, {}] => all_gather(model)
-  rt::Buffer y(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
-  rt::all_gather_dim(comm, dev.group_model, t3.data(), {4, 256}, /*dim=*/1, y.data());
-  t3 = rt::Buffer();  // last use of t3
+  rt::Buffer all_gather(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
+  rt::all_gather_dim(comm, dev.group_model, reduce_scatter.data(), {4, 256}, /*dim=*/1, all_gather.data());
+  reduce_scatter = rt::Buffer();  // last use of reduce_scatter
 
   // ---- outputs --------------------------------------------------------------
   // "y" (samples/dot_relu_dot/model.h:53): block f32[4,1024] [{"data"}, {}] of the global f32[8,1024]; replicated over "model", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
-    std::copy_n(y.data(), 4096, block);
+    std::copy_n(all_gather.data(), 4096, block);
   if (out.y && dev.model_index == 0) {
     out.blocks.mark(0, rank);
-    std::copy_n(y.data(), 4096, out.y + dev.data_index * 4 * 1024);
+    std::copy_n(all_gather.data(), 4096, out.y + dev.data_index * 4 * 1024);
   }  // "y"
 }  // Program::forward_device
 

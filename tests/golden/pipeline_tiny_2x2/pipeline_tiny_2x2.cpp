@@ -240,181 +240,181 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
-    rt::Buffer t0(16, &mem, rt::uninitialized);  // f32[2,2,4] [{"data"}, {}, {}]
-    rt::copy(x.data(), t0.data(), 16);
+    rt::Buffer reshape(16, &mem, rt::uninitialized);  // f32[2,2,4] [{"data"}, {}, {}]
+    rt::copy(x.data(), reshape.data(), 16);
     timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [0, 1)
-    rt::Buffer t1(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
-    rt::strided_copy(t0.data(), {2, 1, 4}, {8, 4, 1}, t1.data());
-    t0 = rt::Buffer();  // last use of t0
+    rt::Buffer slice(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
+    rt::strided_copy(reshape.data(), {2, 1, 4}, {8, 4, 1}, slice.data());
+    reshape = rt::Buffer();  // last use of reshape
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
-    rt::Buffer t2 = std::move(t1);  // f32[2,4] [{"data"}, {}], in t1's buffer (its last use)
+    rt::Buffer reshape_2 = std::move(slice);  // f32[2,4] [{"data"}, {}], in slice's buffer (its last use)
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer l0_dot(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t2.data(), false, dev.l0_kernel.data(), false, t3.data());
+             reshape_2.data(), false, dev.l0_kernel.data(), false, l0_dot.data());
 
     // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
-    rt::Buffer t4(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) t4[i] = rt::tanh(t3[i]);
-    t3 = rt::Buffer();  // last use of t3
+    rt::Buffer tanh(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    for (int64_t i = 0; i < 8; ++i) tanh[i] = rt::tanh(l0_dot[i]);
+    l0_dot = rt::Buffer();  // last use of l0_dot
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 7)
-    comm.send(t4.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 7);
+    comm.send(tanh.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 7);
 
     // ==== F1: micro-batch 1 forward, model chunk 0 ====
 
     // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
-    rt::Buffer t5 = std::move(x);  // f32[2,2,4] [{"data"}, {}, {}], in x's buffer (its last use)
+    rt::Buffer reshape_3 = std::move(x);  // f32[2,2,4] [{"data"}, {}, {}], in x's buffer (its last use)
     timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [1, 2)
-    rt::Buffer t6(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
-    rt::strided_copy(t5.data() + 4, {2, 1, 4}, {8, 4, 1}, t6.data());
-    t5 = rt::Buffer();  // last use of t5
+    rt::Buffer slice_2(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
+    rt::strided_copy(reshape_3.data() + 4, {2, 1, 4}, {8, 4, 1}, slice_2.data());
+    reshape_3 = rt::Buffer();  // last use of reshape_3
     timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
-    rt::Buffer t7 = std::move(t6);  // f32[2,4] [{"data"}, {}], in t6's buffer (its last use)
+    rt::Buffer reshape_4 = std::move(slice_2);  // f32[2,4] [{"data"}, {}], in slice_2's buffer (its last use)
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t8(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer l0_dot_2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t7.data(), false, dev.l0_kernel.data(), false, t8.data());
+             reshape_4.data(), false, dev.l0_kernel.data(), false, l0_dot_2.data());
 
     // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
-    rt::Buffer t9(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) t9[i] = rt::tanh(t8[i]);
-    t8 = rt::Buffer();  // last use of t8
+    rt::Buffer tanh_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    for (int64_t i = 0; i < 8; ++i) tanh_3[i] = rt::tanh(l0_dot_2[i]);
+    l0_dot_2 = rt::Buffer();  // last use of l0_dot_2
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 36)
-    comm.send(t9.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 36);
+    comm.send(tanh_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 36);
 
     // ==== B0: micro-batch 0 backward, model chunk 0 ====
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 25)
-    rt::Buffer t10(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    comm.recv(t10.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 25);
+    rt::Buffer grad_l1_recv(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    comm.recv(grad_l1_recv.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 25);
 
     // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
-    rt::Buffer t11(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer grad_mul_7(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = t4[i] * t4[i];  // tests/pipeline/stack_programs.cpp:38 mul
+      const float v0 = tanh[i] * tanh[i];  // tests/pipeline/stack_programs.cpp:38 mul
       const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
-      t11[i] = t10[i] * v1;  // tests/pipeline/stack_programs.cpp:38 mul
-    }  // fused loop of t11
-    t10 = rt::Buffer();  // last use of t10
-    t4 = rt::Buffer();  // last use of t4
+      grad_mul_7[i] = grad_l1_recv[i] * v1;  // tests/pipeline/stack_programs.cpp:38 mul
+    }  // fused loop of grad_mul_7
+    grad_l1_recv = rt::Buffer();  // last use of grad_l1_recv
+    tanh = rt::Buffer();  // last use of tanh
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t12(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer grad_l0_dot(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t2.data(), /*trans_a=*/true, t11.data(), false, t12.data());
-    t2 = rt::Buffer();  // last use of t2
-    t11 = rt::Buffer();  // last use of t11
+             reshape_2.data(), /*trans_a=*/true, grad_mul_7.data(), false, grad_l0_dot.data());
+    reshape_2 = rt::Buffer();  // last use of reshape_2
+    grad_mul_7 = rt::Buffer();  // last use of grad_mul_7
 
     // ==== B1: micro-batch 1 backward, model chunk 0 ====
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 54)
-    rt::Buffer t13(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    comm.recv(t13.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 54);
+    rt::Buffer grad_l1_recv_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    comm.recv(grad_l1_recv_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 54);
 
     // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
-    rt::Buffer t14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer grad_mul_14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = t9[i] * t9[i];  // tests/pipeline/stack_programs.cpp:38 mul
+      const float v0 = tanh_3[i] * tanh_3[i];  // tests/pipeline/stack_programs.cpp:38 mul
       const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
-      t14[i] = t13[i] * v1;  // tests/pipeline/stack_programs.cpp:38 mul
-    }  // fused loop of t14
-    t13 = rt::Buffer();  // last use of t13
-    t9 = rt::Buffer();  // last use of t9
+      grad_mul_14[i] = grad_l1_recv_3[i] * v1;  // tests/pipeline/stack_programs.cpp:38 mul
+    }  // fused loop of grad_mul_14
+    grad_l1_recv_3 = rt::Buffer();  // last use of grad_l1_recv_3
+    tanh_3 = rt::Buffer();  // last use of tanh_3
 
     // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t15(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer grad_l0_dot_2(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t7.data(), /*trans_a=*/true, t14.data(), false, t15.data());
-    t7 = rt::Buffer();  // last use of t7
-    t14 = rt::Buffer();  // last use of t14
+             reshape_4.data(), /*trans_a=*/true, grad_mul_14.data(), false, grad_l0_dot_2.data());
+    reshape_4 = rt::Buffer();  // last use of reshape_4
+    grad_mul_14 = rt::Buffer();  // last use of grad_mul_14
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
-    rt::Buffer t16(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
-    for (int64_t i = 0; i < 16; ++i) t16[i] = t12[i] + t15[i];
-    t12 = rt::Buffer();  // last use of t12
-    t15 = rt::Buffer();  // last use of t15
+    rt::Buffer grad_add(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+    for (int64_t i = 0; i < 16; ++i) grad_add[i] = grad_l0_dot[i] + grad_l0_dot_2[i];
+    grad_l0_dot = rt::Buffer();  // last use of grad_l0_dot
+    grad_l0_dot_2 = rt::Buffer();  // last use of grad_l0_dot_2
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer t17 = std::move(t16);  // f32[4,4] [{}, {}], in t16's buffer (its last use)
-    comm.all_reduce(t17.data(), 16, dev.group_data, rt::ReduceOp::kSum);
+    rt::Buffer grad_all_reduce = std::move(grad_add);  // f32[4,4] [{}, {}], in grad_add's buffer (its last use)
+    comm.all_reduce(grad_all_reduce.data(), 16, dev.group_data, rt::ReduceOp::kSum);
 
     // ==== after the micro-batches: the optimizer step ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t18
-    rt::Buffer t19(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
-    rt::Buffer t18(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps mul_5
+    rt::Buffer mul_8(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+    rt::Buffer mul_5(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = t17[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
-      t18[i] = v0;
-      t19[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
-    }  // fused loop of t19
-    t17 = rt::Buffer();  // last use of t17
+      const float v0 = grad_all_reduce[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
+      mul_5[i] = v0;
+      mul_8[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
+    }  // fused loop of mul_8
+    grad_all_reduce = rt::Buffer();  // last use of grad_all_reduce
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
-    rt::Buffer t20(1, &mem, rt::uninitialized);  // f32[] []
-    rt::reduce(t19.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, t20.data());
-    t19 = rt::Buffer();  // last use of t19
+    rt::Buffer reduce_3(1, &mem, rt::uninitialized);  // f32[] []
+    rt::reduce(mul_8.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_3.data());
+    mul_8 = rt::Buffer();  // last use of mul_8
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => send to stage 1 (message 73)
-    comm.send(t20.data(), 1, world_.mesh().peer_on_axis(rank, 0, 1), 73);
-    t20 = rt::Buffer();  // last use of t20
+    comm.send(reduce_3.data(), 1, world_.mesh().peer_on_axis(rank, 0, 1), 73);
+    reduce_3 = rt::Buffer();  // last use of reduce_3
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => add
-    rt::Buffer& t21 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
-    for (int64_t i = 0; i < 1; ++i) t21[i] = dev.opt_step[i] + 1.0f;
+    rt::Buffer& add_5 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
+    for (int64_t i = 0; i < 1; ++i) add_5[i] = dev.opt_step[i] + 1.0f;
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
-    rt::Buffer& t22 = dev.l0_kernel;  // f32[4,4] [{}, {}], the new "l0/kernel" computed in place
+    rt::Buffer& sub = dev.l0_kernel;  // f32[4,4] [{}, {}], the new "l0/kernel" computed in place
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = t18[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
-      t22[i] = dev.l0_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
-    }  // fused loop of t22
-    t18 = rt::Buffer();  // last use of t18
+      const float v0 = mul_5[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
+      sub[i] = dev.l0_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
+    }  // fused loop of sub
+    mul_5 = rt::Buffer();  // last use of mul_5
 
     // ---- outputs --------------------------------------------------------------
 
     // ---- updates: parameters take their new values ----------------------------
-    // tests/pipeline/stack_programs.cpp:32 "l0/kernel" f32[4,4] [{}, {}] <- t22
+    // tests/pipeline/stack_programs.cpp:32 "l0/kernel" f32[4,4] [{}, {}] <- sub
     // (computed in place)
-    // tests/pipeline/stack_programs.cpp:32 "opt/step" f32[] [] <- t21
+    // tests/pipeline/stack_programs.cpp:32 "opt/step" f32[] [] <- add_5
     // (computed in place)
   };  // stage 0
 
@@ -424,265 +424,265 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 7)
-    rt::Buffer t0(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    comm.recv(t0.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 7);
+    rt::Buffer recv(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    comm.recv(recv.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 7);
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t1(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer l1_dot(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t0.data(), false, dev.l1_kernel.data(), false, t1.data());
+             recv.data(), false, dev.l1_kernel.data(), false, l1_dot.data());
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t2
-    rt::Buffer t3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer t2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps tanh_2
+    rt::Buffer mul(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer tanh_2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = rt::tanh(t1[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
-      t2[i] = v0;
-      t3[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
-    }  // fused loop of t3
-    t1 = rt::Buffer();  // last use of t1
+      const float v0 = rt::tanh(l1_dot[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+      tanh_2[i] = v0;
+      mul[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
+    }  // fused loop of mul
+    l1_dot = rt::Buffer();  // last use of l1_dot
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-    rt::Buffer t4(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
-    rt::reduce(t3.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, t4.data());
-    t3 = rt::Buffer();  // last use of t3
+    rt::Buffer reduce(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
+    rt::reduce(mul.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, reduce.data());
+    mul = rt::Buffer();  // last use of mul
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer t5 = std::move(t4);  // f32[] [], in t4's buffer (its last use)
-    comm.all_reduce(t5.data(), 1, dev.group_data, rt::ReduceOp::kSum);
+    rt::Buffer all_reduce = std::move(reduce);  // f32[] [], in reduce's buffer (its last use)
+    comm.all_reduce(all_reduce.data(), 1, dev.group_data, rt::ReduceOp::kSum);
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:44: [] -> [] => mul
-    rt::Buffer t6(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) t6[i] = t5[i] * 0.0625f;
-    t5 = rt::Buffer();  // last use of t5
+    rt::Buffer mul_2(1, &mem, rt::uninitialized);  // f32[] []
+    for (int64_t i = 0; i < 1; ++i) mul_2[i] = all_reduce[i] * 0.0625f;
+    all_reduce = rt::Buffer();  // last use of all_reduce
 
     // ==== B0: micro-batch 0 backward, model chunk 1 ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:44: [] => mul
-    rt::Buffer t7(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) t7[i] = 1.0f * 0.0625f;
+    rt::Buffer grad_mul(1, &mem, rt::uninitialized);  // f32[] []
+    for (int64_t i = 0; i < 1; ++i) grad_mul[i] = 1.0f * 0.0625f;
 
     // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
-    rt::Buffer t8(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    const float t8_b0 = t7[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
+    rt::Buffer grad_mul_5(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    const float grad_mul_5_b0 = grad_mul[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = t8_b0 * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
-      const float v1 = t8_b0 * t2[i];  // tests/pipeline/stack_programs.cpp:44 mul
+      const float v0 = grad_mul_5_b0 * tanh_2[i];  // tests/pipeline/stack_programs.cpp:44 mul
+      const float v1 = grad_mul_5_b0 * tanh_2[i];  // tests/pipeline/stack_programs.cpp:44 mul
       const float v2 = v0 + v1;  // tests/pipeline/stack_programs.cpp:44 add
-      const float v3 = t2[i] * t2[i];  // tests/pipeline/stack_programs.cpp:42 mul
+      const float v3 = tanh_2[i] * tanh_2[i];  // tests/pipeline/stack_programs.cpp:42 mul
       const float v4 = 1.0f - v3;  // tests/pipeline/stack_programs.cpp:42 sub
-      t8[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
-    }  // fused loop of t8
-    t7 = rt::Buffer();  // last use of t7
-    t2 = rt::Buffer();  // last use of t2
+      grad_mul_5[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
+    }  // fused loop of grad_mul_5
+    grad_mul = rt::Buffer();  // last use of grad_mul
+    tanh_2 = rt::Buffer();  // last use of tanh_2
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-    rt::Buffer t9(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer grad_l1_dot(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t8.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, t9.data());
+             grad_mul_5.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, grad_l1_dot.data());
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 25)
-    comm.send(t9.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 25);
-    t9 = rt::Buffer();  // last use of t9
+    comm.send(grad_l1_dot.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 25);
+    grad_l1_dot = rt::Buffer();  // last use of grad_l1_dot
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t10(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer grad_l1_dot_2(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t0.data(), /*trans_a=*/true, t8.data(), false, t10.data());
-    t0 = rt::Buffer();  // last use of t0
-    t8 = rt::Buffer();  // last use of t8
+             recv.data(), /*trans_a=*/true, grad_mul_5.data(), false, grad_l1_dot_2.data());
+    recv = rt::Buffer();  // last use of recv
+    grad_mul_5 = rt::Buffer();  // last use of grad_mul_5
 
     // ==== F1: micro-batch 1 forward, model chunk 1 ====
 
     // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
     // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 36)
-    rt::Buffer t11(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    comm.recv(t11.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 36);
+    rt::Buffer recv_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    comm.recv(recv_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 36);
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer t12(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer l1_dot_2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t11.data(), false, dev.l1_kernel.data(), false, t12.data());
+             recv_3.data(), false, dev.l1_kernel.data(), false, l1_dot_2.data());
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps t13
-    rt::Buffer t14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer t13(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps tanh_4
+    rt::Buffer mul_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer tanh_4(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = rt::tanh(t12[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
-      t13[i] = v0;
-      t14[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
-    }  // fused loop of t14
-    t12 = rt::Buffer();  // last use of t12
+      const float v0 = rt::tanh(l1_dot_2[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+      tanh_4[i] = v0;
+      mul_3[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
+    }  // fused loop of mul_3
+    l1_dot_2 = rt::Buffer();  // last use of l1_dot_2
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
     // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-    rt::Buffer t15(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
-    rt::reduce(t14.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, t15.data());
-    t14 = rt::Buffer();  // last use of t14
+    rt::Buffer reduce_2(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
+    rt::reduce(mul_3.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_2.data());
+    mul_3 = rt::Buffer();  // last use of mul_3
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
     // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer t16 = std::move(t15);  // f32[] [], in t15's buffer (its last use)
-    comm.all_reduce(t16.data(), 1, dev.group_data, rt::ReduceOp::kSum);
+    rt::Buffer all_reduce_2 = std::move(reduce_2);  // f32[] [], in reduce_2's buffer (its last use)
+    comm.all_reduce(all_reduce_2.data(), 1, dev.group_data, rt::ReduceOp::kSum);
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused mul, add
-    rt::Buffer t17(1, &mem, rt::uninitialized);  // f32[] []
+    rt::Buffer add_3(1, &mem, rt::uninitialized);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) {
-      const float v0 = t16[i] * 0.0625f;  // tests/pipeline/stack_programs.cpp:44 mul
-      t17[i] = t6[i] + v0;  // tests/pipeline/stack_programs.cpp:32 add
-    }  // fused loop of t17
-    t6 = rt::Buffer();  // last use of t6
-    t16 = rt::Buffer();  // last use of t16
+      const float v0 = all_reduce_2[i] * 0.0625f;  // tests/pipeline/stack_programs.cpp:44 mul
+      add_3[i] = mul_2[i] + v0;  // tests/pipeline/stack_programs.cpp:32 add
+    }  // fused loop of add_3
+    mul_2 = rt::Buffer();  // last use of mul_2
+    all_reduce_2 = rt::Buffer();  // last use of all_reduce_2
 
     // ==== B1: micro-batch 1 backward, model chunk 1 ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:44: [] => mul
-    rt::Buffer t18(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) t18[i] = 1.0f * 0.0625f;
+    rt::Buffer grad_mul_8(1, &mem, rt::uninitialized);  // f32[] []
+    for (int64_t i = 0; i < 1; ++i) grad_mul_8[i] = 1.0f * 0.0625f;
 
     // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
-    rt::Buffer t19(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    const float t19_b0 = t18[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
+    rt::Buffer grad_mul_12(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    const float grad_mul_12_b0 = grad_mul_8[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = t19_b0 * t13[i];  // tests/pipeline/stack_programs.cpp:44 mul
-      const float v1 = t19_b0 * t13[i];  // tests/pipeline/stack_programs.cpp:44 mul
+      const float v0 = grad_mul_12_b0 * tanh_4[i];  // tests/pipeline/stack_programs.cpp:44 mul
+      const float v1 = grad_mul_12_b0 * tanh_4[i];  // tests/pipeline/stack_programs.cpp:44 mul
       const float v2 = v0 + v1;  // tests/pipeline/stack_programs.cpp:44 add
-      const float v3 = t13[i] * t13[i];  // tests/pipeline/stack_programs.cpp:42 mul
+      const float v3 = tanh_4[i] * tanh_4[i];  // tests/pipeline/stack_programs.cpp:42 mul
       const float v4 = 1.0f - v3;  // tests/pipeline/stack_programs.cpp:42 sub
-      t19[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
-    }  // fused loop of t19
-    t18 = rt::Buffer();  // last use of t18
-    t13 = rt::Buffer();  // last use of t13
+      grad_mul_12[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
+    }  // fused loop of grad_mul_12
+    grad_mul_8 = rt::Buffer();  // last use of grad_mul_8
+    tanh_4 = rt::Buffer();  // last use of tanh_4
 
     // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-    rt::Buffer t20(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+    rt::Buffer grad_l1_dot_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
     rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             t19.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, t20.data());
+             grad_mul_12.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, grad_l1_dot_3.data());
     timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 54)
-    comm.send(t20.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 54);
-    t20 = rt::Buffer();  // last use of t20
+    comm.send(grad_l1_dot_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 54);
+    grad_l1_dot_3 = rt::Buffer();  // last use of grad_l1_dot_3
     timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
     // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer t21(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+    rt::Buffer grad_l1_dot_4(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
     rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             t11.data(), /*trans_a=*/true, t19.data(), false, t21.data());
-    t11 = rt::Buffer();  // last use of t11
-    t19 = rt::Buffer();  // last use of t19
+             recv_3.data(), /*trans_a=*/true, grad_mul_12.data(), false, grad_l1_dot_4.data());
+    recv_3 = rt::Buffer();  // last use of recv_3
+    grad_mul_12 = rt::Buffer();  // last use of grad_mul_12
 
     // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
-    rt::Buffer t22(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
-    for (int64_t i = 0; i < 16; ++i) t22[i] = t10[i] + t21[i];
-    t10 = rt::Buffer();  // last use of t10
-    t21 = rt::Buffer();  // last use of t21
+    rt::Buffer grad_add_2(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+    for (int64_t i = 0; i < 16; ++i) grad_add_2[i] = grad_l1_dot_2[i] + grad_l1_dot_4[i];
+    grad_l1_dot_2 = rt::Buffer();  // last use of grad_l1_dot_2
+    grad_l1_dot_4 = rt::Buffer();  // last use of grad_l1_dot_4
     timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer t23 = std::move(t22);  // f32[4,4] [{}, {}], in t22's buffer (its last use)
-    comm.all_reduce(t23.data(), 16, dev.group_data, rt::ReduceOp::kSum);
+    rt::Buffer grad_all_reduce = std::move(grad_add_2);  // f32[4,4] [{}, {}], in grad_add_2's buffer (its last use)
+    comm.all_reduce(grad_all_reduce.data(), 16, dev.group_data, rt::ReduceOp::kSum);
 
     // ==== after the micro-batches: the optimizer step ====
 
     // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => mul
-    rt::Buffer loss(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) loss[i] = t17[i] * 0.5f;
-    t17 = rt::Buffer();  // last use of t17
+    rt::Buffer mul_7(1, &mem, rt::uninitialized);  // f32[] []
+    for (int64_t i = 0; i < 1; ++i) mul_7[i] = add_3[i] * 0.5f;
+    add_3 = rt::Buffer();  // last use of add_3
     timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps t24
-    rt::Buffer t25(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
-    rt::Buffer t24(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps mul_6
+    rt::Buffer mul_9(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+    rt::Buffer mul_6(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = t23[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
-      t24[i] = v0;
-      t25[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
-    }  // fused loop of t25
-    t23 = rt::Buffer();  // last use of t23
+      const float v0 = grad_all_reduce[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
+      mul_6[i] = v0;
+      mul_9[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
+    }  // fused loop of mul_9
+    grad_all_reduce = rt::Buffer();  // last use of grad_all_reduce
     timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
-    rt::Buffer t26(1, &mem, rt::uninitialized);  // f32[] []
-    rt::reduce(t25.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, t26.data());
-    t25 = rt::Buffer();  // last use of t25
+    rt::Buffer reduce_4(1, &mem, rt::uninitialized);  // f32[] []
+    rt::reduce(mul_9.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_4.data());
+    mul_9 = rt::Buffer();  // last use of mul_9
     timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:32");
     // tests/pipeline/stack_programs.cpp:32: [] => receive from stage 0 (message 73)
-    rt::Buffer t27(1, &mem, rt::uninitialized);  // f32[] []
-    comm.recv(t27.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
+    rt::Buffer recv_3_2(1, &mem, rt::uninitialized);  // f32[] []
+    comm.recv(recv_3_2.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
     timeline.op("sqrt  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
     // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused add, sqrt
-    rt::Buffer grad_norm(1, &mem, rt::uninitialized);  // f32[] []
+    rt::Buffer sqrt(1, &mem, rt::uninitialized);  // f32[] []
     for (int64_t i = 0; i < 1; ++i) {
-      const float v0 = t27[i] + t26[i];  // tests/pipeline/stack_programs.cpp:32 add
-      grad_norm[i] = std::sqrt(v0);  // tests/pipeline/stack_programs.cpp:32 sqrt
-    }  // fused loop of grad_norm
-    t27 = rt::Buffer();  // last use of t27
-    t26 = rt::Buffer();  // last use of t26
+      const float v0 = recv_3_2[i] + reduce_4[i];  // tests/pipeline/stack_programs.cpp:32 add
+      sqrt[i] = std::sqrt(v0);  // tests/pipeline/stack_programs.cpp:32 sqrt
+    }  // fused loop of sqrt
+    recv_3_2 = rt::Buffer();  // last use of recv_3_2
+    reduce_4 = rt::Buffer();  // last use of reduce_4
     timeline.op("constant  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 4});
     // tests/pipeline/stack_programs.cpp:32: [] => constant
-    rt::Buffer lr(1, &mem, rt::uninitialized);  // f32[] []
-    rt::fill(lr.data(), 1, 0.100000001f);
+    rt::Buffer constant_6(1, &mem, rt::uninitialized);  // f32[] []
+    rt::fill(constant_6.data(), 1, 0.100000001f);
     timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
     // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
-    rt::Buffer& t28 = dev.l1_kernel;  // f32[4,4] [{}, {}], the new "l1/kernel" computed in place
+    rt::Buffer& sub_2 = dev.l1_kernel;  // f32[4,4] [{}, {}], the new "l1/kernel" computed in place
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = t24[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
-      t28[i] = dev.l1_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
-    }  // fused loop of t28
-    t24 = rt::Buffer();  // last use of t24
+      const float v0 = mul_6[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
+      sub_2[i] = dev.l1_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
+    }  // fused loop of sub_2
+    mul_6 = rt::Buffer();  // last use of mul_6
 
     // ---- outputs --------------------------------------------------------------
     // "loss" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
     if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
-      std::copy_n(loss.data(), 1, block);
+      std::copy_n(mul_7.data(), 1, block);
     if (out.loss && dev.data_index == 0) {
       out.blocks.mark(0, rank);
-      out.loss[0] = loss.data()[0];
+      out.loss[0] = mul_7.data()[0];
     }  // "loss"
     // "grad_norm" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
     if (float* block = out.blocks.get_mutable<float>(1, rank))  // set_block()
-      std::copy_n(grad_norm.data(), 1, block);
+      std::copy_n(sqrt.data(), 1, block);
     if (out.grad_norm && dev.data_index == 0) {
       out.blocks.mark(1, rank);
-      out.grad_norm[0] = grad_norm.data()[0];
+      out.grad_norm[0] = sqrt.data()[0];
     }  // "grad_norm"
     // "lr" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
     if (float* block = out.blocks.get_mutable<float>(2, rank))  // set_block()
-      std::copy_n(lr.data(), 1, block);
+      std::copy_n(constant_6.data(), 1, block);
     if (out.lr && dev.data_index == 0) {
       out.blocks.mark(2, rank);
-      out.lr[0] = lr.data()[0];
+      out.lr[0] = constant_6.data()[0];
     }  // "lr"
 
     // ---- updates: parameters take their new values ----------------------------
-    // tests/pipeline/stack_programs.cpp:32 "l1/kernel" f32[4,4] [{}, {}] <- t28
+    // tests/pipeline/stack_programs.cpp:32 "l1/kernel" f32[4,4] [{}, {}] <- sub_2
     // (computed in place)
   };  // stage 1
 

@@ -412,118 +412,118 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // ---- hidden (model.cpp:29) ------------------------------------------------
   timeline.op("dot  model.cpp:29 hidden", {.flops = 32768, .bytes = 8192});
   // model.cpp:29 hidden: [{"data"}, {}], [{}, {"model"}] -> [{"data"}, {"model"}] => dot contract=[1]x[0]
-  rt::Buffer t0(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
+  rt::Buffer hidden_dot(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
   rt::gemm(/*batch=*/1, /*M=*/16, /*N=*/32, /*K=*/32,
-           x.data(), false, dev.hidden_kernel.data(), false, t0.data());
+           x.data(), false, dev.hidden_kernel.data(), false, hidden_dot.data());
 
   // ---- gelu (model.cpp:29) --------------------------------------------------
   timeline.op("gelu  model.cpp:29", {.flops = 1024, .bytes = 6272});
-  // model.cpp:29: [{"data"}, {"model"}], [{"model"}] -> [{"data"}, {"model"}] => fused broadcast, add, gelu; also keeps t1
-  rt::Buffer t2(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
-  rt::Buffer t1(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
+  // model.cpp:29: [{"data"}, {"model"}], [{"model"}] -> [{"data"}, {"model"}] => fused broadcast, add, gelu; also keeps hidden_add
+  rt::Buffer gelu(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
+  rt::Buffer hidden_add(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
   for (int64_t o = 0; o < 16; ++o) {
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t j = 0; j < 32; ++j) {
       const int64_t i = o * 32 + j;
       const float v0 = dev.hidden_bias[j];  // model.cpp:29 broadcast
-      const float v1 = t0[i] + v0;  // model.cpp:29 add
-      t1[i] = v1;
-      t2[i] = rt::gelu(v1);  // model.cpp:29 gelu
+      const float v1 = hidden_dot[i] + v0;  // model.cpp:29 add
+      hidden_add[i] = v1;
+      gelu[i] = rt::gelu(v1);  // model.cpp:29 gelu
     }
-  }  // fused loop of t2
-  t0 = rt::Buffer();  // last use of t0
+  }  // fused loop of gelu
+  hidden_dot = rt::Buffer();  // last use of hidden_dot
 
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2240});
   // model.cpp:29 head: [{"data"}, {"model"}], [{"model"}, {}] -> [{"data"}, {}] partial={"model"} => dot contract=[1]x[0]
-  rt::Buffer t3(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}] partial={"model"}
+  rt::Buffer head_dot(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}] partial={"model"}
   rt::gemm(/*batch=*/1, /*M=*/16, /*N=*/1, /*K=*/32,
-           t2.data(), false, dev.head_kernel.data(), false, t3.data());
+           gelu.data(), false, dev.head_kernel.data(), false, head_dot.data());
   timeline.comm_op("reduce_scatter  model.cpp:29 head");
   // model.cpp:29 head: [{"data"}, {}] partial={"model"} -> [{"data", "model"}, {}] => reduce_scatter(model)
-  rt::Buffer t4(8, &mem, rt::uninitialized);  // f32[8,1] [{"data", "model"}, {}]
-  rt::reduce_scatter_dim(comm, dev.group_model, t3.data(), {16, 1}, /*dim=*/0, t4.data(), rt::ReduceOp::kSum);
-  t3 = rt::Buffer();  // last use of t3
+  rt::Buffer head_reduce_scatter(8, &mem, rt::uninitialized);  // f32[8,1] [{"data", "model"}, {}]
+  rt::reduce_scatter_dim(comm, dev.group_model, head_dot.data(), {16, 1}, /*dim=*/0, head_reduce_scatter.data(), rt::ReduceOp::kSum);
+  head_dot = rt::Buffer();  // last use of head_dot
   timeline.comm_op("all_gather  model.cpp:29 head");
   // model.cpp:29 head: [{"data", "model"}, {}] -> [{"data"}, {}] => all_gather(model)
-  rt::Buffer t5(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}]
-  rt::all_gather_dim(comm, dev.group_model, t4.data(), {8, 1}, /*dim=*/0, t5.data());
-  t4 = rt::Buffer();  // last use of t4
+  rt::Buffer head_all_gather(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}]
+  rt::all_gather_dim(comm, dev.group_model, head_reduce_scatter.data(), {8, 1}, /*dim=*/0, head_all_gather.data());
+  head_reduce_scatter = rt::Buffer();  // last use of head_reduce_scatter
 
   // ---- mul (model.cpp:44) ---------------------------------------------------
   timeline.op("mul  model.cpp:44", {.flops = 48, .bytes = 260});
-  // model.cpp:44: [{"data"}, {}], [{}] -> [{"data"}, {}] => fused broadcast, add, sub, mul; also keeps t6
-  rt::Buffer t7(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}]
-  rt::Buffer t6(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}]
-  const float t7_b0 = dev.head_bias[0];  // broadcast at model.cpp:29
+  // model.cpp:44: [{"data"}, {}], [{}] -> [{"data"}, {}] => fused broadcast, add, sub, mul; also keeps sub
+  rt::Buffer mul(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}]
+  rt::Buffer sub(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}]
+  const float mul_b0 = dev.head_bias[0];  // broadcast at model.cpp:29
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 16; ++i) {
-    const float v0 = t5[i] + t7_b0;  // model.cpp:29 add
+    const float v0 = head_all_gather[i] + mul_b0;  // model.cpp:29 add
     const float v1 = v0 - y[i];  // model.cpp:44 sub
-    t6[i] = v1;
-    t7[i] = v1 * v1;  // model.cpp:44 mul
-  }  // fused loop of t7
-  t5 = rt::Buffer();  // last use of t5
+    sub[i] = v1;
+    mul[i] = v1 * v1;  // model.cpp:44 mul
+  }  // fused loop of mul
+  head_all_gather = rt::Buffer();  // last use of head_all_gather
   y = rt::Buffer();  // last use of y
   timeline.op("reduce  model.cpp:44", {.flops = 16, .bytes = 68});
   // model.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-  rt::Buffer t8(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
-  rt::reduce(t7.data(), {16, 1}, {0, 1}, rt::ReduceOp::kSum, t8.data());
-  t7 = rt::Buffer();  // last use of t7
+  rt::Buffer reduce(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
+  rt::reduce(mul.data(), {16, 1}, {0, 1}, rt::ReduceOp::kSum, reduce.data());
+  mul = rt::Buffer();  // last use of mul
   timeline.comm_op("all_reduce  model.cpp:44");
   // model.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-  rt::Buffer t9 = std::move(t8);  // f32[] [], in t8's buffer (its last use)
-  comm.all_reduce(t9.data(), 1, dev.group_data, rt::ReduceOp::kSum);
+  rt::Buffer all_reduce = std::move(reduce);  // f32[] [], in reduce's buffer (its last use)
+  comm.all_reduce(all_reduce.data(), 1, dev.group_data, rt::ReduceOp::kSum);
   timeline.op("mul  model.cpp:44", {.flops = 1, .bytes = 8});
   // model.cpp:44: [] -> [] => mul
-  rt::Buffer loss(1, &mem, rt::uninitialized);  // f32[] []
-  for (int64_t i = 0; i < 1; ++i) loss[i] = t9[i] * 0.03125f;
-  t9 = rt::Buffer();  // last use of t9
+  rt::Buffer mul_2(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) mul_2[i] = all_reduce[i] * 0.03125f;
+  all_reduce = rt::Buffer();  // last use of all_reduce
   timeline.op("mul  model.cpp:44", {.flops = 1, .bytes = 4});
   // model.cpp:44: [] => mul
-  rt::Buffer t10(1, &mem, rt::uninitialized);  // f32[] []
-  for (int64_t i = 0; i < 1; ++i) t10[i] = 1.0f * 0.03125f;
+  rt::Buffer grad_mul(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) grad_mul[i] = 1.0f * 0.03125f;
   timeline.op("add  model.cpp:44", {.flops = 48, .bytes = 132});
   // model.cpp:44: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add
-  rt::Buffer t11(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}]
-  const float t11_b0 = t10[0];  // broadcast at model.cpp:44
+  rt::Buffer grad_add(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}]
+  const float grad_add_b0 = grad_mul[0];  // broadcast at model.cpp:44
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 16; ++i) {
-    const float v0 = t11_b0 * t6[i];  // model.cpp:44 mul
-    const float v1 = t11_b0 * t6[i];  // model.cpp:44 mul
-    t11[i] = v0 + v1;  // model.cpp:44 add
-  }  // fused loop of t11
-  t10 = rt::Buffer();  // last use of t10
-  t6 = rt::Buffer();  // last use of t6
+    const float v0 = grad_add_b0 * sub[i];  // model.cpp:44 mul
+    const float v1 = grad_add_b0 * sub[i];  // model.cpp:44 mul
+    grad_add[i] = v0 + v1;  // model.cpp:44 add
+  }  // fused loop of grad_add
+  grad_mul = rt::Buffer();  // last use of grad_mul
+  sub = rt::Buffer();  // last use of sub
 
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.op("reduce  model.cpp:29 head", {.flops = 16, .bytes = 68});
   // model.cpp:29 head: [{"data"}, {}] -> [{}] partial={"data"} => reduce sum
-  rt::Buffer t12(1, &mem, rt::uninitialized);  // f32[1] [{}] partial={"data"}
-  rt::reduce(t11.data(), {16, 1}, {0}, rt::ReduceOp::kSum, t12.data());
+  rt::Buffer grad_head_reduce(1, &mem, rt::uninitialized);  // f32[1] [{}] partial={"data"}
+  rt::reduce(grad_add.data(), {16, 1}, {0}, rt::ReduceOp::kSum, grad_head_reduce.data());
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2240});
   // model.cpp:29 head: [{"data"}, {}], [{"model"}, {}] -> [{"data"}, {"model"}] => dot contract=[1]x[1]
-  rt::Buffer t13(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
+  rt::Buffer grad_head_dot(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
   rt::gemm(/*batch=*/1, /*M=*/16, /*N=*/32, /*K=*/1,
-           t11.data(), false, dev.head_kernel.data(), /*trans_b=*/true, t13.data());
+           grad_add.data(), false, dev.head_kernel.data(), /*trans_b=*/true, grad_head_dot.data());
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2240});
   // model.cpp:29 head: [{"data"}, {"model"}], [{"data"}, {}] -> [{"model"}, {}] partial={"data"} => dot contract=[0]x[0]
-  rt::Buffer t14(32, &mem, rt::uninitialized);  // f32[32,1] [{"model"}, {}] partial={"data"}
+  rt::Buffer grad_head_dot_2(32, &mem, rt::uninitialized);  // f32[32,1] [{"model"}, {}] partial={"data"}
   rt::gemm(/*batch=*/1, /*M=*/32, /*N=*/1, /*K=*/16,
-           t2.data(), /*trans_a=*/true, t11.data(), false, t14.data());
-  t2 = rt::Buffer();  // last use of t2
-  t11 = rt::Buffer();  // last use of t11
+           gelu.data(), /*trans_a=*/true, grad_add.data(), false, grad_head_dot_2.data());
+  gelu = rt::Buffer();  // last use of gelu
+  grad_add = rt::Buffer();  // last use of grad_add
 
   // ---- mul (model.cpp:29) ---------------------------------------------------
   timeline.op("mul  model.cpp:29", {.flops = 8192, .bytes = 6144});
   // model.cpp:29: [{"data"}, {"model"}] -> [{"data"}, {"model"}] => fused mul, mul, add, mul, tanh, mul, add, mul, sub, add, mul, mul, mul, mul, add, mul
-  rt::Buffer t15(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
+  rt::Buffer grad_mul_13(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 512; ++i) {
-    const float v0 = t1[i] * t1[i];  // model.cpp:29 mul
+    const float v0 = hidden_add[i] * hidden_add[i];  // model.cpp:29 mul
     const float v1 = v0 * 0.0356774069f;  // model.cpp:29 mul
     const float v2 = 0.797884583f + v1;  // model.cpp:29 add
-    const float v3 = t1[i] * v2;  // model.cpp:29 mul
+    const float v3 = hidden_add[i] * v2;  // model.cpp:29 mul
     const float v4 = rt::tanh(v3);  // model.cpp:29 tanh
     const float v5 = v0 * 0.107032225f;  // model.cpp:29 mul
     const float v6 = 0.797884583f + v5;  // model.cpp:29 add
@@ -531,365 +531,365 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     const float v8 = 1.0f - v7;  // model.cpp:29 sub
     const float v9 = v4 + 1.0f;  // model.cpp:29 add
     const float v10 = v9 * 0.5f;  // model.cpp:29 mul
-    const float v11 = t1[i] * 0.5f;  // model.cpp:29 mul
+    const float v11 = hidden_add[i] * 0.5f;  // model.cpp:29 mul
     const float v12 = v11 * v8;  // model.cpp:29 mul
     const float v13 = v12 * v6;  // model.cpp:29 mul
     const float v14 = v10 + v13;  // model.cpp:29 add
-    t15[i] = t13[i] * v14;  // model.cpp:29 mul
-  }  // fused loop of t15
-  t13 = rt::Buffer();  // last use of t13
-  t1 = rt::Buffer();  // last use of t1
+    grad_mul_13[i] = grad_head_dot[i] * v14;  // model.cpp:29 mul
+  }  // fused loop of grad_mul_13
+  grad_head_dot = rt::Buffer();  // last use of grad_head_dot
+  hidden_add = rt::Buffer();  // last use of hidden_add
 
   // ---- hidden (model.cpp:29) ------------------------------------------------
   timeline.op("reduce  model.cpp:29 hidden", {.flops = 512, .bytes = 2176});
   // model.cpp:29 hidden: [{"data"}, {"model"}] -> [{"model"}] partial={"data"} => reduce sum
-  rt::Buffer t16(32, &mem, rt::uninitialized);  // f32[32] [{"model"}] partial={"data"}
-  rt::reduce(t15.data(), {16, 32}, {0}, rt::ReduceOp::kSum, t16.data());
+  rt::Buffer grad_hidden_reduce(32, &mem, rt::uninitialized);  // f32[32] [{"model"}] partial={"data"}
+  rt::reduce(grad_mul_13.data(), {16, 32}, {0}, rt::ReduceOp::kSum, grad_hidden_reduce.data());
   timeline.op("dot  model.cpp:29 hidden", {.flops = 32768, .bytes = 8192});
   // model.cpp:29 hidden: [{"data"}, {}], [{"data"}, {"model"}] -> [{}, {"model"}] partial={"data"} => dot contract=[0]x[0]
-  rt::Buffer t17(1024, &mem, rt::uninitialized);  // f32[32,32] [{}, {"model"}] partial={"data"}
+  rt::Buffer grad_hidden_dot(1024, &mem, rt::uninitialized);  // f32[32,32] [{}, {"model"}] partial={"data"}
   rt::gemm(/*batch=*/1, /*M=*/32, /*N=*/32, /*K=*/16,
-           x.data(), /*trans_a=*/true, t15.data(), false, t17.data());
+           x.data(), /*trans_a=*/true, grad_mul_13.data(), false, grad_hidden_dot.data());
   x = rt::Buffer();  // last use of x
-  t15 = rt::Buffer();  // last use of t15
+  grad_mul_13 = rt::Buffer();  // last use of grad_mul_13
 
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.comm_op("all_reduce  model.cpp:29 head");
   // all_reduce bucket 0: 4 values over (data) as ONE collective of 1089 floats, in the values' own buffers
   // model.cpp:29 head: [{}] partial={"data"} -> [{}] => all_reduce(data), bucket 0 [0, 1)
-  rt::Buffer t18 = std::move(t12);  // f32[1] [{}], in t12's buffer (its last use)
+  rt::Buffer grad_head_all_reduce = std::move(grad_head_reduce);  // f32[1] [{}], in grad_head_reduce's buffer (its last use)
   // model.cpp:29 head: [{"model"}, {}] partial={"data"} -> [{"model"}, {}] => all_reduce(data), bucket 0 [1, 33)
-  rt::Buffer t19 = std::move(t14);  // f32[32,1] [{"model"}, {}], in t14's buffer (its last use)
+  rt::Buffer grad_head_all_reduce_2 = std::move(grad_head_dot_2);  // f32[32,1] [{"model"}, {}], in grad_head_dot_2's buffer (its last use)
   // model.cpp:29 hidden: [{"model"}] partial={"data"} -> [{"model"}] => all_reduce(data), bucket 0 [33, 65)
-  rt::Buffer t20 = std::move(t16);  // f32[32] [{"model"}], in t16's buffer (its last use)
+  rt::Buffer grad_hidden_all_reduce = std::move(grad_hidden_reduce);  // f32[32] [{"model"}], in grad_hidden_reduce's buffer (its last use)
   // model.cpp:29 hidden: [{}, {"model"}] partial={"data"} -> [{}, {"model"}] => all_reduce(data), bucket 0 [65, 1089)
-  rt::Buffer t21 = std::move(t17);  // f32[32,32] [{}, {"model"}], in t17's buffer (its last use)
+  rt::Buffer grad_hidden_all_reduce_2 = std::move(grad_hidden_dot);  // f32[32,32] [{}, {"model"}], in grad_hidden_dot's buffer (its last use)
   comm.all_reduce(std::vector<rt::Segment<float>>{
-                      {t18.data(), 1},
-                      {t19.data(), 32},
-                      {t20.data(), 32},
-                      {t21.data(), 1024},
+                      {grad_head_all_reduce.data(), 1},
+                      {grad_head_all_reduce_2.data(), 32},
+                      {grad_hidden_all_reduce.data(), 32},
+                      {grad_hidden_all_reduce_2.data(), 1024},
                   },
                   dev.group_data, rt::ReduceOp::kSum);
 
   // ---- mul (model.cpp:42) ---------------------------------------------------
   timeline.op("mul  model.cpp:42", {.flops = 1024, .bytes = 8192});
   // model.cpp:42: [{}, {"model"}] -> [{}, {"model"}] => mul
-  rt::Buffer t22(1024, &mem, rt::uninitialized);  // f32[32,32] [{}, {"model"}]
-  for (int64_t i = 0; i < 1024; ++i) t22[i] = t21[i] * t21[i];
+  rt::Buffer mul_3(1024, &mem, rt::uninitialized);  // f32[32,32] [{}, {"model"}]
+  for (int64_t i = 0; i < 1024; ++i) mul_3[i] = grad_hidden_all_reduce_2[i] * grad_hidden_all_reduce_2[i];
   timeline.op("reduce  model.cpp:42", {.flops = 1024, .bytes = 4100});
   // model.cpp:42: [{}, {"model"}] -> [] partial={"model"} => reduce sum
-  rt::Buffer t23(1, &mem, rt::uninitialized);  // f32[] [] partial={"model"}
-  rt::reduce(t22.data(), {32, 32}, {0, 1}, rt::ReduceOp::kSum, t23.data());
-  t22 = rt::Buffer();  // last use of t22
+  rt::Buffer reduce_2(1, &mem, rt::uninitialized);  // f32[] [] partial={"model"}
+  rt::reduce(mul_3.data(), {32, 32}, {0, 1}, rt::ReduceOp::kSum, reduce_2.data());
+  mul_3 = rt::Buffer();  // last use of mul_3
   timeline.op("mul  model.cpp:42", {.flops = 32, .bytes = 256});
   // model.cpp:42: [{"model"}] -> [{"model"}] => mul
-  rt::Buffer t24(32, &mem, rt::uninitialized);  // f32[32] [{"model"}]
-  for (int64_t i = 0; i < 32; ++i) t24[i] = t20[i] * t20[i];
+  rt::Buffer mul_4(32, &mem, rt::uninitialized);  // f32[32] [{"model"}]
+  for (int64_t i = 0; i < 32; ++i) mul_4[i] = grad_hidden_all_reduce[i] * grad_hidden_all_reduce[i];
   timeline.op("reduce  model.cpp:42", {.flops = 32, .bytes = 132});
   // model.cpp:42: [{"model"}] -> [] partial={"model"} => reduce sum
-  rt::Buffer t25(1, &mem, rt::uninitialized);  // f32[] [] partial={"model"}
-  rt::reduce(t24.data(), {32}, {0}, rt::ReduceOp::kSum, t25.data());
-  t24 = rt::Buffer();  // last use of t24
+  rt::Buffer reduce_3(1, &mem, rt::uninitialized);  // f32[] [] partial={"model"}
+  rt::reduce(mul_4.data(), {32}, {0}, rt::ReduceOp::kSum, reduce_3.data());
+  mul_4 = rt::Buffer();  // last use of mul_4
   timeline.op("mul  model.cpp:42", {.flops = 32, .bytes = 256});
   // model.cpp:42: [{"model"}, {}] -> [{"model"}, {}] => mul
-  rt::Buffer t26(32, &mem, rt::uninitialized);  // f32[32,1] [{"model"}, {}]
-  for (int64_t i = 0; i < 32; ++i) t26[i] = t19[i] * t19[i];
+  rt::Buffer mul_5(32, &mem, rt::uninitialized);  // f32[32,1] [{"model"}, {}]
+  for (int64_t i = 0; i < 32; ++i) mul_5[i] = grad_head_all_reduce_2[i] * grad_head_all_reduce_2[i];
   timeline.op("reduce  model.cpp:42", {.flops = 32, .bytes = 132});
   // model.cpp:42: [{"model"}, {}] -> [] partial={"model"} => reduce sum
-  rt::Buffer t27(1, &mem, rt::uninitialized);  // f32[] [] partial={"model"}
-  rt::reduce(t26.data(), {32, 1}, {0, 1}, rt::ReduceOp::kSum, t27.data());
-  t26 = rt::Buffer();  // last use of t26
+  rt::Buffer reduce_4(1, &mem, rt::uninitialized);  // f32[] [] partial={"model"}
+  rt::reduce(mul_5.data(), {32, 1}, {0, 1}, rt::ReduceOp::kSum, reduce_4.data());
+  mul_5 = rt::Buffer();  // last use of mul_5
   timeline.op("add  model.cpp:42", {.flops = 2, .bytes = 16});
   // model.cpp:42: [] partial={"model"} -> [] partial={"model"} => fused add, add
-  rt::Buffer t28(1, &mem, rt::uninitialized);  // f32[] [] partial={"model"}
+  rt::Buffer add_2(1, &mem, rt::uninitialized);  // f32[] [] partial={"model"}
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t23[i] + t25[i];  // model.cpp:42 add
-    t28[i] = v0 + t27[i];  // model.cpp:42 add
-  }  // fused loop of t28
-  t23 = rt::Buffer();  // last use of t23
-  t25 = rt::Buffer();  // last use of t25
-  t27 = rt::Buffer();  // last use of t27
+    const float v0 = reduce_2[i] + reduce_3[i];  // model.cpp:42 add
+    add_2[i] = v0 + reduce_4[i];  // model.cpp:42 add
+  }  // fused loop of add_2
+  reduce_2 = rt::Buffer();  // last use of reduce_2
+  reduce_3 = rt::Buffer();  // last use of reduce_3
+  reduce_4 = rt::Buffer();  // last use of reduce_4
   timeline.comm_op("all_reduce  model.cpp:42");
   // model.cpp:42: [] partial={"model"} -> [] => all_reduce(model)
-  rt::Buffer t29 = std::move(t28);  // f32[] [], in t28's buffer (its last use)
-  comm.all_reduce(t29.data(), 1, dev.group_model, rt::ReduceOp::kSum);
+  rt::Buffer all_reduce_2 = std::move(add_2);  // f32[] [], in add_2's buffer (its last use)
+  comm.all_reduce(all_reduce_2.data(), 1, dev.group_model, rt::ReduceOp::kSum);
   timeline.op("mul  model.cpp:42", {.flops = 1, .bytes = 8});
   // model.cpp:42: [{}] -> [{}] => mul
-  rt::Buffer t30(1, &mem, rt::uninitialized);  // f32[1] [{}]
-  for (int64_t i = 0; i < 1; ++i) t30[i] = t18[i] * t18[i];
+  rt::Buffer mul_6(1, &mem, rt::uninitialized);  // f32[1] [{}]
+  for (int64_t i = 0; i < 1; ++i) mul_6[i] = grad_head_all_reduce[i] * grad_head_all_reduce[i];
   timeline.op("reduce  model.cpp:42", {.flops = 1, .bytes = 8});
   // model.cpp:42: [{}] -> [] => reduce sum
-  rt::Buffer t31(1, &mem, rt::uninitialized);  // f32[] []
-  rt::reduce(t30.data(), {1}, {0}, rt::ReduceOp::kSum, t31.data());
-  t30 = rt::Buffer();  // last use of t30
+  rt::Buffer reduce_5(1, &mem, rt::uninitialized);  // f32[] []
+  rt::reduce(mul_6.data(), {1}, {0}, rt::ReduceOp::kSum, reduce_5.data());
+  mul_6 = rt::Buffer();  // last use of mul_6
   timeline.op("min  model.cpp:42", {.flops = 5, .bytes = 16});
-  // model.cpp:42: [] -> [] => fused add, sqrt, max, div, min; also keeps grad_norm
-  rt::Buffer t32(1, &mem, rt::uninitialized);  // f32[] []
-  rt::Buffer grad_norm(1, &mem, rt::uninitialized);  // f32[] []
+  // model.cpp:42: [] -> [] => fused add, sqrt, max, div, min; also keeps sqrt
+  rt::Buffer min(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sqrt(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t29[i] + t31[i];  // model.cpp:42 add
+    const float v0 = all_reduce_2[i] + reduce_5[i];  // model.cpp:42 add
     const float v1 = std::sqrt(v0);  // model.cpp:42 sqrt
-    grad_norm[i] = v1;
+    sqrt[i] = v1;
     const float v2 = std::max(v1, 1e-30f);  // model.cpp:42 max
     const float v3 = 1.0f / v2;  // model.cpp:42 div
-    t32[i] = std::min(1.0f, v3);  // model.cpp:42 min
-  }  // fused loop of t32
-  t29 = rt::Buffer();  // last use of t29
-  t31 = rt::Buffer();  // last use of t31
+    min[i] = std::min(1.0f, v3);  // model.cpp:42 min
+  }  // fused loop of min
+  all_reduce_2 = rt::Buffer();  // last use of all_reduce_2
+  reduce_5 = rt::Buffer();  // last use of reduce_5
   timeline.op("constant  model.cpp:42", {.flops = 1, .bytes = 4});
   // model.cpp:42: [] => constant
-  rt::Buffer lr(1, &mem, rt::uninitialized);  // f32[] []
-  rt::fill(lr.data(), 1, 0.00999999978f);
+  rt::Buffer constant_5(1, &mem, rt::uninitialized);  // f32[] []
+  rt::fill(constant_5.data(), 1, 0.00999999978f);
   timeline.op("sub  model.cpp:42", {.flops = 4, .bytes = 12});
-  // model.cpp:42: [] -> [] => fused add, mul, exp, sub; also keeps t33
-  rt::Buffer t36(1, &mem, rt::uninitialized);  // f32[] []
-  rt::Buffer& t33 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
+  // model.cpp:42: [] -> [] => fused add, mul, exp, sub; also keeps add_4
+  rt::Buffer sub_2(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer& add_4 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = dev.opt_step[i] + 1.0f;  // model.cpp:42 add
-    t33[i] = v0;
+    add_4[i] = v0;
     const float v1 = v0 * (-0.105360515f);  // model.cpp:42 mul
     const float v2 = rt::exp(v1);  // model.cpp:42 exp
-    t36[i] = 1.0f - v2;  // model.cpp:42 sub
-  }  // fused loop of t36
+    sub_2[i] = 1.0f - v2;  // model.cpp:42 sub
+  }  // fused loop of sub_2
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t37(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_3(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t33[i] * (-0.00100050028f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t37[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t37
+    sub_3[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_3
   timeline.op("sub  model.cpp:42", {.flops = 17408, .bytes = 28684});
-  // model.cpp:42: [{}, {"model"}], [] -> [{}, {"model"}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps t34, t35
-  rt::Buffer& t38 = dev.hidden_kernel;  // f32[32,32] [{}, {"model"}], the new "hidden/kernel" computed in place
-  rt::Buffer& t34 = dev.opt_m_hidden_kernel;  // f32[32,32] [{}, {"model"}], the new "opt/m/hidden/kernel" computed in place
-  rt::Buffer& t35 = dev.opt_v_hidden_kernel;  // f32[32,32] [{}, {"model"}], the new "opt/v/hidden/kernel" computed in place
-  const float t38_b0 = t32[0];  // broadcast at model.cpp:42
-  const float t38_b1 = t36[0];  // broadcast at model.cpp:42
-  const float t38_b2 = t37[0];  // broadcast at model.cpp:42
+  // model.cpp:42: [{}, {"model"}], [] -> [{}, {"model"}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_5, add_6
+  rt::Buffer& sub_4 = dev.hidden_kernel;  // f32[32,32] [{}, {"model"}], the new "hidden/kernel" computed in place
+  rt::Buffer& add_5 = dev.opt_m_hidden_kernel;  // f32[32,32] [{}, {"model"}], the new "opt/m/hidden/kernel" computed in place
+  rt::Buffer& add_6 = dev.opt_v_hidden_kernel;  // f32[32,32] [{}, {"model"}], the new "opt/v/hidden/kernel" computed in place
+  const float sub_4_b0 = min[0];  // broadcast at model.cpp:42
+  const float sub_4_b1 = sub_2[0];  // broadcast at model.cpp:42
+  const float sub_4_b2 = sub_3[0];  // broadcast at model.cpp:42
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 1024; ++i) {
-    const float v0 = t21[i] * t38_b0;  // model.cpp:42 mul
+    const float v0 = grad_hidden_all_reduce_2[i] * sub_4_b0;  // model.cpp:42 mul
     const float v1 = v0 * 0.100000001f;  // model.cpp:42 mul
     const float v2 = dev.opt_m_hidden_kernel[i] * 0.899999976f;  // model.cpp:42 mul
     const float v3 = v2 + v1;  // model.cpp:42 add
-    t34[i] = v3;
+    add_5[i] = v3;
     const float v4 = v0 * v0;  // model.cpp:42 mul
     const float v5 = v4 * 0.00100000005f;  // model.cpp:42 mul
     const float v6 = dev.opt_v_hidden_kernel[i] * 0.999000013f;  // model.cpp:42 mul
     const float v7 = v6 + v5;  // model.cpp:42 add
-    t35[i] = v7;
-    const float v8 = v3 / t38_b1;  // model.cpp:42 div
-    const float v9 = v7 / t38_b2;  // model.cpp:42 div
+    add_6[i] = v7;
+    const float v8 = v3 / sub_4_b1;  // model.cpp:42 div
+    const float v9 = v7 / sub_4_b2;  // model.cpp:42 div
     const float v10 = std::sqrt(v9);  // model.cpp:42 sqrt
     const float v11 = v10 + 9.99999994e-09f;  // model.cpp:42 add
     const float v12 = v8 / v11;  // model.cpp:42 div
     const float v13 = dev.hidden_kernel[i] * 9.99999975e-05f;  // model.cpp:42 mul
     const float v14 = v12 + v13;  // model.cpp:42 add
     const float v15 = v14 * 0.00999999978f;  // model.cpp:42 mul
-    t38[i] = dev.hidden_kernel[i] - v15;  // model.cpp:42 sub
-  }  // fused loop of t38
-  t21 = rt::Buffer();  // last use of t21
-  t36 = rt::Buffer();  // last use of t36
-  t37 = rt::Buffer();  // last use of t37
+    sub_4[i] = dev.hidden_kernel[i] - v15;  // model.cpp:42 sub
+  }  // fused loop of sub_4
+  grad_hidden_all_reduce_2 = rt::Buffer();  // last use of grad_hidden_all_reduce_2
+  sub_2 = rt::Buffer();  // last use of sub_2
+  sub_3 = rt::Buffer();  // last use of sub_3
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t41(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_5(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t33[i] * (-0.105360515f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t41[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t41
+    sub_5[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_5
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t42(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_6(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t33[i] * (-0.00100050028f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t42[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t42
+    sub_6[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_6
   timeline.op("sub  model.cpp:42", {.flops = 544, .bytes = 908});
-  // model.cpp:42: [{"model"}], [] -> [{"model"}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps t39, t40
-  rt::Buffer& t43 = dev.hidden_bias;  // f32[32] [{"model"}], the new "hidden/bias" computed in place
-  rt::Buffer& t39 = dev.opt_m_hidden_bias;  // f32[32] [{"model"}], the new "opt/m/hidden/bias" computed in place
-  rt::Buffer& t40 = dev.opt_v_hidden_bias;  // f32[32] [{"model"}], the new "opt/v/hidden/bias" computed in place
-  const float t43_b0 = t32[0];  // broadcast at model.cpp:42
-  const float t43_b1 = t41[0];  // broadcast at model.cpp:42
-  const float t43_b2 = t42[0];  // broadcast at model.cpp:42
+  // model.cpp:42: [{"model"}], [] -> [{"model"}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_9, add_10
+  rt::Buffer& sub_7 = dev.hidden_bias;  // f32[32] [{"model"}], the new "hidden/bias" computed in place
+  rt::Buffer& add_9 = dev.opt_m_hidden_bias;  // f32[32] [{"model"}], the new "opt/m/hidden/bias" computed in place
+  rt::Buffer& add_10 = dev.opt_v_hidden_bias;  // f32[32] [{"model"}], the new "opt/v/hidden/bias" computed in place
+  const float sub_7_b0 = min[0];  // broadcast at model.cpp:42
+  const float sub_7_b1 = sub_5[0];  // broadcast at model.cpp:42
+  const float sub_7_b2 = sub_6[0];  // broadcast at model.cpp:42
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 32; ++i) {
-    const float v0 = t20[i] * t43_b0;  // model.cpp:42 mul
+    const float v0 = grad_hidden_all_reduce[i] * sub_7_b0;  // model.cpp:42 mul
     const float v1 = v0 * 0.100000001f;  // model.cpp:42 mul
     const float v2 = dev.opt_m_hidden_bias[i] * 0.899999976f;  // model.cpp:42 mul
     const float v3 = v2 + v1;  // model.cpp:42 add
-    t39[i] = v3;
+    add_9[i] = v3;
     const float v4 = v0 * v0;  // model.cpp:42 mul
     const float v5 = v4 * 0.00100000005f;  // model.cpp:42 mul
     const float v6 = dev.opt_v_hidden_bias[i] * 0.999000013f;  // model.cpp:42 mul
     const float v7 = v6 + v5;  // model.cpp:42 add
-    t40[i] = v7;
-    const float v8 = v3 / t43_b1;  // model.cpp:42 div
-    const float v9 = v7 / t43_b2;  // model.cpp:42 div
+    add_10[i] = v7;
+    const float v8 = v3 / sub_7_b1;  // model.cpp:42 div
+    const float v9 = v7 / sub_7_b2;  // model.cpp:42 div
     const float v10 = std::sqrt(v9);  // model.cpp:42 sqrt
     const float v11 = v10 + 9.99999994e-09f;  // model.cpp:42 add
     const float v12 = v8 / v11;  // model.cpp:42 div
     const float v13 = dev.hidden_bias[i] * 9.99999975e-05f;  // model.cpp:42 mul
     const float v14 = v12 + v13;  // model.cpp:42 add
     const float v15 = v14 * 0.00999999978f;  // model.cpp:42 mul
-    t43[i] = dev.hidden_bias[i] - v15;  // model.cpp:42 sub
-  }  // fused loop of t43
-  t20 = rt::Buffer();  // last use of t20
-  t41 = rt::Buffer();  // last use of t41
-  t42 = rt::Buffer();  // last use of t42
+    sub_7[i] = dev.hidden_bias[i] - v15;  // model.cpp:42 sub
+  }  // fused loop of sub_7
+  grad_hidden_all_reduce = rt::Buffer();  // last use of grad_hidden_all_reduce
+  sub_5 = rt::Buffer();  // last use of sub_5
+  sub_6 = rt::Buffer();  // last use of sub_6
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t46(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_8(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t33[i] * (-0.105360515f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t46[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t46
+    sub_8[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_8
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t47(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_9(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t33[i] * (-0.00100050028f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t47[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t47
+    sub_9[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_9
   timeline.op("sub  model.cpp:42", {.flops = 544, .bytes = 908});
-  // model.cpp:42: [{"model"}, {}], [] -> [{"model"}, {}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps t44, t45
-  rt::Buffer& t48 = dev.head_kernel;  // f32[32,1] [{"model"}, {}], the new "head/kernel" computed in place
-  rt::Buffer& t44 = dev.opt_m_head_kernel;  // f32[32,1] [{"model"}, {}], the new "opt/m/head/kernel" computed in place
-  rt::Buffer& t45 = dev.opt_v_head_kernel;  // f32[32,1] [{"model"}, {}], the new "opt/v/head/kernel" computed in place
-  const float t48_b0 = t32[0];  // broadcast at model.cpp:42
-  const float t48_b1 = t46[0];  // broadcast at model.cpp:42
-  const float t48_b2 = t47[0];  // broadcast at model.cpp:42
+  // model.cpp:42: [{"model"}, {}], [] -> [{"model"}, {}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_13, add_14
+  rt::Buffer& sub_10 = dev.head_kernel;  // f32[32,1] [{"model"}, {}], the new "head/kernel" computed in place
+  rt::Buffer& add_13 = dev.opt_m_head_kernel;  // f32[32,1] [{"model"}, {}], the new "opt/m/head/kernel" computed in place
+  rt::Buffer& add_14 = dev.opt_v_head_kernel;  // f32[32,1] [{"model"}, {}], the new "opt/v/head/kernel" computed in place
+  const float sub_10_b0 = min[0];  // broadcast at model.cpp:42
+  const float sub_10_b1 = sub_8[0];  // broadcast at model.cpp:42
+  const float sub_10_b2 = sub_9[0];  // broadcast at model.cpp:42
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 32; ++i) {
-    const float v0 = t19[i] * t48_b0;  // model.cpp:42 mul
+    const float v0 = grad_head_all_reduce_2[i] * sub_10_b0;  // model.cpp:42 mul
     const float v1 = v0 * 0.100000001f;  // model.cpp:42 mul
     const float v2 = dev.opt_m_head_kernel[i] * 0.899999976f;  // model.cpp:42 mul
     const float v3 = v2 + v1;  // model.cpp:42 add
-    t44[i] = v3;
+    add_13[i] = v3;
     const float v4 = v0 * v0;  // model.cpp:42 mul
     const float v5 = v4 * 0.00100000005f;  // model.cpp:42 mul
     const float v6 = dev.opt_v_head_kernel[i] * 0.999000013f;  // model.cpp:42 mul
     const float v7 = v6 + v5;  // model.cpp:42 add
-    t45[i] = v7;
-    const float v8 = v3 / t48_b1;  // model.cpp:42 div
-    const float v9 = v7 / t48_b2;  // model.cpp:42 div
+    add_14[i] = v7;
+    const float v8 = v3 / sub_10_b1;  // model.cpp:42 div
+    const float v9 = v7 / sub_10_b2;  // model.cpp:42 div
     const float v10 = std::sqrt(v9);  // model.cpp:42 sqrt
     const float v11 = v10 + 9.99999994e-09f;  // model.cpp:42 add
     const float v12 = v8 / v11;  // model.cpp:42 div
     const float v13 = dev.head_kernel[i] * 9.99999975e-05f;  // model.cpp:42 mul
     const float v14 = v12 + v13;  // model.cpp:42 add
     const float v15 = v14 * 0.00999999978f;  // model.cpp:42 mul
-    t48[i] = dev.head_kernel[i] - v15;  // model.cpp:42 sub
-  }  // fused loop of t48
-  t19 = rt::Buffer();  // last use of t19
-  t46 = rt::Buffer();  // last use of t46
-  t47 = rt::Buffer();  // last use of t47
+    sub_10[i] = dev.head_kernel[i] - v15;  // model.cpp:42 sub
+  }  // fused loop of sub_10
+  grad_head_all_reduce_2 = rt::Buffer();  // last use of grad_head_all_reduce_2
+  sub_8 = rt::Buffer();  // last use of sub_8
+  sub_9 = rt::Buffer();  // last use of sub_9
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t51(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_11(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t33[i] * (-0.105360515f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t51[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t51
+    sub_11[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_11
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t52(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_12(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t33[i] * (-0.00100050028f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t52[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t52
+    sub_12[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_12
   timeline.op("sub  model.cpp:42", {.flops = 17, .bytes = 40});
-  // model.cpp:42: [{}], [] -> [{}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps t49, t50
-  rt::Buffer& t53 = dev.head_bias;  // f32[1] [{}], the new "head/bias" computed in place
-  rt::Buffer& t49 = dev.opt_m_head_bias;  // f32[1] [{}], the new "opt/m/head/bias" computed in place
-  rt::Buffer& t50 = dev.opt_v_head_bias;  // f32[1] [{}], the new "opt/v/head/bias" computed in place
-  const float t53_b0 = t32[0];  // broadcast at model.cpp:42
-  const float t53_b1 = t51[0];  // broadcast at model.cpp:42
-  const float t53_b2 = t52[0];  // broadcast at model.cpp:42
+  // model.cpp:42: [{}], [] -> [{}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_17, add_18
+  rt::Buffer& sub_13 = dev.head_bias;  // f32[1] [{}], the new "head/bias" computed in place
+  rt::Buffer& add_17 = dev.opt_m_head_bias;  // f32[1] [{}], the new "opt/m/head/bias" computed in place
+  rt::Buffer& add_18 = dev.opt_v_head_bias;  // f32[1] [{}], the new "opt/v/head/bias" computed in place
+  const float sub_13_b0 = min[0];  // broadcast at model.cpp:42
+  const float sub_13_b1 = sub_11[0];  // broadcast at model.cpp:42
+  const float sub_13_b2 = sub_12[0];  // broadcast at model.cpp:42
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t18[i] * t53_b0;  // model.cpp:42 mul
+    const float v0 = grad_head_all_reduce[i] * sub_13_b0;  // model.cpp:42 mul
     const float v1 = v0 * 0.100000001f;  // model.cpp:42 mul
     const float v2 = dev.opt_m_head_bias[i] * 0.899999976f;  // model.cpp:42 mul
     const float v3 = v2 + v1;  // model.cpp:42 add
-    t49[i] = v3;
+    add_17[i] = v3;
     const float v4 = v0 * v0;  // model.cpp:42 mul
     const float v5 = v4 * 0.00100000005f;  // model.cpp:42 mul
     const float v6 = dev.opt_v_head_bias[i] * 0.999000013f;  // model.cpp:42 mul
     const float v7 = v6 + v5;  // model.cpp:42 add
-    t50[i] = v7;
-    const float v8 = v3 / t53_b1;  // model.cpp:42 div
-    const float v9 = v7 / t53_b2;  // model.cpp:42 div
+    add_18[i] = v7;
+    const float v8 = v3 / sub_13_b1;  // model.cpp:42 div
+    const float v9 = v7 / sub_13_b2;  // model.cpp:42 div
     const float v10 = std::sqrt(v9);  // model.cpp:42 sqrt
     const float v11 = v10 + 9.99999994e-09f;  // model.cpp:42 add
     const float v12 = v8 / v11;  // model.cpp:42 div
     const float v13 = dev.head_bias[i] * 9.99999975e-05f;  // model.cpp:42 mul
     const float v14 = v12 + v13;  // model.cpp:42 add
     const float v15 = v14 * 0.00999999978f;  // model.cpp:42 mul
-    t53[i] = dev.head_bias[i] - v15;  // model.cpp:42 sub
-  }  // fused loop of t53
-  t18 = rt::Buffer();  // last use of t18
-  t32 = rt::Buffer();  // last use of t32
-  t51 = rt::Buffer();  // last use of t51
-  t52 = rt::Buffer();  // last use of t52
+    sub_13[i] = dev.head_bias[i] - v15;  // model.cpp:42 sub
+  }  // fused loop of sub_13
+  grad_head_all_reduce = rt::Buffer();  // last use of grad_head_all_reduce
+  min = rt::Buffer();  // last use of min
+  sub_11 = rt::Buffer();  // last use of sub_11
+  sub_12 = rt::Buffer();  // last use of sub_12
 
   // ---- outputs --------------------------------------------------------------
   // "loss" (model.cpp:42): block f32[] [] of the global f32[]; replicated over "data", "model", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
-    std::copy_n(loss.data(), 1, block);
+    std::copy_n(mul_2.data(), 1, block);
   if (out.loss && dev.data_index == 0 && dev.model_index == 0) {
     out.blocks.mark(0, rank);
-    out.loss[0] = loss.data()[0];
+    out.loss[0] = mul_2.data()[0];
   }  // "loss"
   // "grad_norm" (model.cpp:42): block f32[] [] of the global f32[]; replicated over "data", "model", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(1, rank))  // set_block()
-    std::copy_n(grad_norm.data(), 1, block);
+    std::copy_n(sqrt.data(), 1, block);
   if (out.grad_norm && dev.data_index == 0 && dev.model_index == 0) {
     out.blocks.mark(1, rank);
-    out.grad_norm[0] = grad_norm.data()[0];
+    out.grad_norm[0] = sqrt.data()[0];
   }  // "grad_norm"
   // "lr" (model.cpp:42): block f32[] [] of the global f32[]; replicated over "data", "model", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(2, rank))  // set_block()
-    std::copy_n(lr.data(), 1, block);
+    std::copy_n(constant_5.data(), 1, block);
   if (out.lr && dev.data_index == 0 && dev.model_index == 0) {
     out.blocks.mark(2, rank);
-    out.lr[0] = lr.data()[0];
+    out.lr[0] = constant_5.data()[0];
   }  // "lr"
 
   // ---- updates: parameters take their new values ----------------------------
-  // model.cpp:42 "opt/m/hidden/kernel" f32[32,32] [{}, {"model"}] <- t34
+  // model.cpp:42 "opt/m/hidden/kernel" f32[32,32] [{}, {"model"}] <- add_5
   // (computed in place)
-  // model.cpp:42 "opt/v/hidden/kernel" f32[32,32] [{}, {"model"}] <- t35
+  // model.cpp:42 "opt/v/hidden/kernel" f32[32,32] [{}, {"model"}] <- add_6
   // (computed in place)
-  // model.cpp:42 "hidden/kernel" f32[32,32] [{}, {"model"}] <- t38
+  // model.cpp:42 "hidden/kernel" f32[32,32] [{}, {"model"}] <- sub_4
   // (computed in place)
-  // model.cpp:42 "opt/m/hidden/bias" f32[32] [{"model"}] <- t39
+  // model.cpp:42 "opt/m/hidden/bias" f32[32] [{"model"}] <- add_9
   // (computed in place)
-  // model.cpp:42 "opt/v/hidden/bias" f32[32] [{"model"}] <- t40
+  // model.cpp:42 "opt/v/hidden/bias" f32[32] [{"model"}] <- add_10
   // (computed in place)
-  // model.cpp:42 "hidden/bias" f32[32] [{"model"}] <- t43
+  // model.cpp:42 "hidden/bias" f32[32] [{"model"}] <- sub_7
   // (computed in place)
-  // model.cpp:42 "opt/m/head/kernel" f32[32,1] [{"model"}, {}] <- t44
+  // model.cpp:42 "opt/m/head/kernel" f32[32,1] [{"model"}, {}] <- add_13
   // (computed in place)
-  // model.cpp:42 "opt/v/head/kernel" f32[32,1] [{"model"}, {}] <- t45
+  // model.cpp:42 "opt/v/head/kernel" f32[32,1] [{"model"}, {}] <- add_14
   // (computed in place)
-  // model.cpp:42 "head/kernel" f32[32,1] [{"model"}, {}] <- t48
+  // model.cpp:42 "head/kernel" f32[32,1] [{"model"}, {}] <- sub_10
   // (computed in place)
-  // model.cpp:42 "opt/m/head/bias" f32[1] [{}] <- t49
+  // model.cpp:42 "opt/m/head/bias" f32[1] [{}] <- add_17
   // (computed in place)
-  // model.cpp:42 "opt/v/head/bias" f32[1] [{}] <- t50
+  // model.cpp:42 "opt/v/head/bias" f32[1] [{}] <- add_18
   // (computed in place)
-  // model.cpp:42 "head/bias" f32[1] [{}] <- t53
+  // model.cpp:42 "head/bias" f32[1] [{}] <- sub_13
   // (computed in place)
-  // model.cpp:42 "opt/step" f32[] [] <- t33
+  // model.cpp:42 "opt/step" f32[] [] <- add_4
   // (computed in place)
 }  // Program::forward_device
 

@@ -408,108 +408,108 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // ---- hidden (model.cpp:29) ------------------------------------------------
   timeline.op("dot  model.cpp:29 hidden", {.flops = 32768, .bytes = 11264});
   // model.cpp:29 hidden: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-  rt::Buffer t0(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  rt::Buffer hidden_dot(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
   rt::gemm(/*batch=*/1, /*M=*/8, /*N=*/64, /*K=*/32,
-           x.data(), false, dev.hidden_kernel.data(), false, t0.data());
+           x.data(), false, dev.hidden_kernel.data(), false, hidden_dot.data());
 
   // ---- gelu (model.cpp:29) --------------------------------------------------
   timeline.op("gelu  model.cpp:29", {.flops = 1024, .bytes = 6400});
-  // model.cpp:29: [{"data"}, {}], [{}] -> [{"data"}, {}] => fused broadcast, add, gelu; also keeps t1
-  rt::Buffer t2(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
-  rt::Buffer t1(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  // model.cpp:29: [{"data"}, {}], [{}] -> [{"data"}, {}] => fused broadcast, add, gelu; also keeps hidden_add
+  rt::Buffer gelu(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  rt::Buffer hidden_add(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
   for (int64_t o = 0; o < 8; ++o) {
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t j = 0; j < 64; ++j) {
       const int64_t i = o * 64 + j;
       const float v0 = dev.hidden_bias[j];  // model.cpp:29 broadcast
-      const float v1 = t0[i] + v0;  // model.cpp:29 add
-      t1[i] = v1;
-      t2[i] = rt::gelu(v1);  // model.cpp:29 gelu
+      const float v1 = hidden_dot[i] + v0;  // model.cpp:29 add
+      hidden_add[i] = v1;
+      gelu[i] = rt::gelu(v1);  // model.cpp:29 gelu
     }
-  }  // fused loop of t2
-  t0 = rt::Buffer();  // last use of t0
+  }  // fused loop of gelu
+  hidden_dot = rt::Buffer();  // last use of hidden_dot
 
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2336});
   // model.cpp:29 head: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-  rt::Buffer t3(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  rt::Buffer head_dot(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
   rt::gemm(/*batch=*/1, /*M=*/8, /*N=*/1, /*K=*/64,
-           t2.data(), false, dev.head_kernel.data(), false, t3.data());
+           gelu.data(), false, dev.head_kernel.data(), false, head_dot.data());
 
   // ---- mul (model.cpp:44) ---------------------------------------------------
   timeline.op("mul  model.cpp:44", {.flops = 24, .bytes = 132});
-  // model.cpp:44: [{"data"}, {}], [{}] -> [{"data"}, {}] => fused broadcast, add, sub, mul; also keeps t4
-  rt::Buffer t5(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
-  rt::Buffer t4(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
-  const float t5_b0 = dev.head_bias[0];  // broadcast at model.cpp:29
+  // model.cpp:44: [{"data"}, {}], [{}] -> [{"data"}, {}] => fused broadcast, add, sub, mul; also keeps sub
+  rt::Buffer mul(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  rt::Buffer sub(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  const float mul_b0 = dev.head_bias[0];  // broadcast at model.cpp:29
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 8; ++i) {
-    const float v0 = t3[i] + t5_b0;  // model.cpp:29 add
+    const float v0 = head_dot[i] + mul_b0;  // model.cpp:29 add
     const float v1 = v0 - y[i];  // model.cpp:44 sub
-    t4[i] = v1;
-    t5[i] = v1 * v1;  // model.cpp:44 mul
-  }  // fused loop of t5
-  t3 = rt::Buffer();  // last use of t3
+    sub[i] = v1;
+    mul[i] = v1 * v1;  // model.cpp:44 mul
+  }  // fused loop of mul
+  head_dot = rt::Buffer();  // last use of head_dot
   y = rt::Buffer();  // last use of y
   timeline.op("reduce  model.cpp:44", {.flops = 8, .bytes = 36});
   // model.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-  rt::Buffer t6(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
-  rt::reduce(t5.data(), {8, 1}, {0, 1}, rt::ReduceOp::kSum, t6.data());
-  t5 = rt::Buffer();  // last use of t5
+  rt::Buffer reduce(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
+  rt::reduce(mul.data(), {8, 1}, {0, 1}, rt::ReduceOp::kSum, reduce.data());
+  mul = rt::Buffer();  // last use of mul
   timeline.comm_op("all_reduce  model.cpp:44");
   // model.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-  rt::Buffer t7 = std::move(t6);  // f32[] [], in t6's buffer (its last use)
-  comm.all_reduce(t7.data(), 1, dev.group_data, rt::ReduceOp::kSum);
+  rt::Buffer all_reduce = std::move(reduce);  // f32[] [], in reduce's buffer (its last use)
+  comm.all_reduce(all_reduce.data(), 1, dev.group_data, rt::ReduceOp::kSum);
   timeline.op("mul  model.cpp:44", {.flops = 1, .bytes = 8});
   // model.cpp:44: [] -> [] => mul
-  rt::Buffer loss(1, &mem, rt::uninitialized);  // f32[] []
-  for (int64_t i = 0; i < 1; ++i) loss[i] = t7[i] * 0.03125f;
-  t7 = rt::Buffer();  // last use of t7
+  rt::Buffer mul_2(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) mul_2[i] = all_reduce[i] * 0.03125f;
+  all_reduce = rt::Buffer();  // last use of all_reduce
   timeline.op("mul  model.cpp:44", {.flops = 1, .bytes = 4});
   // model.cpp:44: [] => mul
-  rt::Buffer t8(1, &mem, rt::uninitialized);  // f32[] []
-  for (int64_t i = 0; i < 1; ++i) t8[i] = 1.0f * 0.03125f;
+  rt::Buffer grad_mul(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) grad_mul[i] = 1.0f * 0.03125f;
   timeline.op("add  model.cpp:44", {.flops = 24, .bytes = 68});
   // model.cpp:44: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add
-  rt::Buffer t9(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
-  const float t9_b0 = t8[0];  // broadcast at model.cpp:44
+  rt::Buffer grad_add(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  const float grad_add_b0 = grad_mul[0];  // broadcast at model.cpp:44
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 8; ++i) {
-    const float v0 = t9_b0 * t4[i];  // model.cpp:44 mul
-    const float v1 = t9_b0 * t4[i];  // model.cpp:44 mul
-    t9[i] = v0 + v1;  // model.cpp:44 add
-  }  // fused loop of t9
-  t8 = rt::Buffer();  // last use of t8
-  t4 = rt::Buffer();  // last use of t4
+    const float v0 = grad_add_b0 * sub[i];  // model.cpp:44 mul
+    const float v1 = grad_add_b0 * sub[i];  // model.cpp:44 mul
+    grad_add[i] = v0 + v1;  // model.cpp:44 add
+  }  // fused loop of grad_add
+  grad_mul = rt::Buffer();  // last use of grad_mul
+  sub = rt::Buffer();  // last use of sub
 
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.op("reduce  model.cpp:29 head", {.flops = 8, .bytes = 36});
   // model.cpp:29 head: [{"data"}, {}] -> [{}] partial={"data"} => reduce sum
-  rt::Buffer t10(1, &mem, rt::uninitialized);  // f32[1] [{}] partial={"data"}
-  rt::reduce(t9.data(), {8, 1}, {0}, rt::ReduceOp::kSum, t10.data());
+  rt::Buffer grad_head_reduce(1, &mem, rt::uninitialized);  // f32[1] [{}] partial={"data"}
+  rt::reduce(grad_add.data(), {8, 1}, {0}, rt::ReduceOp::kSum, grad_head_reduce.data());
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2336});
   // model.cpp:29 head: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-  rt::Buffer t11(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  rt::Buffer grad_head_dot(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
   rt::gemm(/*batch=*/1, /*M=*/8, /*N=*/64, /*K=*/1,
-           t9.data(), false, dev.head_kernel.data(), /*trans_b=*/true, t11.data());
+           grad_add.data(), false, dev.head_kernel.data(), /*trans_b=*/true, grad_head_dot.data());
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2336});
   // model.cpp:29 head: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-  rt::Buffer t12(64, &mem, rt::uninitialized);  // f32[64,1] [{}, {}] partial={"data"}
+  rt::Buffer grad_head_dot_2(64, &mem, rt::uninitialized);  // f32[64,1] [{}, {}] partial={"data"}
   rt::gemm(/*batch=*/1, /*M=*/64, /*N=*/1, /*K=*/8,
-           t2.data(), /*trans_a=*/true, t9.data(), false, t12.data());
-  t2 = rt::Buffer();  // last use of t2
-  t9 = rt::Buffer();  // last use of t9
+           gelu.data(), /*trans_a=*/true, grad_add.data(), false, grad_head_dot_2.data());
+  gelu = rt::Buffer();  // last use of gelu
+  grad_add = rt::Buffer();  // last use of grad_add
 
   // ---- mul (model.cpp:29) ---------------------------------------------------
   timeline.op("mul  model.cpp:29", {.flops = 8192, .bytes = 6144});
   // model.cpp:29: [{"data"}, {}] -> [{"data"}, {}] => fused mul, mul, add, mul, tanh, mul, add, mul, sub, add, mul, mul, mul, mul, add, mul
-  rt::Buffer t13(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  rt::Buffer grad_mul_13(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 512; ++i) {
-    const float v0 = t1[i] * t1[i];  // model.cpp:29 mul
+    const float v0 = hidden_add[i] * hidden_add[i];  // model.cpp:29 mul
     const float v1 = v0 * 0.0356774069f;  // model.cpp:29 mul
     const float v2 = 0.797884583f + v1;  // model.cpp:29 add
-    const float v3 = t1[i] * v2;  // model.cpp:29 mul
+    const float v3 = hidden_add[i] * v2;  // model.cpp:29 mul
     const float v4 = rt::tanh(v3);  // model.cpp:29 tanh
     const float v5 = v0 * 0.107032225f;  // model.cpp:29 mul
     const float v6 = 0.797884583f + v5;  // model.cpp:29 add
@@ -517,355 +517,355 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     const float v8 = 1.0f - v7;  // model.cpp:29 sub
     const float v9 = v4 + 1.0f;  // model.cpp:29 add
     const float v10 = v9 * 0.5f;  // model.cpp:29 mul
-    const float v11 = t1[i] * 0.5f;  // model.cpp:29 mul
+    const float v11 = hidden_add[i] * 0.5f;  // model.cpp:29 mul
     const float v12 = v11 * v8;  // model.cpp:29 mul
     const float v13 = v12 * v6;  // model.cpp:29 mul
     const float v14 = v10 + v13;  // model.cpp:29 add
-    t13[i] = t11[i] * v14;  // model.cpp:29 mul
-  }  // fused loop of t13
-  t11 = rt::Buffer();  // last use of t11
-  t1 = rt::Buffer();  // last use of t1
+    grad_mul_13[i] = grad_head_dot[i] * v14;  // model.cpp:29 mul
+  }  // fused loop of grad_mul_13
+  grad_head_dot = rt::Buffer();  // last use of grad_head_dot
+  hidden_add = rt::Buffer();  // last use of hidden_add
 
   // ---- hidden (model.cpp:29) ------------------------------------------------
   timeline.op("reduce  model.cpp:29 hidden", {.flops = 512, .bytes = 2304});
   // model.cpp:29 hidden: [{"data"}, {}] -> [{}] partial={"data"} => reduce sum
-  rt::Buffer t14(64, &mem, rt::uninitialized);  // f32[64] [{}] partial={"data"}
-  rt::reduce(t13.data(), {8, 64}, {0}, rt::ReduceOp::kSum, t14.data());
+  rt::Buffer grad_hidden_reduce(64, &mem, rt::uninitialized);  // f32[64] [{}] partial={"data"}
+  rt::reduce(grad_mul_13.data(), {8, 64}, {0}, rt::ReduceOp::kSum, grad_hidden_reduce.data());
   timeline.op("dot  model.cpp:29 hidden", {.flops = 32768, .bytes = 11264});
   // model.cpp:29 hidden: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-  rt::Buffer t15(2048, &mem, rt::uninitialized);  // f32[32,64] [{}, {}] partial={"data"}
+  rt::Buffer grad_hidden_dot(2048, &mem, rt::uninitialized);  // f32[32,64] [{}, {}] partial={"data"}
   rt::gemm(/*batch=*/1, /*M=*/32, /*N=*/64, /*K=*/8,
-           x.data(), /*trans_a=*/true, t13.data(), false, t15.data());
+           x.data(), /*trans_a=*/true, grad_mul_13.data(), false, grad_hidden_dot.data());
   x = rt::Buffer();  // last use of x
-  t13 = rt::Buffer();  // last use of t13
+  grad_mul_13 = rt::Buffer();  // last use of grad_mul_13
 
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.comm_op("all_reduce  model.cpp:29 head");
   // all_reduce bucket 0: 4 values over (data) as ONE collective of 2177 floats, in the values' own buffers
   // model.cpp:29 head: [{}] partial={"data"} -> [{}] => all_reduce(data), bucket 0 [0, 1)
-  rt::Buffer t16 = std::move(t10);  // f32[1] [{}], in t10's buffer (its last use)
+  rt::Buffer grad_head_all_reduce = std::move(grad_head_reduce);  // f32[1] [{}], in grad_head_reduce's buffer (its last use)
   // model.cpp:29 head: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data), bucket 0 [1, 65)
-  rt::Buffer t17 = std::move(t12);  // f32[64,1] [{}, {}], in t12's buffer (its last use)
+  rt::Buffer grad_head_all_reduce_2 = std::move(grad_head_dot_2);  // f32[64,1] [{}, {}], in grad_head_dot_2's buffer (its last use)
   // model.cpp:29 hidden: [{}] partial={"data"} -> [{}] => all_reduce(data), bucket 0 [65, 129)
-  rt::Buffer t18 = std::move(t14);  // f32[64] [{}], in t14's buffer (its last use)
+  rt::Buffer grad_hidden_all_reduce = std::move(grad_hidden_reduce);  // f32[64] [{}], in grad_hidden_reduce's buffer (its last use)
   // model.cpp:29 hidden: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data), bucket 0 [129, 2177)
-  rt::Buffer t19 = std::move(t15);  // f32[32,64] [{}, {}], in t15's buffer (its last use)
+  rt::Buffer grad_hidden_all_reduce_2 = std::move(grad_hidden_dot);  // f32[32,64] [{}, {}], in grad_hidden_dot's buffer (its last use)
   comm.all_reduce(std::vector<rt::Segment<float>>{
-                      {t16.data(), 1},
-                      {t17.data(), 64},
-                      {t18.data(), 64},
-                      {t19.data(), 2048},
+                      {grad_head_all_reduce.data(), 1},
+                      {grad_head_all_reduce_2.data(), 64},
+                      {grad_hidden_all_reduce.data(), 64},
+                      {grad_hidden_all_reduce_2.data(), 2048},
                   },
                   dev.group_data, rt::ReduceOp::kSum);
 
   // ---- mul (model.cpp:42) ---------------------------------------------------
   timeline.op("mul  model.cpp:42", {.flops = 2048, .bytes = 16384});
   // model.cpp:42: [{}, {}] -> [{}, {}] => mul
-  rt::Buffer t20(2048, &mem, rt::uninitialized);  // f32[32,64] [{}, {}]
-  for (int64_t i = 0; i < 2048; ++i) t20[i] = t19[i] * t19[i];
+  rt::Buffer mul_3(2048, &mem, rt::uninitialized);  // f32[32,64] [{}, {}]
+  for (int64_t i = 0; i < 2048; ++i) mul_3[i] = grad_hidden_all_reduce_2[i] * grad_hidden_all_reduce_2[i];
   timeline.op("reduce  model.cpp:42", {.flops = 2048, .bytes = 8196});
   // model.cpp:42: [{}, {}] -> [] => reduce sum
-  rt::Buffer t21(1, &mem, rt::uninitialized);  // f32[] []
-  rt::reduce(t20.data(), {32, 64}, {0, 1}, rt::ReduceOp::kSum, t21.data());
-  t20 = rt::Buffer();  // last use of t20
+  rt::Buffer reduce_2(1, &mem, rt::uninitialized);  // f32[] []
+  rt::reduce(mul_3.data(), {32, 64}, {0, 1}, rt::ReduceOp::kSum, reduce_2.data());
+  mul_3 = rt::Buffer();  // last use of mul_3
   timeline.op("mul  model.cpp:42", {.flops = 64, .bytes = 512});
   // model.cpp:42: [{}] -> [{}] => mul
-  rt::Buffer t22(64, &mem, rt::uninitialized);  // f32[64] [{}]
-  for (int64_t i = 0; i < 64; ++i) t22[i] = t18[i] * t18[i];
+  rt::Buffer mul_4(64, &mem, rt::uninitialized);  // f32[64] [{}]
+  for (int64_t i = 0; i < 64; ++i) mul_4[i] = grad_hidden_all_reduce[i] * grad_hidden_all_reduce[i];
   timeline.op("reduce  model.cpp:42", {.flops = 64, .bytes = 260});
   // model.cpp:42: [{}] -> [] => reduce sum
-  rt::Buffer t23(1, &mem, rt::uninitialized);  // f32[] []
-  rt::reduce(t22.data(), {64}, {0}, rt::ReduceOp::kSum, t23.data());
-  t22 = rt::Buffer();  // last use of t22
+  rt::Buffer reduce_3(1, &mem, rt::uninitialized);  // f32[] []
+  rt::reduce(mul_4.data(), {64}, {0}, rt::ReduceOp::kSum, reduce_3.data());
+  mul_4 = rt::Buffer();  // last use of mul_4
   timeline.op("mul  model.cpp:42", {.flops = 64, .bytes = 512});
   // model.cpp:42: [{}, {}] -> [{}, {}] => mul
-  rt::Buffer t24(64, &mem, rt::uninitialized);  // f32[64,1] [{}, {}]
-  for (int64_t i = 0; i < 64; ++i) t24[i] = t17[i] * t17[i];
+  rt::Buffer mul_5(64, &mem, rt::uninitialized);  // f32[64,1] [{}, {}]
+  for (int64_t i = 0; i < 64; ++i) mul_5[i] = grad_head_all_reduce_2[i] * grad_head_all_reduce_2[i];
   timeline.op("reduce  model.cpp:42", {.flops = 64, .bytes = 260});
   // model.cpp:42: [{}, {}] -> [] => reduce sum
-  rt::Buffer t25(1, &mem, rt::uninitialized);  // f32[] []
-  rt::reduce(t24.data(), {64, 1}, {0, 1}, rt::ReduceOp::kSum, t25.data());
-  t24 = rt::Buffer();  // last use of t24
+  rt::Buffer reduce_4(1, &mem, rt::uninitialized);  // f32[] []
+  rt::reduce(mul_5.data(), {64, 1}, {0, 1}, rt::ReduceOp::kSum, reduce_4.data());
+  mul_5 = rt::Buffer();  // last use of mul_5
   timeline.op("mul  model.cpp:42", {.flops = 1, .bytes = 8});
   // model.cpp:42: [{}] -> [{}] => mul
-  rt::Buffer t26(1, &mem, rt::uninitialized);  // f32[1] [{}]
-  for (int64_t i = 0; i < 1; ++i) t26[i] = t16[i] * t16[i];
+  rt::Buffer mul_6(1, &mem, rt::uninitialized);  // f32[1] [{}]
+  for (int64_t i = 0; i < 1; ++i) mul_6[i] = grad_head_all_reduce[i] * grad_head_all_reduce[i];
   timeline.op("reduce  model.cpp:42", {.flops = 1, .bytes = 8});
   // model.cpp:42: [{}] -> [] => reduce sum
-  rt::Buffer t27(1, &mem, rt::uninitialized);  // f32[] []
-  rt::reduce(t26.data(), {1}, {0}, rt::ReduceOp::kSum, t27.data());
-  t26 = rt::Buffer();  // last use of t26
+  rt::Buffer reduce_5(1, &mem, rt::uninitialized);  // f32[] []
+  rt::reduce(mul_6.data(), {1}, {0}, rt::ReduceOp::kSum, reduce_5.data());
+  mul_6 = rt::Buffer();  // last use of mul_6
   timeline.op("min  model.cpp:42", {.flops = 7, .bytes = 24});
-  // model.cpp:42: [] -> [] => fused add, add, add, sqrt, max, div, min; also keeps grad_norm
-  rt::Buffer t28(1, &mem, rt::uninitialized);  // f32[] []
-  rt::Buffer grad_norm(1, &mem, rt::uninitialized);  // f32[] []
+  // model.cpp:42: [] -> [] => fused add, add, add, sqrt, max, div, min; also keeps sqrt
+  rt::Buffer min(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sqrt(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t21[i] + t23[i];  // model.cpp:42 add
-    const float v1 = v0 + t25[i];  // model.cpp:42 add
-    const float v2 = v1 + t27[i];  // model.cpp:42 add
+    const float v0 = reduce_2[i] + reduce_3[i];  // model.cpp:42 add
+    const float v1 = v0 + reduce_4[i];  // model.cpp:42 add
+    const float v2 = v1 + reduce_5[i];  // model.cpp:42 add
     const float v3 = std::sqrt(v2);  // model.cpp:42 sqrt
-    grad_norm[i] = v3;
+    sqrt[i] = v3;
     const float v4 = std::max(v3, 1e-30f);  // model.cpp:42 max
     const float v5 = 1.0f / v4;  // model.cpp:42 div
-    t28[i] = std::min(1.0f, v5);  // model.cpp:42 min
-  }  // fused loop of t28
-  t21 = rt::Buffer();  // last use of t21
-  t23 = rt::Buffer();  // last use of t23
-  t25 = rt::Buffer();  // last use of t25
-  t27 = rt::Buffer();  // last use of t27
+    min[i] = std::min(1.0f, v5);  // model.cpp:42 min
+  }  // fused loop of min
+  reduce_2 = rt::Buffer();  // last use of reduce_2
+  reduce_3 = rt::Buffer();  // last use of reduce_3
+  reduce_4 = rt::Buffer();  // last use of reduce_4
+  reduce_5 = rt::Buffer();  // last use of reduce_5
   timeline.op("constant  model.cpp:42", {.flops = 1, .bytes = 4});
   // model.cpp:42: [] => constant
-  rt::Buffer lr(1, &mem, rt::uninitialized);  // f32[] []
-  rt::fill(lr.data(), 1, 0.00999999978f);
+  rt::Buffer constant_5(1, &mem, rt::uninitialized);  // f32[] []
+  rt::fill(constant_5.data(), 1, 0.00999999978f);
   timeline.op("sub  model.cpp:42", {.flops = 4, .bytes = 12});
-  // model.cpp:42: [] -> [] => fused add, mul, exp, sub; also keeps t29
-  rt::Buffer t32(1, &mem, rt::uninitialized);  // f32[] []
-  rt::Buffer& t29 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
+  // model.cpp:42: [] -> [] => fused add, mul, exp, sub; also keeps add_4
+  rt::Buffer sub_2(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer& add_4 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = dev.opt_step[i] + 1.0f;  // model.cpp:42 add
-    t29[i] = v0;
+    add_4[i] = v0;
     const float v1 = v0 * (-0.105360515f);  // model.cpp:42 mul
     const float v2 = rt::exp(v1);  // model.cpp:42 exp
-    t32[i] = 1.0f - v2;  // model.cpp:42 sub
-  }  // fused loop of t32
+    sub_2[i] = 1.0f - v2;  // model.cpp:42 sub
+  }  // fused loop of sub_2
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t33(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_3(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t29[i] * (-0.00100050028f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t33[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t33
+    sub_3[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_3
   timeline.op("sub  model.cpp:42", {.flops = 34816, .bytes = 57356});
-  // model.cpp:42: [{}, {}], [] -> [{}, {}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps t30, t31
-  rt::Buffer& t34 = dev.hidden_kernel;  // f32[32,64] [{}, {}], the new "hidden/kernel" computed in place
-  rt::Buffer& t30 = dev.opt_m_hidden_kernel;  // f32[32,64] [{}, {}], the new "opt/m/hidden/kernel" computed in place
-  rt::Buffer& t31 = dev.opt_v_hidden_kernel;  // f32[32,64] [{}, {}], the new "opt/v/hidden/kernel" computed in place
-  const float t34_b0 = t28[0];  // broadcast at model.cpp:42
-  const float t34_b1 = t32[0];  // broadcast at model.cpp:42
-  const float t34_b2 = t33[0];  // broadcast at model.cpp:42
+  // model.cpp:42: [{}, {}], [] -> [{}, {}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_5, add_6
+  rt::Buffer& sub_4 = dev.hidden_kernel;  // f32[32,64] [{}, {}], the new "hidden/kernel" computed in place
+  rt::Buffer& add_5 = dev.opt_m_hidden_kernel;  // f32[32,64] [{}, {}], the new "opt/m/hidden/kernel" computed in place
+  rt::Buffer& add_6 = dev.opt_v_hidden_kernel;  // f32[32,64] [{}, {}], the new "opt/v/hidden/kernel" computed in place
+  const float sub_4_b0 = min[0];  // broadcast at model.cpp:42
+  const float sub_4_b1 = sub_2[0];  // broadcast at model.cpp:42
+  const float sub_4_b2 = sub_3[0];  // broadcast at model.cpp:42
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 2048; ++i) {
-    const float v0 = t19[i] * t34_b0;  // model.cpp:42 mul
+    const float v0 = grad_hidden_all_reduce_2[i] * sub_4_b0;  // model.cpp:42 mul
     const float v1 = v0 * 0.100000001f;  // model.cpp:42 mul
     const float v2 = dev.opt_m_hidden_kernel[i] * 0.899999976f;  // model.cpp:42 mul
     const float v3 = v2 + v1;  // model.cpp:42 add
-    t30[i] = v3;
+    add_5[i] = v3;
     const float v4 = v0 * v0;  // model.cpp:42 mul
     const float v5 = v4 * 0.00100000005f;  // model.cpp:42 mul
     const float v6 = dev.opt_v_hidden_kernel[i] * 0.999000013f;  // model.cpp:42 mul
     const float v7 = v6 + v5;  // model.cpp:42 add
-    t31[i] = v7;
-    const float v8 = v3 / t34_b1;  // model.cpp:42 div
-    const float v9 = v7 / t34_b2;  // model.cpp:42 div
+    add_6[i] = v7;
+    const float v8 = v3 / sub_4_b1;  // model.cpp:42 div
+    const float v9 = v7 / sub_4_b2;  // model.cpp:42 div
     const float v10 = std::sqrt(v9);  // model.cpp:42 sqrt
     const float v11 = v10 + 9.99999994e-09f;  // model.cpp:42 add
     const float v12 = v8 / v11;  // model.cpp:42 div
     const float v13 = dev.hidden_kernel[i] * 9.99999975e-05f;  // model.cpp:42 mul
     const float v14 = v12 + v13;  // model.cpp:42 add
     const float v15 = v14 * 0.00999999978f;  // model.cpp:42 mul
-    t34[i] = dev.hidden_kernel[i] - v15;  // model.cpp:42 sub
-  }  // fused loop of t34
-  t19 = rt::Buffer();  // last use of t19
-  t32 = rt::Buffer();  // last use of t32
-  t33 = rt::Buffer();  // last use of t33
+    sub_4[i] = dev.hidden_kernel[i] - v15;  // model.cpp:42 sub
+  }  // fused loop of sub_4
+  grad_hidden_all_reduce_2 = rt::Buffer();  // last use of grad_hidden_all_reduce_2
+  sub_2 = rt::Buffer();  // last use of sub_2
+  sub_3 = rt::Buffer();  // last use of sub_3
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t37(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_5(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t29[i] * (-0.105360515f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t37[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t37
+    sub_5[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_5
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t38(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_6(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t29[i] * (-0.00100050028f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t38[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t38
+    sub_6[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_6
   timeline.op("sub  model.cpp:42", {.flops = 1088, .bytes = 1804});
-  // model.cpp:42: [{}], [] -> [{}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps t35, t36
-  rt::Buffer& t39 = dev.hidden_bias;  // f32[64] [{}], the new "hidden/bias" computed in place
-  rt::Buffer& t35 = dev.opt_m_hidden_bias;  // f32[64] [{}], the new "opt/m/hidden/bias" computed in place
-  rt::Buffer& t36 = dev.opt_v_hidden_bias;  // f32[64] [{}], the new "opt/v/hidden/bias" computed in place
-  const float t39_b0 = t28[0];  // broadcast at model.cpp:42
-  const float t39_b1 = t37[0];  // broadcast at model.cpp:42
-  const float t39_b2 = t38[0];  // broadcast at model.cpp:42
+  // model.cpp:42: [{}], [] -> [{}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_9, add_10
+  rt::Buffer& sub_7 = dev.hidden_bias;  // f32[64] [{}], the new "hidden/bias" computed in place
+  rt::Buffer& add_9 = dev.opt_m_hidden_bias;  // f32[64] [{}], the new "opt/m/hidden/bias" computed in place
+  rt::Buffer& add_10 = dev.opt_v_hidden_bias;  // f32[64] [{}], the new "opt/v/hidden/bias" computed in place
+  const float sub_7_b0 = min[0];  // broadcast at model.cpp:42
+  const float sub_7_b1 = sub_5[0];  // broadcast at model.cpp:42
+  const float sub_7_b2 = sub_6[0];  // broadcast at model.cpp:42
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 64; ++i) {
-    const float v0 = t18[i] * t39_b0;  // model.cpp:42 mul
+    const float v0 = grad_hidden_all_reduce[i] * sub_7_b0;  // model.cpp:42 mul
     const float v1 = v0 * 0.100000001f;  // model.cpp:42 mul
     const float v2 = dev.opt_m_hidden_bias[i] * 0.899999976f;  // model.cpp:42 mul
     const float v3 = v2 + v1;  // model.cpp:42 add
-    t35[i] = v3;
+    add_9[i] = v3;
     const float v4 = v0 * v0;  // model.cpp:42 mul
     const float v5 = v4 * 0.00100000005f;  // model.cpp:42 mul
     const float v6 = dev.opt_v_hidden_bias[i] * 0.999000013f;  // model.cpp:42 mul
     const float v7 = v6 + v5;  // model.cpp:42 add
-    t36[i] = v7;
-    const float v8 = v3 / t39_b1;  // model.cpp:42 div
-    const float v9 = v7 / t39_b2;  // model.cpp:42 div
+    add_10[i] = v7;
+    const float v8 = v3 / sub_7_b1;  // model.cpp:42 div
+    const float v9 = v7 / sub_7_b2;  // model.cpp:42 div
     const float v10 = std::sqrt(v9);  // model.cpp:42 sqrt
     const float v11 = v10 + 9.99999994e-09f;  // model.cpp:42 add
     const float v12 = v8 / v11;  // model.cpp:42 div
     const float v13 = dev.hidden_bias[i] * 9.99999975e-05f;  // model.cpp:42 mul
     const float v14 = v12 + v13;  // model.cpp:42 add
     const float v15 = v14 * 0.00999999978f;  // model.cpp:42 mul
-    t39[i] = dev.hidden_bias[i] - v15;  // model.cpp:42 sub
-  }  // fused loop of t39
-  t18 = rt::Buffer();  // last use of t18
-  t37 = rt::Buffer();  // last use of t37
-  t38 = rt::Buffer();  // last use of t38
+    sub_7[i] = dev.hidden_bias[i] - v15;  // model.cpp:42 sub
+  }  // fused loop of sub_7
+  grad_hidden_all_reduce = rt::Buffer();  // last use of grad_hidden_all_reduce
+  sub_5 = rt::Buffer();  // last use of sub_5
+  sub_6 = rt::Buffer();  // last use of sub_6
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t42(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_8(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t29[i] * (-0.105360515f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t42[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t42
+    sub_8[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_8
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t43(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_9(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t29[i] * (-0.00100050028f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t43[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t43
+    sub_9[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_9
   timeline.op("sub  model.cpp:42", {.flops = 1088, .bytes = 1804});
-  // model.cpp:42: [{}, {}], [] -> [{}, {}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps t40, t41
-  rt::Buffer& t44 = dev.head_kernel;  // f32[64,1] [{}, {}], the new "head/kernel" computed in place
-  rt::Buffer& t40 = dev.opt_m_head_kernel;  // f32[64,1] [{}, {}], the new "opt/m/head/kernel" computed in place
-  rt::Buffer& t41 = dev.opt_v_head_kernel;  // f32[64,1] [{}, {}], the new "opt/v/head/kernel" computed in place
-  const float t44_b0 = t28[0];  // broadcast at model.cpp:42
-  const float t44_b1 = t42[0];  // broadcast at model.cpp:42
-  const float t44_b2 = t43[0];  // broadcast at model.cpp:42
+  // model.cpp:42: [{}, {}], [] -> [{}, {}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_13, add_14
+  rt::Buffer& sub_10 = dev.head_kernel;  // f32[64,1] [{}, {}], the new "head/kernel" computed in place
+  rt::Buffer& add_13 = dev.opt_m_head_kernel;  // f32[64,1] [{}, {}], the new "opt/m/head/kernel" computed in place
+  rt::Buffer& add_14 = dev.opt_v_head_kernel;  // f32[64,1] [{}, {}], the new "opt/v/head/kernel" computed in place
+  const float sub_10_b0 = min[0];  // broadcast at model.cpp:42
+  const float sub_10_b1 = sub_8[0];  // broadcast at model.cpp:42
+  const float sub_10_b2 = sub_9[0];  // broadcast at model.cpp:42
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 64; ++i) {
-    const float v0 = t17[i] * t44_b0;  // model.cpp:42 mul
+    const float v0 = grad_head_all_reduce_2[i] * sub_10_b0;  // model.cpp:42 mul
     const float v1 = v0 * 0.100000001f;  // model.cpp:42 mul
     const float v2 = dev.opt_m_head_kernel[i] * 0.899999976f;  // model.cpp:42 mul
     const float v3 = v2 + v1;  // model.cpp:42 add
-    t40[i] = v3;
+    add_13[i] = v3;
     const float v4 = v0 * v0;  // model.cpp:42 mul
     const float v5 = v4 * 0.00100000005f;  // model.cpp:42 mul
     const float v6 = dev.opt_v_head_kernel[i] * 0.999000013f;  // model.cpp:42 mul
     const float v7 = v6 + v5;  // model.cpp:42 add
-    t41[i] = v7;
-    const float v8 = v3 / t44_b1;  // model.cpp:42 div
-    const float v9 = v7 / t44_b2;  // model.cpp:42 div
+    add_14[i] = v7;
+    const float v8 = v3 / sub_10_b1;  // model.cpp:42 div
+    const float v9 = v7 / sub_10_b2;  // model.cpp:42 div
     const float v10 = std::sqrt(v9);  // model.cpp:42 sqrt
     const float v11 = v10 + 9.99999994e-09f;  // model.cpp:42 add
     const float v12 = v8 / v11;  // model.cpp:42 div
     const float v13 = dev.head_kernel[i] * 9.99999975e-05f;  // model.cpp:42 mul
     const float v14 = v12 + v13;  // model.cpp:42 add
     const float v15 = v14 * 0.00999999978f;  // model.cpp:42 mul
-    t44[i] = dev.head_kernel[i] - v15;  // model.cpp:42 sub
-  }  // fused loop of t44
-  t17 = rt::Buffer();  // last use of t17
-  t42 = rt::Buffer();  // last use of t42
-  t43 = rt::Buffer();  // last use of t43
+    sub_10[i] = dev.head_kernel[i] - v15;  // model.cpp:42 sub
+  }  // fused loop of sub_10
+  grad_head_all_reduce_2 = rt::Buffer();  // last use of grad_head_all_reduce_2
+  sub_8 = rt::Buffer();  // last use of sub_8
+  sub_9 = rt::Buffer();  // last use of sub_9
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t47(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_11(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t29[i] * (-0.105360515f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t47[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t47
+    sub_11[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_11
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer t48(1, &mem, rt::uninitialized);  // f32[] []
+  rt::Buffer sub_12(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t29[i] * (-0.00100050028f);  // model.cpp:42 mul
+    const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
-    t48[i] = 1.0f - v1;  // model.cpp:42 sub
-  }  // fused loop of t48
+    sub_12[i] = 1.0f - v1;  // model.cpp:42 sub
+  }  // fused loop of sub_12
   timeline.op("sub  model.cpp:42", {.flops = 17, .bytes = 40});
-  // model.cpp:42: [{}], [] -> [{}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps t45, t46
-  rt::Buffer& t49 = dev.head_bias;  // f32[1] [{}], the new "head/bias" computed in place
-  rt::Buffer& t45 = dev.opt_m_head_bias;  // f32[1] [{}], the new "opt/m/head/bias" computed in place
-  rt::Buffer& t46 = dev.opt_v_head_bias;  // f32[1] [{}], the new "opt/v/head/bias" computed in place
-  const float t49_b0 = t28[0];  // broadcast at model.cpp:42
-  const float t49_b1 = t47[0];  // broadcast at model.cpp:42
-  const float t49_b2 = t48[0];  // broadcast at model.cpp:42
+  // model.cpp:42: [{}], [] -> [{}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_17, add_18
+  rt::Buffer& sub_13 = dev.head_bias;  // f32[1] [{}], the new "head/bias" computed in place
+  rt::Buffer& add_17 = dev.opt_m_head_bias;  // f32[1] [{}], the new "opt/m/head/bias" computed in place
+  rt::Buffer& add_18 = dev.opt_v_head_bias;  // f32[1] [{}], the new "opt/v/head/bias" computed in place
+  const float sub_13_b0 = min[0];  // broadcast at model.cpp:42
+  const float sub_13_b1 = sub_11[0];  // broadcast at model.cpp:42
+  const float sub_13_b2 = sub_12[0];  // broadcast at model.cpp:42
   for (int64_t i = 0; i < 1; ++i) {
-    const float v0 = t16[i] * t49_b0;  // model.cpp:42 mul
+    const float v0 = grad_head_all_reduce[i] * sub_13_b0;  // model.cpp:42 mul
     const float v1 = v0 * 0.100000001f;  // model.cpp:42 mul
     const float v2 = dev.opt_m_head_bias[i] * 0.899999976f;  // model.cpp:42 mul
     const float v3 = v2 + v1;  // model.cpp:42 add
-    t45[i] = v3;
+    add_17[i] = v3;
     const float v4 = v0 * v0;  // model.cpp:42 mul
     const float v5 = v4 * 0.00100000005f;  // model.cpp:42 mul
     const float v6 = dev.opt_v_head_bias[i] * 0.999000013f;  // model.cpp:42 mul
     const float v7 = v6 + v5;  // model.cpp:42 add
-    t46[i] = v7;
-    const float v8 = v3 / t49_b1;  // model.cpp:42 div
-    const float v9 = v7 / t49_b2;  // model.cpp:42 div
+    add_18[i] = v7;
+    const float v8 = v3 / sub_13_b1;  // model.cpp:42 div
+    const float v9 = v7 / sub_13_b2;  // model.cpp:42 div
     const float v10 = std::sqrt(v9);  // model.cpp:42 sqrt
     const float v11 = v10 + 9.99999994e-09f;  // model.cpp:42 add
     const float v12 = v8 / v11;  // model.cpp:42 div
     const float v13 = dev.head_bias[i] * 9.99999975e-05f;  // model.cpp:42 mul
     const float v14 = v12 + v13;  // model.cpp:42 add
     const float v15 = v14 * 0.00999999978f;  // model.cpp:42 mul
-    t49[i] = dev.head_bias[i] - v15;  // model.cpp:42 sub
-  }  // fused loop of t49
-  t16 = rt::Buffer();  // last use of t16
-  t28 = rt::Buffer();  // last use of t28
-  t47 = rt::Buffer();  // last use of t47
-  t48 = rt::Buffer();  // last use of t48
+    sub_13[i] = dev.head_bias[i] - v15;  // model.cpp:42 sub
+  }  // fused loop of sub_13
+  grad_head_all_reduce = rt::Buffer();  // last use of grad_head_all_reduce
+  min = rt::Buffer();  // last use of min
+  sub_11 = rt::Buffer();  // last use of sub_11
+  sub_12 = rt::Buffer();  // last use of sub_12
 
   // ---- outputs --------------------------------------------------------------
   // "loss" (model.cpp:42): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
-    std::copy_n(loss.data(), 1, block);
+    std::copy_n(mul_2.data(), 1, block);
   if (out.loss && dev.data_index == 0) {
     out.blocks.mark(0, rank);
-    out.loss[0] = loss.data()[0];
+    out.loss[0] = mul_2.data()[0];
   }  // "loss"
   // "grad_norm" (model.cpp:42): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(1, rank))  // set_block()
-    std::copy_n(grad_norm.data(), 1, block);
+    std::copy_n(sqrt.data(), 1, block);
   if (out.grad_norm && dev.data_index == 0) {
     out.blocks.mark(1, rank);
-    out.grad_norm[0] = grad_norm.data()[0];
+    out.grad_norm[0] = sqrt.data()[0];
   }  // "grad_norm"
   // "lr" (model.cpp:42): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(2, rank))  // set_block()
-    std::copy_n(lr.data(), 1, block);
+    std::copy_n(constant_5.data(), 1, block);
   if (out.lr && dev.data_index == 0) {
     out.blocks.mark(2, rank);
-    out.lr[0] = lr.data()[0];
+    out.lr[0] = constant_5.data()[0];
   }  // "lr"
 
   // ---- updates: parameters take their new values ----------------------------
-  // model.cpp:42 "opt/m/hidden/kernel" f32[32,64] [{}, {}] <- t30
+  // model.cpp:42 "opt/m/hidden/kernel" f32[32,64] [{}, {}] <- add_5
   // (computed in place)
-  // model.cpp:42 "opt/v/hidden/kernel" f32[32,64] [{}, {}] <- t31
+  // model.cpp:42 "opt/v/hidden/kernel" f32[32,64] [{}, {}] <- add_6
   // (computed in place)
-  // model.cpp:42 "hidden/kernel" f32[32,64] [{}, {}] <- t34
+  // model.cpp:42 "hidden/kernel" f32[32,64] [{}, {}] <- sub_4
   // (computed in place)
-  // model.cpp:42 "opt/m/hidden/bias" f32[64] [{}] <- t35
+  // model.cpp:42 "opt/m/hidden/bias" f32[64] [{}] <- add_9
   // (computed in place)
-  // model.cpp:42 "opt/v/hidden/bias" f32[64] [{}] <- t36
+  // model.cpp:42 "opt/v/hidden/bias" f32[64] [{}] <- add_10
   // (computed in place)
-  // model.cpp:42 "hidden/bias" f32[64] [{}] <- t39
+  // model.cpp:42 "hidden/bias" f32[64] [{}] <- sub_7
   // (computed in place)
-  // model.cpp:42 "opt/m/head/kernel" f32[64,1] [{}, {}] <- t40
+  // model.cpp:42 "opt/m/head/kernel" f32[64,1] [{}, {}] <- add_13
   // (computed in place)
-  // model.cpp:42 "opt/v/head/kernel" f32[64,1] [{}, {}] <- t41
+  // model.cpp:42 "opt/v/head/kernel" f32[64,1] [{}, {}] <- add_14
   // (computed in place)
-  // model.cpp:42 "head/kernel" f32[64,1] [{}, {}] <- t44
+  // model.cpp:42 "head/kernel" f32[64,1] [{}, {}] <- sub_10
   // (computed in place)
-  // model.cpp:42 "opt/m/head/bias" f32[1] [{}] <- t45
+  // model.cpp:42 "opt/m/head/bias" f32[1] [{}] <- add_17
   // (computed in place)
-  // model.cpp:42 "opt/v/head/bias" f32[1] [{}] <- t46
+  // model.cpp:42 "opt/v/head/bias" f32[1] [{}] <- add_18
   // (computed in place)
-  // model.cpp:42 "head/bias" f32[1] [{}] <- t49
+  // model.cpp:42 "head/bias" f32[1] [{}] <- sub_13
   // (computed in place)
-  // model.cpp:42 "opt/step" f32[] [] <- t29
+  // model.cpp:42 "opt/step" f32[] [] <- add_4
   // (computed in place)
 }  // Program::forward_device
 

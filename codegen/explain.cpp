@@ -1,0 +1,243 @@
+// The map from model lines to generated lines; see explain.h.
+#include "codegen/explain.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "codegen/cpp_writer.h"
+#include "ir/error.h"
+
+namespace sharc {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+using Kind = EmittedMark::Kind;
+
+// A model line, ordered by file and then by line number (not as text, where
+// model.h:100 would come before model.h:21).
+struct Line {
+  std::string file;
+  int line = 0;
+  bool operator<(const Line& o) const { return std::tie(file, line) < std::tie(o.file, o.line); }
+  std::string str() const { return file + ":" + std::to_string(line); }
+};
+
+Line line_of(const SrcLoc& loc) { return {loc.file, loc.line}; }
+
+// One generated line under a model line.
+struct Entry {
+  int line = 0;  // in the generated source
+  std::string kind, text;
+  bool operator<(const Entry& o) const { return std::tie(line, kind, text) < std::tie(o.line, o.kind, o.text); }
+};
+
+// What a model line made, for its heading: op names in order of first
+// appearance with their counts ("dot, relu", "reshape x12"), the gradient's
+// apart.
+struct Made {
+  std::vector<std::pair<std::string, int>> ops, gradient;
+  std::set<std::string> layers;
+  std::vector<std::string> outputs;
+  void add(const Node& n) {
+    auto& list = n.backward ? gradient : ops;
+    const std::string op = ir::op_name(n.op);
+    auto it = std::find_if(list.begin(), list.end(), [&](auto& p) { return p.first == op; });
+    if (it == list.end())
+      list.emplace_back(op, 1);
+    else
+      ++it->second;
+    if (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput) layers.insert(n.name);
+  }
+  static std::string spell(const std::vector<std::pair<std::string, int>>& list) {
+    std::vector<std::string> parts;
+    for (auto& [op, n] : list) parts.push_back(n == 1 ? op : op + " x" + std::to_string(n));
+    return cpp::join(parts, ", ");
+  }
+  std::string str() const {
+    std::string s = spell(ops);
+    if (!gradient.empty()) s += std::string(s.empty() ? "" : "; ") + "gradient: " + spell(gradient);
+    if (!outputs.empty()) s += std::string(s.empty() ? "" : "; ") + "output " + cpp::join(outputs, ", ");
+    if (!layers.empty()) {
+      std::vector<std::string> l(layers.begin(), layers.end());
+      if (l.size() > 4) l = {l.front(), "...", l.back()};
+      s += "  (" + cpp::join(l, ", ") + ")";
+    }
+    return s;
+  }
+};
+
+// 2097152 -> "2.10M": three significant digits with a metric suffix.
+std::string metric(double v) {
+  const char* suffix[] = {"", "K", "M", "G", "T"};
+  int k = 0;
+  while (v >= 1000 && k < 4) {
+    v /= 1000;
+    ++k;
+  }
+  char buf[32];
+  if (k == 0)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f%s" : v >= 10 ? "%.1f%s" : "%.2f%s", v, suffix[k]);
+  return buf;
+}
+
+// Bytes each device sends: one number when the devices that send agree,
+// else the range over the devices of the mark's stage.
+std::string sent_str(const EmittedMark& m, const std::vector<int>& stage_of_device) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (size_t d = 0; d < m.sent.size(); ++d) {
+    if (m.stage >= 0 && stage_of_device[d] != m.stage) continue;
+    lo = std::min(lo, m.sent[d]);
+    hi = std::max(hi, m.sent[d]);
+  }
+  if (lo == UINT64_MAX) return "no bytes sent";
+  const std::string b = lo == hi ? metric(static_cast<double>(lo)) : metric(static_cast<double>(lo)) + ".." + metric(static_cast<double>(hi));
+  return b + "B sent per device";
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kKernel: return "kernel";
+    case Kind::kCollective: return "collective";
+    case Kind::kRingGemm: return "ring gemm";
+    case Kind::kRingAdd: return "ring add";
+  }
+  return "?";
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// The first line at or after `from` that contains `needle` (1-based), 0 if none.
+int find_line(const std::vector<std::string>& lines, const std::string& needle, int from = 1) {
+  for (size_t i = static_cast<size_t>(std::max(from, 1)) - 1; i < lines.size(); ++i)
+    if (lines[i].find(needle) != std::string::npos) return static_cast<int>(i) + 1;
+  return 0;
+}
+
+}  // namespace
+
+std::string explain(const Lowered& lowered, const EmittedFiles& files, const ExplainOptions& o) {
+  const ir::Graph& global = lowered.global;
+  const ir::Graph& whole = lowered.partitioned;
+  const Mesh& mesh = whole.mesh;
+  std::vector<int> stage_of_device(mesh.num_devices(), 0);
+  if (whole.pipeline) {
+    const int axis = mesh.index(whole.pipeline->axis);
+    for (int d = 0; d < mesh.num_devices(); ++d) stage_of_device[d] = mesh.coords(d)[axis];
+  }
+  const std::vector<std::string> source = lines_of(files.source);
+  const std::string src = o.source_name;
+
+  std::map<Line, Made> made;
+  std::map<Line, std::vector<Entry>> entries;
+  int unlocated = 0;
+  for (const Node& n : global.nodes) {
+    if (n.loc.known())
+      made[line_of(n.loc)].add(n);
+    else
+      ++unlocated;
+  }
+  for (const ir::Output& out : global.outputs)
+    if (out.loc.known()) made[line_of(out.loc)].outputs.push_back(out.name);
+
+  // The timeline marks: every kernel and collective, once each.
+  int counts[4] = {0, 0, 0, 0};
+  for (const EmittedMark& m : files.marks) {
+    ++counts[static_cast<int>(m.kind)];
+    const std::string layer = m.layer.empty() || m.op == "input" ? "" : " " + m.layer;
+    std::string text;
+    if (m.kind == Kind::kCollective || !m.sent.empty()) {
+      text = m.what + layer + ", " + sent_str(m, stage_of_device);
+    } else {
+      text = m.op + layer;
+      text += "  " + metric(m.flops) + " flops, " + metric(m.bytes) + "B moved";
+      if (m.fused.size() > 1) {
+        std::vector<std::string> ops;
+        for (auto& f : m.fused) ops.push_back(f.second);
+        text += "; fuses " + cpp::join(ops, ", ");
+      }
+    }
+    if (m.stage >= 0) text += "  [stage " + std::to_string(m.stage) + "]";
+    const Line at = m.loc.known() ? line_of(m.loc) : Line{"<no model line>", 0};
+    entries[at].push_back({m.line, kind_name(m.kind), text});
+    // Ops of other lines computed in this fused loop.
+    std::set<Line> others;
+    for (auto& [loc, op] : m.fused)
+      if (loc.known() && line_of(loc).str() != at.str()) others.insert(line_of(loc));
+    for (const Line& l : others) {
+      std::vector<std::string> ops;
+      for (auto& [loc, op] : m.fused)
+        if (loc.known() && line_of(loc).str() == l.str()) ops.push_back(op);
+      entries[l].push_back({m.line, "fused", cpp::join(ops, ", ") + " in the loop of " + m.op +
+                                                    (m.loc.known() ? " (" + m.loc.str() + ")" : "")});
+    }
+  }
+
+  // Parameters: where their shards are initialised.
+  const int init = find_line(source, "Program::init_device(");
+  int parameters = 0;
+  for (const Node& n : whole.nodes) {
+    if (n.op != Op::kParameter || !n.loc.known()) continue;
+    const int at = init ? find_line(source, "\"" + n.name + "\": block", init) : 0;
+    if (!at) internal_error("explain: the source initialises no parameter \"" + n.name + "\"");
+    const Node* g = global.find(n.name, Op::kParameter);
+    entries[line_of(n.loc)].push_back(
+        {at, "parameter", "\"" + n.name + "\" " + ir::shape_str(n.shape) + " " + n.sharding->str() +
+                              (g ? " of " + ir::shape_str(g->shape) : "") + ", initialised"});
+    ++parameters;
+  }
+  // Outputs: where the step writes them for the caller.
+  const int step = find_line(source, "::forward_device(");
+  for (const ir::Output& out : whole.outputs) {
+    if (!out.loc.known()) continue;
+    const int at = step ? find_line(source, "// \"" + out.name + "\" (" + out.loc.str() + "): block", step) : 0;
+    if (at) entries[line_of(out.loc)].push_back({at, "output", "\"" + out.name + "\" to the caller's array"});
+  }
+  for (auto& [line, e] : entries) made[line];  // shard_map bodies: lines the global program has not
+
+  std::ostringstream os;
+  const int marks = static_cast<int>(files.marks.size());
+  os << "// sharc explain: program " << o.program << " on mesh " << mesh.str() << ", from "
+     << (o.model_file.empty() ? "<unknown model>" : o.model_file) << ".\n"
+     << "// Each line of the model that made an op, with what it became in " << src << ":\n"
+     << "//   kernel       a statement, with its modelled flops and bytes moved per device\n"
+     << "//   collective   with the bytes each device sends per step\n"
+     << "//   ring gemm/add the steps of a ring-overlapped dot\n"
+     << "//   fused        this line's elementwise ops inside another line's loop\n"
+     << "//   parameter    where its shard is initialised; output: where it is written\n"
+     << "// " << src << " has " << marks << " timeline marks (" << counts[0] << " kernels, " << counts[1]
+     << " collectives, " << counts[2] + counts[3] << " ring steps), each listed once below.\n";
+  if (unlocated) os << "// " << unlocated << " ops of the program have no model line.\n";
+  for (auto& [line, m] : made) {
+    os << "\n" << (line.line ? line.str() : line.file) << "  " << m.str() << "\n";
+    auto it = entries.find(line);
+    if (it == entries.end()) {
+      os << "  (no code of its own)\n";
+      continue;
+    }
+    std::vector<Entry> e = it->second;
+    std::sort(e.begin(), e.end());
+    for (const Entry& x : e) {
+      char head[96];
+      std::snprintf(head, sizeof head, "  %s:%-6d %-11s ", src.c_str(), x.line, x.kind.c_str());
+      os << head << x.text << "\n";
+    }
+  }
+  os << "\n// " << made.size() << " model lines, " << marks << " marks, " << parameters << " parameters.\n";
+  return os.str();
+}
+
+}  // namespace sharc

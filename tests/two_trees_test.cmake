@@ -1,0 +1,65 @@
+# Two build trees, one source: configures sharc's source once more into TREE
+# (another folder, at another depth than the build running this test) with
+# the samples on and the tests and benchmarks off, builds only the sample
+# programs' generated files there (.h, .cpp and _explain.txt), and checks
+# that each is byte for byte the first build's. What the generators read from their build
+# tree (output folders, the compiler's working directory, --source-root) must
+# not reach generated code.
+#
+# The second tree compiles the same sources with the same flags, so ccache
+# (when the build uses it) serves it; CCACHE_NOHASHDIR lets it ignore that
+# the working directory differs, which only changes debug information.
+#   cmake -DLIST=<file> -DSOURCE=<sharc source dir> -DTREE=<dir>
+#         -DCACHE_ARGS=<-Dk=v,...> -P this
+include("${LIST}")
+list(LENGTH PROGRAMS count)
+if(count LESS 10)
+  message(FATAL_ERROR "only ${count} sample programs listed in ${LIST}; expected the samples' "
+                      "programs on all their meshes")
+endif()
+file(REMOVE_RECURSE "${TREE}")
+set(ENV{CCACHE_NOHASHDIR} 1)
+string(REPLACE "," ";" cache_args "${CACHE_ARGS}")
+execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE}" -B "${TREE}" -G Ninja
+                        -DSHARC_BUILD_TESTS=OFF -DSHARC_BUILD_BENCH=OFF -DSHARC_BUILD_SAMPLES=ON
+                        ${cache_args}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "configuring the second tree ${TREE} failed (${rc}):\n${log}")
+endif()
+# Ninja builds a file by its path under the tree: only the generators and
+# their outputs, not the programs' libraries or the samples.
+set(targets "")
+foreach(program IN LISTS PROGRAMS)
+  list(APPEND targets sharc_generated/${program}/${program}.h sharc_generated/${program}/${program}.cpp)
+endforeach()
+execute_process(COMMAND "${CMAKE_COMMAND}" --build "${TREE}" --target ${targets}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "generating the sample programs in the second tree ${TREE} failed (${rc}):\n${log}")
+endif()
+find_program(DIFF diff)
+set(bad "")
+foreach(program IN LISTS PROGRAMS)
+  foreach(file ${program}.h ${program}.cpp ${program}_explain.txt)
+    set(second "${TREE}/sharc_generated/${program}/${file}")
+    if(NOT EXISTS "${second}")
+      message(FATAL_ERROR "the second tree has no ${second}: its sharc_add_program did not write it there")
+    endif()
+    file(SHA256 "${second}" got)
+    file(SHA256 "${BUILT_${program}}/${file}" want)
+    if(NOT got STREQUAL want)
+      list(APPEND bad "${file}")
+      if(DIFF)
+        execute_process(COMMAND "${DIFF}" -u "${BUILT_${program}}/${file}" "${second}"
+                        COMMAND head -n 40 OUTPUT_VARIABLE diff)
+        message("${file} from the second tree differs from the first's:\n${diff}")
+      endif()
+    endif()
+  endforeach()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "generated code depends on the build tree: ${bad}")
+endif()
+message(STATUS "${count} sample programs: the same bytes from two build trees")
+file(REMOVE_RECURSE "${TREE}")
