@@ -99,8 +99,8 @@ std::string sent_str(const EmittedMark& m, const std::vector<int>& stage_of_devi
     hi = std::max(hi, m.sent[d]);
   }
   if (lo == UINT64_MAX) return "no bytes sent";
-  const std::string b = lo == hi ? metric(static_cast<double>(lo)) : metric(static_cast<double>(lo)) + ".." + metric(static_cast<double>(hi));
-  return b + "B sent per device";
+  const std::string a = metric(static_cast<double>(lo)), b = metric(static_cast<double>(hi));
+  return (a == b ? a : a + ".." + b) + "B sent per device";
 }
 
 const char* kind_name(Kind k) {

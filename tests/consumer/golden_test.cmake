@@ -7,7 +7,8 @@
 #     the unified diff of the changed line and the command that accepts it;
 #  3. passes again after that command (the update target), which rewrote the
 #     copy's goldens;
-#  4. fails when a golden file is missing, naming it and saying how to create it.
+#  4. fails when a golden file is missing, naming it and saying how to create it;
+#  5. and the explain target of one of its programs prints the model-line map.
 #   cmake -DSHARC_SOURCE_DIR=... -DBUILD_DIR=... -P this
 file(REMOVE_RECURSE "${BUILD_DIR}")
 set(src "${BUILD_DIR}/src")
@@ -77,4 +78,13 @@ endif()
 expect_in("${output}"
   "missing golden file ${src}/golden/regressor_fsdp4/regressor_fsdp4.h"
   "cmake --build \"${bin}\" --target regressor_golden_update")
+
+# 5. which code each model line became
+run("the explain target" ${CMAKE_COMMAND} --build "${bin}" --target regressor_data4_explain)
+expect_in("${output}"
+  "// sharc explain: program regressor_train on mesh"
+  "regressor_data4.cpp has "
+  "\nmodel.cpp:29  "
+  "kernel      dot hidden"
+  "collective  all_reduce(data) bucket 0")
 file(REMOVE_RECURSE "${BUILD_DIR}")
