@@ -3,7 +3,8 @@
 # a library of generated per-device C++:
 #
 #   sharc_add_program(NAME SOURCE model.cpp [PROGRAM registered-name]
-#                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR])
+#                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR]
+#                     [OPTIONS name=value...])
 #
 #  0. when SOURCE marks functions SHARC_ELEMENTWISE (dsl/lift.h), or LIFT is
 #     given (for marked functions in a header SOURCE includes), runs sharc-lift
@@ -33,7 +34,10 @@
 #     NAME_explain.txt holds (the generator's --explain).
 #
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
-# when one axis is -1). DUMP_IR also writes the IR after every pass
+# when one axis is -1). OPTIONS are generation-time integers the model reads
+# with ProgramBuilder::option (a depth, a width): OPTIONS layers=12 builds the
+# same model file at 12 layers; an option the program does not read fails
+# the build, naming those it does. DUMP_IR also writes the IR after every pass
 # (00_traced.ir, 01_after_resolve_logical_axes.ir, ...) to
 # <build>/sharc_generated/NAME/ir/. A mistake in the model fails the build with
 # the model's file:line, and no generated files are left behind.
@@ -192,8 +196,8 @@ endfunction()
 function(sharc_add_program NAME)
   set(options DUMP_IR LIFT)
   set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "")
-  set(keywords "${one_value};${options}")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "OPTIONS")
+  set(keywords "${one_value};OPTIONS;${options}")
   string(REPLACE ";" ", " keywords "${keywords}")
 
   if(NOT NAME MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
@@ -237,6 +241,14 @@ function(sharc_add_program NAME)
   if(NOT DEFINED ARG_NAMESPACE)
     set(ARG_NAMESPACE "sharc_gen::${NAME}")
   endif()
+  set(option_args "")
+  foreach(option IN LISTS ARG_OPTIONS)
+    if(NOT option MATCHES "^[A-Za-z_][A-Za-z0-9_]*=[^,=]+$")
+      _sharc_fail(${NAME} "OPTIONS entry \"${option}\" is not NAME=VALUE, e.g. OPTIONS layers=12 "
+                          "(the model reads it with b.option(\"layers\", 2))")
+    endif()
+    list(APPEND option_args --option ${option})
+  endforeach()
   if(NOT ARG_NAMESPACE MATCHES "^[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*$")
     _sharc_fail(${NAME} "NAMESPACE \"${ARG_NAMESPACE}\" is not a C++ namespace, e.g. my_models::mlp")
   endif()
@@ -282,7 +294,7 @@ function(sharc_add_program NAME)
   set(out_dir ${CMAKE_BINARY_DIR}/sharc_generated/${NAME})
   set(outputs ${out_dir}/${NAME}.h ${out_dir}/${NAME}.cpp)
   set(common_args --program ${ARG_PROGRAM} --mesh ${ARG_MESH} --devices ${devices}
-                  --name ${NAME} --source-root ${CMAKE_SOURCE_DIR})
+                  --name ${NAME} --source-root ${CMAKE_SOURCE_DIR} ${option_args})
   set(args ${common_args} --namespace ${ARG_NAMESPACE} --out-dir ${out_dir}
            --templates ${templates_dir})
   if(ARG_DUMP_IR)

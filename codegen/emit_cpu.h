@@ -40,6 +40,7 @@ struct EmitOptions {
   std::string cpp_namespace;  // e.g. "sharc_gen::dot_relu_dot"
   std::string header_name;    // how the source includes the header: "dot_relu_dot.h"
   std::string model_file;     // repo-relative model file for the banner ("" = unknown)
+  std::string options;        // the generation-time options, "layers=12" ("" = none), for the banner
   EmitTemplates templates;
 };
 

@@ -49,13 +49,14 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
     "          [--devices N] [--name FILE_STEM] [--namespace NS] [--dump-ir DIR]\n"
-    "          [--source-root DIR]...\n"
+    "          [--source-root DIR]... [--option NAME=VALUE]...\n"
     "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name TARGET] --report\n"
     "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name STEM] --templates DIR --explain\n";
 
 struct Args {
   std::string program, mesh, out_dir, templates, dump_ir, cpp_namespace, name;
   std::vector<std::string> source_roots;  // where relative DSL file names are found
+  std::vector<std::string> options;       // NAME=VALUE, for ProgramBuilder::option
   int devices = 0;  // 0: the product of the mesh
   bool report = false;  // print the predicted costs instead of generating
   bool explain = false;  // print the model-line map instead of generating
@@ -91,6 +92,8 @@ Args parse_args(int argc, char** argv) {
       a.name = value();
     else if (flag == "--source-root")
       a.source_roots.push_back(value());
+    else if (flag == "--option")
+      a.options.push_back(value());
     else if (flag == "--report")
       a.report = true;
     else if (flag == "--explain")
@@ -188,7 +191,9 @@ int run(const Args& a) {
     for (auto& e : fs::directory_iterator(a.dump_ir))  // dumps of an earlier pipeline
       if (e.path().extension() == ".ir") fs::remove(e.path());
 
-  sharc::ir::Graph traced = sharc::trace(a.program, it->second);
+  std::string option_text;
+  for (const std::string& o : a.options) option_text += (option_text.empty() ? "" : ",") + o;
+  sharc::ir::Graph traced = sharc::trace(a.program, it->second, sharc::parse_program_options(option_text));
   sharc::PipelineOptions options;
   options.dump_dir = a.dump_ir;
   sharc::Lowered lowered = sharc::lower(std::move(traced), mesh, options);
@@ -214,6 +219,7 @@ int run(const Args& a) {
   eo.cpp_namespace = a.cpp_namespace;
   eo.header_name = a.name + ".h";
   eo.model_file = where.file;
+  eo.options = option_text;
   eo.templates = sharc::load_templates(a.templates);
   const sharc::EmittedFiles files = sharc::emit_cpu(lowered, eo);
   const std::string map =

@@ -1,6 +1,10 @@
 // ProgramBuilder, trace() and the program registry.
 #include "dsl/program.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
 namespace sharc {
 
 Tensor ProgramBuilder::input(const std::string& name, std::vector<int64_t> shape, P spec, SrcLoc loc) {
@@ -65,12 +69,50 @@ PipelineLayer::PipelineLayer(int index, SrcLoc loc) : tracer_(Tracer::current(lo
 
 PipelineLayer::~PipelineLayer() { tracer_.set_layer(-1); }
 
-ir::Graph trace(const std::string& name, const ProgramFn& fn) {
+int64_t ProgramBuilder::option(const std::string& name, int64_t fallback, SrcLoc loc) {
+  options_read_.insert(name);
+  auto it = options_.find(name);
+  if (it == options_.end()) return fallback;
+  const std::string& text = it->second;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE)
+    user_error(loc, "option '" + name + "' is '" + text + "', which is not an integer");
+  return static_cast<int64_t>(v);
+}
+
+ProgramOptions parse_program_options(const std::string& text) {
+  ProgramOptions options;
+  size_t at = 0;
+  while (at <= text.size() && !text.empty()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string entry = text.substr(at, comma - at);
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0)
+      user_error(SrcLoc(), "option '" + entry + "' is not name=value (options look like layers=12,heads=8)");
+    const std::string name = entry.substr(0, eq);
+    if (!options.emplace(name, entry.substr(eq + 1)).second)
+      user_error(SrcLoc(), "option '" + name + "' is given twice");
+    at = comma + 1;
+  }
+  return options;
+}
+
+ir::Graph trace(const std::string& name, const ProgramFn& fn, const ProgramOptions& options) {
   Tracer tracer(name);
   ProgramBuilder b(tracer);
+  b.set_options(options);
   fn(b);
   if (tracer.graph().outputs.empty())
     user_error(SrcLoc(), "program \"" + name + "\" declares no outputs");
+  for (const auto& [option, value] : options)
+    if (!b.options_read().count(option)) {
+      std::string read;
+      for (const std::string& r : b.options_read()) read += (read.empty() ? "" : ", ") + r;
+      user_error(SrcLoc(), "option '" + option + "' is given, but program \"" + name + "\" does not read it (" +
+                               (read.empty() ? std::string("it reads no options") : "it reads: " + read) + ")");
+    }
   return std::move(tracer.graph());
 }
 

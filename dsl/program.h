@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "dsl/module.h"
@@ -84,10 +85,28 @@ class ProgramBuilder {
     tracer_.graph().ring_direction = direction;
   }
   ir::Graph& graph() { return tracer_.graph(); }
+  // A generation-time option: the integer given as `name=value` to trace()
+  // (the generator's --option, sharc_add_program's OPTIONS), else `fallback`.
+  // A model reads its depth this way, so one model file builds at any size:
+  //   const int64_t layers = b.option("layers", 2);
+  // A value that is not an integer is an error at this line.
+  int64_t option(const std::string& name, int64_t fallback, SrcLoc loc = Here::current());
+  // The options given, and the names option() was asked for (trace() checks
+  // that every option given was read).
+  void set_options(std::map<std::string, std::string> options) { options_ = std::move(options); }
+  const std::set<std::string>& options_read() const { return options_read_; }
 
  private:
   Tracer& tracer_;
+  std::map<std::string, std::string> options_;
+  std::set<std::string> options_read_;
 };
+
+// Options for trace(): name -> value as written ("layers" -> "12").
+using ProgramOptions = std::map<std::string, std::string>;
+// "layers=12,heads=8" -> {{"layers", "12"}, {"heads", "8"}}; throws
+// sharc::Error for an entry without '=' or with an empty or repeated name.
+ProgramOptions parse_program_options(const std::string& text);
 
 // RAII: the ops traced while it lives belong to layer `index` of the
 // program's pipelined stack (0, 1, ... in model order). Without
@@ -110,8 +129,11 @@ class PipelineLayer {
 
 using ProgramFn = std::function<void(ProgramBuilder&)>;
 
-// Runs fn under a fresh Tracer and returns the traced global graph.
-ir::Graph trace(const std::string& name, const ProgramFn& fn);
+// Runs fn under a fresh Tracer and returns the traced global graph. Every
+// option given must be read by the program (ProgramBuilder::option): one it
+// never asks for is an error naming the options it does read, since a
+// misspelt option would otherwise build the default silently.
+ir::Graph trace(const std::string& name, const ProgramFn& fn, const ProgramOptions& options = {});
 
 class ProgramRegistry {
  public:

@@ -243,7 +243,7 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
 #endif
   if (!mpi) threads = std::make_unique<sharc::rt::ThreadWorld>(mesh);
   sharc::rt::World& world = mpi ? *mpi : *threads;
-  const sharc::GPTConfig cfg = gpt2::config();
+  const sharc::GPTConfig cfg = gpt2::config(GPT2_LAYERS);
   const int64_t batch = gpt2::kTrainBatch, context = cfg.context;
 
   std::string source;
@@ -308,7 +308,7 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
       // The oracle sees the parameters as init() made them, before the step.
       const sharc::ir::Graph global = sharc::trace("gpt2_train", [pipelined](sharc::ProgramBuilder& b) {
         if (pipelined) b.set_pipeline(gpt2::pipeline());  // micro-batches change the dropout draws
-        gpt2::build_train(b, gpt2::config(), gpt2::kTrainBatch, gpt2::default_optimizer());
+        gpt2::build_train(b, gpt2::config(GPT2_LAYERS), gpt2::kTrainBatch, gpt2::default_optimizer());
       });
       const double want = sharc::interpret(global,
                                            {{"tokens", {tokens.begin(), tokens.end()}},

@@ -1,19 +1,20 @@
 // The GPT-2 sample's programs, registered for the generator: one training
 // step and the sampling forward pass. Which strategy they run is decided by
-// the MESH each sharc_add_program call gives (see model.h).
+// the MESH each sharc_add_program call gives (see model.h); the depth, by
+// the generation-time option "layers" (default kLayers).
 #include "samples/gpt2/model.h"
 
 SHARC_PROGRAM(gpt2_train, b) {
-  gpt2::build_train(b, gpt2::config(), gpt2::kTrainBatch, gpt2::default_optimizer());
+  gpt2::build_train(b, gpt2::config(b.option("layers", gpt2::kLayers)), gpt2::kTrainBatch, gpt2::default_optimizer());
 }
 
 // The same step pipelined (--mesh pipe=2,data=2,model=2): the blocks are the
 // pipelined layers (GPT marks them), set_pipeline says how.
 SHARC_PROGRAM(gpt2_train_pipelined, b) {
   b.set_pipeline(gpt2::pipeline());
-  gpt2::build_train(b, gpt2::config(), gpt2::kTrainBatch, gpt2::default_optimizer());
+  gpt2::build_train(b, gpt2::config(b.option("layers", gpt2::kLayers)), gpt2::kTrainBatch, gpt2::default_optimizer());
 }
 
 SHARC_PROGRAM(gpt2_logits, b) {
-  gpt2::build_logits(b, gpt2::config(), gpt2::kSampleBatch);
+  gpt2::build_logits(b, gpt2::config(b.option("layers", gpt2::kLayers)), gpt2::kSampleBatch);
 }

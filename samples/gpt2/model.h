@@ -43,13 +43,15 @@ inline Pipeline pipeline() {
   return {.axis = "pipe", .microbatches = kPipelineMicrobatches, .schedule = kPipelineSchedule};
 }
 
-inline GPTConfig config() {
+// `layers`: the programs read it from the generation-time option "layers"
+// (sharc_add_program's OPTIONS; the CMake cache variable SHARC_GPT2_LAYERS).
+inline GPTConfig config(int64_t layers = kLayers) {
   GPTConfig c;
   c.vocab = kVocab;
   c.context = kContext;
   c.embed = kEmbed;
   c.heads = kHeads;
-  c.layers = kLayers;
+  c.layers = layers;
   c.dropout = kDropout;
   return c;
 }

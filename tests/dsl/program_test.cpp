@@ -1,6 +1,8 @@
 // ProgramBuilder: what the declarations of a program put into the traced IR.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "codegen/pipeline.h"
 #include "dsl/sharc.h"
 
@@ -30,6 +32,63 @@ TEST(ProgramBuilder, ExplicitSpecIsKept) {
     b.output("y", relu(b.input("x", {8, 16}, P("data", None))));
   });
   EXPECT_EQ(g.find("x", ir::Op::kInput)->spec->str(), "P('data', None)");
+}
+
+// Generation-time options (ProgramBuilder::option): the value given, else the
+// default; one model file traced at two depths.
+void stack(ProgramBuilder& b) {
+  Tensor h = b.input("x", {4, 8});
+  const int64_t layers = b.option("layers", 2);
+  for (int64_t l = 0; l < layers; ++l) h = relu(h);
+  b.output("y", h);
+}
+
+int count(const ir::Graph& g, ir::Op op) {
+  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.op == op; }));
+}
+
+TEST(ProgramOptions, GivenValueOrDefault) {
+  EXPECT_EQ(count(trace("p", stack), ir::Op::kRelu), 2);
+  EXPECT_EQ(count(trace("p", stack, {{"layers", "5"}}), ir::Op::kRelu), 5);
+  EXPECT_EQ(count(trace("p", stack, parse_program_options("layers=3")), ir::Op::kRelu), 3);
+}
+
+TEST(ProgramOptions, AnOptionTheProgramDoesNotReadIsAnError) {
+  try {
+    trace("p", stack, {{"layres", "12"}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("option 'layres' is given, but program \"p\" does not read it (it reads: layers)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ProgramOptions, NotAnIntegerIsAnErrorAtTheModelLine) {
+  try {
+    trace("p", stack, {{"layers", "twelve"}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("option 'layers' is 'twelve', which is not an integer"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("tests/dsl/program_test.cpp:"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProgramOptions, ParseErrors) {
+  EXPECT_EQ(parse_program_options("").size(), 0u);
+  EXPECT_EQ(parse_program_options("a=1,b=2").at("b"), "2");
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"layers", "option 'layers' is not name=value (options look like layers=12,heads=8)"},
+           {"=3", "option '=3' is not name=value"},
+           {"a=1,a=2", "option 'a' is given twice"}}) {
+    try {
+      parse_program_options(text);
+      ADD_FAILURE() << "no error for '" << text << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

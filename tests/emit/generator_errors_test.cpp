@@ -131,6 +131,19 @@ TEST_F(GeneratorErrors, MeshThatDoesNotFitTheDeviceCount) {
   EXPECT_TRUE(leftovers().empty());
 }
 
+// A generation-time option the program does not read stops the build (a
+// misspelt one would otherwise build the default silently).
+TEST_F(GeneratorErrors, AnOptionTheProgramDoesNotRead) {
+  const Result r = generate("good_model", "data=2,model=4 --option layers=12");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("sharc: good_model (program good_model on mesh data=2,model=4): error: option 'layers' is "
+                        "given, but program \"good_model\" does not read it (it reads no options)",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_TRUE(leftovers().empty());
+}
+
 TEST_F(GeneratorErrors, GoodModelWritesExactlyTheHeaderAndSource) {
   const Result r = generate("good_model");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -1,0 +1,194 @@
+// bench_compile: what a model's depth costs at build time. For each layer
+// count and mesh it runs the GPT sample's generator (the generation-time
+// option "layers") into a scratch folder and compiles the generated .cpp
+// the way sharc_add_program would, on one core at -O2, then prints per run:
+//   generator s      the generator's wall time
+//   lines            lines of the generated .cpp
+//   longest fn       lines of its longest function (the step's SPMD body)
+//   compile s        the compiler's wall time
+//   compiler MiB     the compiler's peak resident memory (getrusage)
+// A compile still running after --timeout seconds is stopped and reported as
+// "> N". Nothing is checked: the numbers are the output (issue 17 tracks
+// them, README "Benchmarks" shows a run).
+//
+//   bench_compile --generator G --templates DIR --cxx C++ --include DIR...
+//                 [--program gpt2_train] [--layers 2,4,8] [--mesh data=2,model=4]...
+//                 [--flags "-O2 -std=c++20"] [--timeout 900] [--work DIR]
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Args {
+  std::string generator, templates, cxx, program = "gpt2_train", flags = "-O2 -std=c++20", work;
+  std::vector<std::string> includes, meshes;
+  std::vector<int> layers = {2, 4, 8};
+  double timeout_s = 900;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, sep);)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+[[noreturn]] void usage(const char* argv0, const std::string& why) {
+  std::fprintf(stderr,
+               "%s: %s\nusage: %s --generator G --templates DIR --cxx C++ --include DIR... [--program P]\n"
+               "          [--layers 2,4,8] [--mesh M]... [--flags F] [--timeout S] [--work DIR]\n",
+               argv0, why.c_str(), argv0);
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) usage(argv[0], flag + " needs a value");
+    const std::string v = argv[++i];
+    if (flag == "--generator") a.generator = v;
+    else if (flag == "--templates") a.templates = v;
+    else if (flag == "--cxx") a.cxx = v;
+    else if (flag == "--include") a.includes.push_back(v);
+    else if (flag == "--program") a.program = v;
+    else if (flag == "--mesh") a.meshes.push_back(v);
+    else if (flag == "--flags") a.flags = v;
+    else if (flag == "--work") a.work = v;
+    else if (flag == "--timeout") a.timeout_s = std::atof(v.c_str());
+    else if (flag == "--layers") {
+      a.layers.clear();
+      for (const std::string& l : split(v, ',')) a.layers.push_back(std::atoi(l.c_str()));
+    } else {
+      usage(argv[0], "unknown option '" + flag + "'");
+    }
+  }
+  if (a.generator.empty() || a.templates.empty() || a.cxx.empty()) usage(argv[0], "--generator, --templates and --cxx are required");
+  if (a.meshes.empty()) a.meshes = {"data=2,model=4"};
+  if (a.work.empty()) a.work = (fs::temp_directory_path() / "sharc_bench_compile").string();
+  return a;
+}
+
+struct Run {
+  int status = -1;       // exit status, -1 when stopped at the timeout
+  double seconds = 0;
+  long max_rss_kib = 0;  // peak resident memory of the process or its largest child
+};
+
+// Runs argv to completion (or `timeout_s`), its output to `log`.
+Run run(const std::vector<std::string>& argv, const std::string& log, double timeout_s) {
+  std::fflush(stdout);  // else the child inherits (and writes again) what is buffered
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    if (f) dup2(fileno(stdout), STDERR_FILENO);
+    std::vector<char*> args;
+    for (const std::string& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::perror("exec");
+    _exit(127);
+  }
+  Run r;
+  for (;;) {
+    int status = 0;
+    rusage usage{};
+    const pid_t done = wait4(pid, &status, WNOHANG, &usage);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (done == pid) {
+      r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      r.seconds = elapsed;
+      // Linux's wait4 reports the largest of the process and the children it
+      // waited for: the compiler proper (cc1plus) under the g++ driver.
+      r.max_rss_kib = usage.ru_maxrss;
+      return r;
+    }
+    if (elapsed > timeout_s) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      r.seconds = elapsed;
+      return r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Lines of the .cpp and of its longest function: a definition starts at a line
+// "<type> Program::<name>(" in column 0 and ends at the first "}" in column 0.
+void count_lines(const fs::path& file, long& lines, long& longest) {
+  std::ifstream in(file);
+  lines = longest = 0;
+  long start = -1;
+  for (std::string l; std::getline(in, l);) {
+    ++lines;
+    if (start < 0 && !l.empty() && l[0] != ' ' && l.find("Program::") != std::string::npos && l.find('(') != std::string::npos)
+      start = lines;
+    if (start >= 0 && !l.empty() && l[0] == '}') {
+      longest = std::max(longest, lines - start + 1);
+      start = -1;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  fs::create_directories(a.work);
+  std::printf("bench_compile: program %s, compiled with %s %s, one compiler process at a time\n",
+              a.program.c_str(), a.cxx.c_str(), a.flags.c_str());
+  std::printf("%-16s %6s %12s %9s %11s %10s %13s\n", "mesh", "layers", "generator s", "lines", "longest fn",
+              "compile s", "compiler MiB");
+  for (const std::string& mesh : a.meshes) {
+    for (int layers : a.layers) {
+      const fs::path dir = fs::path(a.work) / (std::to_string(layers) + "_" + std::to_string(std::hash<std::string>{}(mesh) % 100000));
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+      const Run gen = run({a.generator, "--program", a.program, "--mesh", mesh, "--name", "prog", "--out-dir", dir.string(),
+                           "--templates", a.templates, "--option", "layers=" + std::to_string(layers)},
+                          (dir / "generator.log").string(), a.timeout_s);
+      if (gen.status != 0) {
+        std::printf("%-16s %6d generator failed (exit %d), see %s\n", mesh.c_str(), layers, gen.status,
+                    (dir / "generator.log").c_str());
+        continue;
+      }
+      long lines = 0, longest = 0;
+      count_lines(dir / "prog.cpp", lines, longest);
+      std::vector<std::string> cc = {a.cxx};
+      for (const std::string& f : split(a.flags, ' ')) cc.push_back(f);
+      for (const std::string& inc : a.includes) cc.push_back("-I" + inc);
+      cc.insert(cc.end(), {"-I" + dir.string(), "-c", (dir / "prog.cpp").string(), "-o", (dir / "prog.o").string()});
+      const Run comp = run(cc, (dir / "compile.log").string(), a.timeout_s);
+      char compile[32];
+      if (comp.status == -1)
+        std::snprintf(compile, sizeof compile, "> %.0f", a.timeout_s);
+      else if (comp.status != 0)
+        std::snprintf(compile, sizeof compile, "failed %d", comp.status);
+      else
+        std::snprintf(compile, sizeof compile, "%.1f", comp.seconds);
+      std::printf("%-16s %6d %12.2f %9ld %11ld %10s %13.0f\n", mesh.c_str(), layers, gen.seconds, lines, longest, compile,
+                  comp.max_rss_kib / 1024.0);
+      std::fflush(stdout);
+      fs::remove_all(dir);
+    }
+  }
+  return 0;
+}
