@@ -1,0 +1,39 @@
+# What byte_stable_test.cmake and two_trees_test.cmake share: reading the
+# list of sample programs (tests/CMakeLists.txt writes it) and comparing one
+# program's generated files with the ones the build compiled.
+include_guard()
+
+# Includes LIST (PROGRAMS, and per program GENERATOR_, ARGS_ and BUILT_) and
+# checks that it names the samples' programs.
+macro(sharc_read_program_list)
+  include("${LIST}")
+  list(LENGTH PROGRAMS count)
+  if(count LESS 10)
+    message(FATAL_ERROR "only ${count} sample programs listed in ${LIST}; expected the samples' "
+                        "programs on all their meshes")
+  endif()
+  find_program(DIFF diff)
+endmacro()
+
+# Compares <program>.h, .cpp and _explain.txt in `dir` with the build's
+# (BUILT_<program>); appends "<tag><file>" to the list named `out_list` for each that
+# differs and prints the start of its diff.
+function(sharc_compare_generated program dir tag out_list)
+  set(found ${${out_list}})
+  foreach(file ${program}.h ${program}.cpp ${program}_explain.txt)
+    if(NOT EXISTS "${dir}/${file}")
+      message(FATAL_ERROR "${dir}/${file} was not generated")
+    endif()
+    file(SHA256 "${dir}/${file}" got)
+    file(SHA256 "${BUILT_${program}}/${file}" want)
+    if(NOT got STREQUAL want)
+      list(APPEND found "${tag}${file}")
+      if(DIFF)
+        execute_process(COMMAND "${DIFF}" -u "${BUILT_${program}}/${file}" "${dir}/${file}"
+                        COMMAND head -n 40 OUTPUT_VARIABLE diff)
+        message("${file} in ${dir} differs from the build's:\n${diff}")
+      endif()
+    endif()
+  endforeach()
+  set(${out_list} ${found} PARENT_SCOPE)
+endfunction()
