@@ -62,7 +62,7 @@ void name_values(const ir::Graph& g, const ir::Graph& scope, EmissionPlan& p) {
   // collectives and slices the partitioner added follow in program order.
   for (size_t i = 0; i < n; ++i) {
     const Node& v = g.nodes[i];
-    if (!p.var[i].empty() || !p.buffers.needs_buffer[i] || v.origin < 0) continue;
+    if (!p.var[i].empty() || !p.buffers.needs_buffer[i] || v.origin_rank < 0) continue;
     const std::string base = value_name(v);
     p.var[i] = p.locals.user(v.origin_rank == 0 ? base : base + "_" + std::to_string(v.origin_rank + 1));
   }

@@ -313,15 +313,13 @@ struct Node {
   int layer = -1;
   int micro_batch = -1;
 
-  // Per-device programs: the node of the global program this node computes
-  // (partition_per_device sets it on the op it lowers a node to; collectives
-  // and slices it adds have -1), copied by every later pass, and how many
-  // nodes of the global program before that one have the same op, name and
-  // `backward`. The global program does not depend on the mesh, so neither
-  // does a name made from them (the generated code's variable names,
-  // codegen/emission_plan.cpp).
-  int origin = -1;
-  int origin_rank = 0;
+  // Per-device programs: for the op partition_per_device lowers a node of the
+  // global program to, how many nodes of the global program before that one
+  // have the same op, name and `backward` (-1 on the collectives and slices
+  // it adds); copied by every later pass. The global program does not depend
+  // on the mesh, so neither does a name made from it (the generated code's
+  // variable names, codegen/emission_plan.cpp).
+  int origin_rank = -1;
 };
 
 // After a training step, persistent Parameter `target` takes the value of node

@@ -199,7 +199,6 @@ class Partitioner {
     m.spec.reset();
     m.rules.reset();
     m.fixed = false;
-    m.origin = id;
     m.origin_rank = rank_[id];
     if (n.layout_of >= 0) m.layout_of = map_[n.layout_of];
     if (ir::is_source(n.op)) {
