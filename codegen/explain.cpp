@@ -26,6 +26,7 @@ struct Line {
   std::string file;
   int line = 0;
   bool operator<(const Line& o) const { return std::tie(file, line) < std::tie(o.file, o.line); }
+  bool operator==(const Line& o) const { return line == o.line && file == o.file; }
   std::string str() const { return file + ":" + std::to_string(line); }
 };
 
@@ -173,17 +174,13 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
     if (m.stage >= 0) text += "  [stage " + std::to_string(m.stage) + "]";
     const Line at = m.loc.known() ? line_of(m.loc) : Line{"<no model line>", 0};
     entries[at].push_back({m.line, kind_name(m.kind), text});
-    // Ops of other lines computed in this fused loop.
-    std::set<Line> others;
+    // Ops of other lines computed in this fused loop, by line.
+    std::map<Line, std::vector<std::string>> others;
     for (auto& [loc, op] : m.fused)
-      if (loc.known() && line_of(loc).str() != at.str()) others.insert(line_of(loc));
-    for (const Line& l : others) {
-      std::vector<std::string> ops;
-      for (auto& [loc, op] : m.fused)
-        if (loc.known() && line_of(loc).str() == l.str()) ops.push_back(op);
+      if (loc.known() && !(line_of(loc) == at)) others[line_of(loc)].push_back(op);
+    for (const auto& [l, ops] : others)
       entries[l].push_back({m.line, "fused", cpp::join(ops, ", ") + " in the loop of " + m.op +
                                                     (m.loc.known() ? " (" + m.loc.str() + ")" : "")});
-    }
   }
 
   // Parameters: where their shards are initialised.
