@@ -7,6 +7,7 @@
 #include "codegen/emit_cpu.h"
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cinttypes>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "codegen/buffer_plan.h"
 #include "codegen/cpp_writer.h"
@@ -87,6 +89,11 @@ class CpuEmitter {
   }
 
   EmittedFiles run() {
+    const std::string body = forward_body();  // before the Step's struct and parts, which it makes
+    if (stages_) {
+      step_struct_ = "// (A pipelined program's step is its stages' functions, in forward_device.)";
+      step_parts_ = "";
+    }
     std::vector<std::pair<std::string, std::string>> common = {
         {"SHARC_BANNER", banner()},
         {"SHARC_NAMESPACE", o_.cpp_namespace},
@@ -111,7 +118,9 @@ class CpuEmitter {
                                    {"SHARC_DEVICE_FIELDS", device_fields()},
                                    {"SHARC_DEVICE_SETUP", device_setup()},
                                    {"SHARC_INIT_BODY", init_body()},
-                                   {"SHARC_FORWARD_BODY", forward_body()},
+                                   {"SHARC_STEP_STRUCT", step_struct_},
+                                   {"SHARC_FORWARD_BODY", body},
+                                   {"SHARC_STEP_PARTS", step_parts_},
                                    {"SHARC_PARAMETER_SHARD", parameter_lookup(false)},
                                    {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)},
                                    {"SHARC_INPUTS_SET", io_set(true)},
@@ -644,14 +653,18 @@ class CpuEmitter {
   // A statement's result buffer: from the device's step arena, zeroed unless
   // the statement writes every element (`writes_all`); a parameter's new
   // value outlives the step (rt::persistent), so it is not placed there.
+  //
+  // Every declaration starts with decl_mark(v): forward_body() decides
+  // afterwards whether the value is a local of its part of the step or a
+  // member of the Step (read by several parts), and spells it accordingly.
   std::string declare(int v, bool writes_all = false) const {
     if (const int param = plan_.in_place_of[v]; param >= 0)
-      return "rt::Buffer& " + var_[v] + " = dev." + var_[param] + ";  // " + shape_comment(g_[v]) +
+      return decl_mark(v) + "rt::Buffer& " + var_[v] + " = dev." + var_[param] + ";  // " + shape_comment(g_[v]) +
              ", the new \"" + g_[param].name + "\" computed in place";
     std::string how;
     if (writes_all) how += ", rt::uninitialized";
     if (plan_.is_update_value[v]) how += ", rt::persistent";
-    return buf_type(g_[v].dtype) + " " + var_[v] + "(" + std::to_string(ir::num_elements(g_[v].shape)) +
+    return decl_mark(v) + buf_type(g_[v].dtype) + " " + var_[v] + "(" + std::to_string(ir::num_elements(g_[v].shape)) +
            ", &mem" + how + ");  // " + shape_comment(g_[v]);
   }
 
@@ -1223,7 +1236,7 @@ class CpuEmitter {
   bool take_operand_buffer(CodeWriter& w, int v) {
     const int a = plan_.takes_buffer_of[v];
     if (a < 0) return false;
-    w.line(buf_type(g_[v].dtype) + " " + var_[v] + " = std::move(" + var_[a] + ");  // " +
+    w.line(decl_mark(v) + buf_type(g_[v].dtype) + " " + var_[v] + " = std::move(" + var_[a] + ");  // " +
            shape_comment(g_[v]) + ", in " + var_[a] + "'s buffer (its last use)");
     return true;
   }
@@ -1628,38 +1641,250 @@ class CpuEmitter {
     return w.str();
   }
 
-  std::string forward_body(int indent = 1) {
-    if (stages_) return pipelined_body();
+  // ---- the step -------------------------------------------------------------
+  //
+  // The step's statements, each printed on its own first (with the section
+  // rule above it when the section changes), then put together: a pipeline
+  // stage's body as one block (its lambda), a whole program's as parts.
+
+  // The marker that starts a value's declaration line (see declare()).
+  static std::string decl_mark(int v) { return "\x03" + std::to_string(v) + "\x03"; }
+
+  struct Chunk {
+    std::string rule;  // the section's title line, "" inside a section
+    std::string text;  // the statement, its mark and the buffers freed after it
+    int lines = 0;
+    std::string phase, block;  // the part it belongs to (see part_of)
+  };
+
+  std::vector<Chunk> step_chunks(int indent) {
     const std::vector<Stmt>& stmts = plan_.stmts;
-    CodeWriter w(indent);
+    std::vector<Chunk> chunks;
     std::string current = "\x02";
     int unit = -1;
     for (size_t k = 0; k < stmts.size(); ++k) {
+      Chunk c;
+      CodeWriter head(indent);
       if (units_ && node_unit_[stmts[k].node] != unit) {  // a pipeline stage's next unit
         unit = node_unit_[stmts[k].node];
-        if (k) w.line();
-        w.line("// ==== " + unit_title((*units_)[unit]) + " ====");
+        if (k) head.line();
+        head.line("// ==== " + unit_title((*units_)[unit]) + " ====");
         current = "\x02";
       }
-      const auto [key, title] = section(anchor(stmts[k]));
+      const Node a = anchor(stmts[k]);
+      const auto [key, title] = section(a);
       if (key != current) {
-        if (k) w.line();
-        w.line(rule(title));
+        if (k) head.line();
+        head.line(rule(title));
         current = key;
       }
+      c.rule = head.str();
+      CodeWriter w(indent);
       emit_mark(w, stmts[k]);
       emit_stmt(w, stmts[k]);
       for (int r : plan_.frees_after[k])
         w.line(var_[r] + " = " + buf_type(g_[r].dtype) + "();  // last use of " + var_[r]);
+      c.text = w.str();
+      c.lines = static_cast<int>(std::count(c.text.begin(), c.text.end(), '\n')) + 1;
+      std::tie(c.phase, c.block) = part_of(a);
+      chunks.push_back(std::move(c));
     }
-    w.line();
-    w.line(rule("outputs"));
-    for (auto& o : g_.outputs) emit_output(w, o);
+    return chunks;
+  }
+
+  // The part of the step a statement belongs to: its phase ("forward",
+  // "backward" for the gradient computation, "optimizer" for the step after
+  // the micro-batches) and its block, the first component of its layer label
+  // ("h0" for "h0/attn/qkv"; "" outside layers, which joins the part before).
+  static std::pair<std::string, std::string> part_of(const Node& v) {
+    const std::string phase =
+        v.micro_batch == ir::kAfterMicroBatches ? "optimizer" : v.backward ? "backward" : "forward";
+    std::string block;
+    if (v.op != Op::kInput && v.op != Op::kParameter && !v.name.empty())
+      block = v.name.substr(0, v.name.find('/'));
+    return {phase, block};
+  }
+
+  // A part of a step holds at most this many statement lines, unless one
+  // statement is longer: GCC's time on a function grows faster than its
+  // length, so a deep model's step compiles in time linear in its depth.
+  static constexpr int kMaxPartLines = 800;
+
+  struct Part {
+    std::string name;  // the Step's member function, "forward_h0"
+    std::string what;  // what it computes, for its comment
+    std::vector<int> chunks;
+    std::string text;
+  };
+
+  // The declaration lines (see declare()) of a piece of the step, spelled as
+  // locals or, with `members`, as assignments to the Step's members: a new
+  // buffer `x = rt::Buffer(...)`, a taken one `x = std::move(y)`, and a
+  // parameter's buffer updated in place, a reference member, as a comment.
+  std::string spell_declarations(const std::string& text, bool members) const {
+    std::string out;
+    size_t at = 0;
+    while (at <= text.size()) {
+      size_t eol = text.find('\n', at);
+      if (eol == std::string::npos) eol = text.size();
+      std::string line = text.substr(at, eol - at);
+      if (const size_t m = line.find('\x03'); m != std::string::npos) {
+        const size_t m2 = line.find('\x03', m + 1);
+        const int v = std::stoi(line.substr(m + 1, m2 - m - 1));
+        std::string decl = line.substr(m2 + 1);
+        if (members) decl = member_assignment(v, decl);
+        line = line.substr(0, m) + decl;
+      }
+      out += line;
+      if (eol < text.size()) out += '\n';
+      at = eol + 1;
+    }
+    return out;
+  }
+
+  std::string member_assignment(int v, const std::string& decl) const {
+    const std::string type = buf_type(g_[v].dtype);
+    if (const int param = plan_.in_place_of[v]; param >= 0)
+      return "// " + var_[v] + " is dev." + var_[param] + " (a reference member): " + shape_comment(g_[v]) +
+             ", the new \"" + g_[param].name + "\" computed in place";
+    if (const std::string moved = type + " " + var_[v] + " = "; decl.rfind(moved, 0) == 0)
+      return var_[v] + " = " + decl.substr(moved.size());
+    if (decl.rfind(type + " " + var_[v] + "(", 0) == 0)
+      return var_[v] + " = " + type + decl.substr(type.size() + 1 + var_[v].size());
+    internal_error("emit_cpu: cannot make the declaration of " + var_[v] + " a Step member: " + decl);
+  }
+
+  std::string forward_body(int indent = 1) {
+    if (stages_) return pipelined_body();
+    std::vector<Chunk> chunks = step_chunks(indent);
+    CodeWriter tail(indent);
+    tail.line(rule("outputs"));
+    for (auto& o : g_.outputs) emit_output(tail, o);
     if (!g_.updates.empty()) {
-      w.line();
-      w.line(rule("updates: parameters take their new values"));
-      emit_updates(w);
+      tail.line();
+      tail.line(rule("updates: parameters take their new values"));
+      emit_updates(tail);
     }
+    if (units_) {  // a pipeline stage: one block
+      std::string body;
+      for (const Chunk& c : chunks) body += (c.rule.empty() ? "" : c.rule + "\n") + c.text + "\n";
+      return spell_declarations(body + "\n" + tail.str(), false);
+    }
+    return split_step(chunks, tail.str());
+  }
+
+  // A whole program's step as parts, each a member function of Program::Step
+  // (step_struct_ and step_parts_ receive the struct and the functions):
+  // a new part starts where the phase or the block changes, or where the
+  // part would pass kMaxPartLines. Every buffer of the step is a member of
+  // Step, which the parts assign (see spell_declarations). Returns the body of forward_device, which calls the parts in order.
+  std::string split_step(const std::vector<Chunk>& chunks, const std::string& tail) {
+    std::vector<Part> parts;
+    std::string phase = "\x02", block;
+    int lines = 0;
+    std::map<std::string, int> used;
+    auto start = [&](const std::string& ph, const std::string& bl, size_t first) {
+      Part p;
+      const std::string base = ph + (bl.empty() ? "" : "_" + cpp::identifier(bl));
+      const int n = ++used[base];
+      p.name = base + (n == 1 ? "" : "_" + std::to_string(n));
+      if (std::find(var_.begin(), var_.end(), p.name) != var_.end()) p.name += "_part";  // a value's name
+      p.what = (bl.empty() ? "" : bl + "'s ") + ph + (ph == "optimizer" ? " step" : "") +
+               (n == 1 ? "" : ", part " + std::to_string(n));
+      if (bl.empty()) p.what += ", from " + section(anchor(plan_.stmts[first])).second;
+      parts.push_back(std::move(p));
+      phase = ph;
+      block = bl;
+      lines = 0;
+    };
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const Chunk& c = chunks[k];
+      if (c.phase != phase || (!c.block.empty() && c.block != block))
+        start(c.phase, c.block.empty() && c.phase == phase ? block : c.block, k);
+      else if (lines > 0 && lines + c.lines > kMaxPartLines)
+        start(phase, block, k);
+      parts.back().chunks.push_back(static_cast<int>(k));
+      lines += c.lines;
+    }
+    Part last;
+    last.name = std::find(var_.begin(), var_.end(), "outputs") != var_.end() ? "outputs_part" : "outputs";
+    last.what = g_.updates.empty() ? "the outputs" : "the outputs, and parameters take their new values";
+    parts.push_back(std::move(last));
+
+    // Each part's text: the first chunk always shows its section's rule.
+    std::vector<std::string> raw(parts.size());
+    for (size_t p = 0; p < parts.size(); ++p) {
+      CodeWriter w(1);
+      if (parts[p].chunks.empty()) w.text(tail);
+      std::string current;
+      for (int k : parts[p].chunks) {
+        const Chunk& c = chunks[k];
+        if (!c.rule.empty() && k != parts[p].chunks.front()) {
+          w.text(c.rule);
+        } else if (k == parts[p].chunks.front()) {
+          const auto [key, title] = section(anchor(plan_.stmts[k]));
+          w.line(rule(title));
+        }
+        w.text(c.text);
+      }
+      raw[p] = w.str();
+    }
+    // Every buffer of the step is a member, in the order the step makes
+    // them, so that which part uses a value never changes how it is spelled.
+    std::vector<std::pair<int, int>> declared;  // (value, part)
+    for (size_t p = 0; p < parts.size(); ++p)
+      for (size_t at = raw[p].find('\x03'); at != std::string::npos; at = raw[p].find('\x03', at + 1)) {
+        const size_t end = raw[p].find('\x03', at + 1);
+        declared.emplace_back(std::stoi(raw[p].substr(at + 1, end - at - 1)), static_cast<int>(p));
+        at = end;
+      }
+
+    CodeWriter st(0);
+    st.line("// One step on one device: the device's state, the step's inputs and outputs,");
+    st.line("// every buffer of the step (empty until the part that makes it, freed after its");
+    st.line("// last use), and the parts, one member function each (a block's forward, its");
+    st.line("// backward, the optimizer), so that the compiler takes one part at a time.");
+    st.open("struct Program::Step");
+    st.line("Device& dev;");
+    st.line("rt::Communicator& comm;");
+    st.line("rt::DeviceMemory& mem;");
+    st.line("rt::Timeline& timeline;");
+    st.line("const Inputs& in;");
+    st.line("Outputs& out;");
+    st.line("int rank;");
+    st.line("Step(Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_, rt::Timeline& timeline_,");
+    st.line("     const Inputs& in_, Outputs& out_, int rank_)");
+    st.line("    : dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}");
+    st.line();
+    for (const auto& [v, p] : declared) {
+      // No shapes here (the assignment has them), so a mesh changes only the
+      // list of buffers, not every line of it.
+      const std::string from = "from " + parts[p].name + "()";
+      if (const int param = plan_.in_place_of[v]; param >= 0)
+        st.line("rt::Buffer& " + var_[v] + " = dev." + var_[param] + ";  // the new \"" + g_[param].name +
+                "\" computed in place, " + from);
+      else
+        st.line(buf_type(g_[v].dtype) + " " + var_[v] + ";  // " + from);
+    }
+    st.line();
+    for (const Part& p : parts) st.line("void " + p.name + "();  // " + p.what);
+    --st;
+    st.line("};  // struct Program::Step");
+    step_struct_ = st.str();
+
+    CodeWriter fns(0);
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (p) fns.line();
+      fns.line("// " + parts[p].what);
+      fns.open("void Program::Step::" + parts[p].name + "()");
+      fns.text(spell_declarations(raw[p], true));
+      fns.close("Program::Step::" + parts[p].name);
+    }
+    step_parts_ = "\n\n" + fns.str();  // after forward_device's closing line
+
+    CodeWriter w(1);
+    w.line("Step step(dev, comm, mem, timeline, in, out, rank);");
+    for (const Part& p : parts) w.line("step." + p.name + "();");
     return w.str();
   }
 
@@ -1783,6 +2008,8 @@ class CpuEmitter {
   int stage_ = -1;
   std::optional<Report> report_;
   std::vector<int> node_unit_;
+  // A whole program's step (split_step): the Step struct and its parts.
+  std::string step_struct_, step_parts_;
   const EmissionPlan ep_;
   const BufferPlan& plan_;
   const std::vector<std::string>& var_;

@@ -116,6 +116,8 @@ void Program::forward(const Inputs& in, Outputs& out) {
 @SHARC_COMPLETE_OUTPUTS@
 }
 
+@SHARC_STEP_STRUCT@
+
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
                              [[maybe_unused]] Outputs& out) {
@@ -130,7 +132,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // world's clock is off (rt::ThreadWorld::set_clock).
   [[maybe_unused]] rt::Timeline& timeline = world_.timeline(rank);
 @SHARC_FORWARD_BODY@
-}  // Program::forward_device
+}  // Program::forward_device@SHARC_STEP_PARTS@
 
 const Program::Device& Program::device(int rank, std::string_view call) const {
   if (rank >= 0 && rank < kNumDevices && devices_[rank]) return *devices_[rank];

@@ -157,6 +157,7 @@ class Program {
 
  private:
   struct Device;  // per-device state: mesh coordinates, groups, parameter shards
+  struct Step;    // one step on one device: its buffers and its parts (the .cpp)
   void init_device(int rank, uint64_t seed);
   void forward_device(int rank, const Inputs& in, Outputs& out);
   const Device& device(int rank, std::string_view call) const;

@@ -156,7 +156,7 @@ TEST(AllReduceBuckets, EmittedSourceHasOneAllReducePerBucket) {
   EXPECT_NE(s.find(bucket0), std::string::npos) << s;
   EXPECT_NE(s.find("rt::copy(partials_reduce.data(), grads_all_reduce.data(), 8);"), std::string::npos) << s;
   const std::string bucket1 =
-      "  rt::Buffer grads_all_reduce_6 = std::move(partials_reduce_5);  // f32[8] [{}], in partials_reduce_5's "
+      "  grads_all_reduce_6 = std::move(partials_reduce_5);  // f32[8] [{}], in partials_reduce_5's "
       "buffer (its last use)\n"
       "  comm.all_reduce(std::vector<rt::Segment<float>>{\n"
       "                      {grads_all_reduce_5.data(), 8},\n"
@@ -164,7 +164,7 @@ TEST(AllReduceBuckets, EmittedSourceHasOneAllReducePerBucket) {
       "                  },\n"
       "                  dev.group_model, rt::ReduceOp::kSum);\n";
   EXPECT_NE(s.find(bucket1), std::string::npos) << s;
-  EXPECT_NE(s.find("rt::Buffer grads_all_reduce_5 = std::move(partials_reduce_4);"), std::string::npos) << s;
+  EXPECT_NE(s.find("  grads_all_reduce_5 = std::move(partials_reduce_4);"), std::string::npos) << s;
   EXPECT_EQ(s.find("bucket_0"), std::string::npos) << "no packed buffer";
 }
 

@@ -75,8 +75,10 @@ void diff(const std::vector<std::string>& a, const std::vector<std::string>& b, 
   }
 }
 
-// The region of the forward step a line is in: the outputs section, or
-// the statements of the op whose timeline mark names `model_line`.
+// The region of the step a line is in: the outputs section, or the
+// statements of the op whose timeline mark names `model_line` (with the blank
+// line before its section's rule), or the Step's member for a buffer that op
+// makes.
 struct Regions {
   std::vector<bool> outputs, op;
 };
@@ -88,12 +90,23 @@ Regions regions(const std::vector<std::string>& lines, const std::string& model_
     const std::string& l = lines[i];
     const bool mark = l.find("timeline.op(") != std::string::npos || l.find("timeline.comm_op(") != std::string::npos;
     if (l.find("// ---- outputs") != std::string::npos) in_outputs = true, in_op = false;
-    if (in_outputs && l.find("}  // Program::forward_device") != std::string::npos) in_outputs = false;
+    if (in_outputs && l.find("}  // Program::Step::outputs") != std::string::npos) in_outputs = false;
     // A section rule names the op and line it opens: "// ---- relu (file:line) ---".
     if (l.find("// ---- ") != std::string::npos) in_op = l.find(model_line) != std::string::npos;
     if (mark) in_op = l.find(model_line) != std::string::npos;
     r.outputs[i] = in_outputs;
     r.op[i] = in_op;
+    if (in_op && i > 0 && lines[i - 1].empty()) r.op[i - 1] = true;
+  }
+  // Step members ("  rt::Buffer relu_2;  // ...") of buffers the op assigns
+  // ("  relu_2 = rt::Buffer(64, ...").
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    const size_t eq = l.find(" = rt::Buffer(");
+    if (!r.op[i] || eq == std::string::npos) continue;
+    const std::string member = "  rt::Buffer " + l.substr(l.find_first_not_of(' '), eq - l.find_first_not_of(' ')) + ";";
+    for (size_t j = 0; j < lines.size(); ++j)
+      if (lines[j].rfind(member, 0) == 0) r.op[j] = true;
   }
   return r;
 }

@@ -171,6 +171,34 @@ void Program::forward(const Inputs& in, Outputs& out) {
     rt::complete_global(world_, kOutputs[0], {out.y, 8192}, out.blocks.marks(0));
 }
 
+// One step on one device: the device's state, the step's inputs and outputs,
+// every buffer of the step (empty until the part that makes it, freed after its
+// last use), and the parts, one member function each (a block's forward, its
+// backward, the optimizer), so that the compiler takes one part at a time.
+struct Program::Step {
+  Device& dev;
+  rt::Communicator& comm;
+  rt::DeviceMemory& mem;
+  rt::Timeline& timeline;
+  const Inputs& in;
+  Outputs& out;
+  int rank;
+  Step(Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_, rt::Timeline& timeline_,
+       const Inputs& in_, Outputs& out_, int rank_)
+      : dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
+
+  rt::Buffer x;  // from forward()
+  rt::Buffer dot1_dot;  // from forward_dot1()
+  rt::Buffer relu;  // from forward_dot1()
+  rt::Buffer dot;  // from forward_dot1()
+  rt::Buffer reduce_scatter;  // from forward_dot1()
+  rt::Buffer all_gather;  // from forward_dot1()
+
+  void forward();  // forward, from inputs
+  void forward_dot1();  // dot1's forward
+  void outputs();  // the outputs
+};  // struct Program::Step
+
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
                              [[maybe_unused]] Outputs& out) {
@@ -184,19 +212,30 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // wall clock, its modelled cost on the virtual one; one branch when the
   // world's clock is off (rt::ThreadWorld::set_clock).
   [[maybe_unused]] rt::Timeline& timeline = world_.timeline(rank);
+  Step step(dev, comm, mem, timeline, in, out, rank);
+  step.forward();
+  step.forward_dot1();
+  step.outputs();
+}  // Program::forward_device
+
+// forward, from inputs
+void Program::Step::forward() {
   // ---- inputs ---------------------------------------------------------------
   timeline.op("input  samples/dot_relu_dot/model.h:53", {.flops = 4096, .bytes = 32768});
   // samples/dot_relu_dot/model.h:53: input "x" f32[8,1024] [{"data"}, {}] => this device's block
-  rt::Buffer x(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
+  x = rt::Buffer(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
   if (const auto* block = in.blocks.get<float>(0, rank))  // set_block()
     std::copy_n(block, 4096, x.data());
   else
     rt::strided_copy(in.x + dev.data_index * 4 * 1024, {4, 1024}, {1024, 1}, x.data());
+}  // Program::Step::forward
 
+// dot1's forward
+void Program::Step::forward_dot1() {
   // ---- dot1 (samples/dot_relu_dot/model.h:21) -------------------------------
   timeline.op("dot  samples/dot_relu_dot/model.h:21 dot1", {.flops = 2097152, .bytes = 1069056});
   // samples/dot_relu_dot/model.h:21 dot1: [{"data"}, {}], [{}, {"model"}] -> [{"data"}, {"model"}] => dot contract=[1]x[0]
-  rt::Buffer dot1_dot(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
+  dot1_dot = rt::Buffer(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
   rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/256, /*K=*/1024,
            x.data(), false, dev.dot1_kernel.data(), false, dot1_dot.data());
   x = rt::Buffer();  // last use of x
@@ -204,28 +243,31 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // ---- relu (samples/dot_relu_dot/model.h:21) -------------------------------
   timeline.op("relu  samples/dot_relu_dot/model.h:21", {.flops = 1024, .bytes = 8192});
   // samples/dot_relu_dot/model.h:21: [{"data"}, {"model"}] -> [{"data"}, {"model"}] => relu
-  rt::Buffer relu(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
+  relu = rt::Buffer(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
   for (int64_t i = 0; i < 1024; ++i) relu[i] = rt::relu(dot1_dot[i]);
   dot1_dot = rt::Buffer();  // last use of dot1_dot
 
   // ---- dot (samples/dot_relu_dot/model.h:24) --------------------------------
   timeline.op("dot  samples/dot_relu_dot/model.h:24", {.flops = 2097152, .bytes = 1069056});
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}], [{"model"}, {}] -> [{"data"}, {}] partial={"model"} => dot contract=[1]x[0]
-  rt::Buffer dot(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}] partial={"model"}
+  dot = rt::Buffer(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}] partial={"model"}
   rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/1024, /*K=*/256,
            relu.data(), false, dev.w2.data(), false, dot.data());
   relu = rt::Buffer();  // last use of relu
   timeline.comm_op("reduce_scatter  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {}] partial={"model"} -> [{"data"}, {"model"}] => reduce_scatter(model)
-  rt::Buffer reduce_scatter(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
+  reduce_scatter = rt::Buffer(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
   rt::reduce_scatter_dim(comm, dev.group_model, dot.data(), {4, 1024}, /*dim=*/1, reduce_scatter.data(), rt::ReduceOp::kSum);
   dot = rt::Buffer();  // last use of dot
   timeline.comm_op("all_gather  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}] -> [{"data"}, {}] => all_gather(model)
-  rt::Buffer all_gather(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
+  all_gather = rt::Buffer(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
   rt::all_gather_dim(comm, dev.group_model, reduce_scatter.data(), {4, 256}, /*dim=*/1, all_gather.data());
   reduce_scatter = rt::Buffer();  // last use of reduce_scatter
+}  // Program::Step::forward_dot1
 
+// the outputs
+void Program::Step::outputs() {
   // ---- outputs --------------------------------------------------------------
   // "y" (samples/dot_relu_dot/model.h:53): block f32[4,1024] [{"data"}, {}] of the global f32[8,1024]; replicated over "model", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
@@ -234,7 +276,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     out.blocks.mark(0, rank);
     std::copy_n(all_gather.data(), 4096, out.y + dev.data_index * 4 * 1024);
   }  // "y"
-}  // Program::forward_device
+}  // Program::Step::outputs
 
 const Program::Device& Program::device(int rank, std::string_view call) const {
   if (rank >= 0 && rank < kNumDevices && devices_[rank]) return *devices_[rank];

@@ -206,6 +206,8 @@ void Program::forward(const Inputs& in, Outputs& out) {
     rt::complete_global(world_, kOutputs[2], {out.lr, 1}, out.blocks.marks(2));
 }
 
+// (A pipelined program's step is its stages' functions, in forward_device.)
+
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
                              [[maybe_unused]] Outputs& out) {

@@ -376,6 +376,89 @@ void Program::forward(const Inputs& in, Outputs& out) {
     rt::complete_global(world_, kOutputs[2], {out.lr, 1}, out.blocks.marks(2));
 }
 
+// One step on one device: the device's state, the step's inputs and outputs,
+// every buffer of the step (empty until the part that makes it, freed after its
+// last use), and the parts, one member function each (a block's forward, its
+// backward, the optimizer), so that the compiler takes one part at a time.
+struct Program::Step {
+  Device& dev;
+  rt::Communicator& comm;
+  rt::DeviceMemory& mem;
+  rt::Timeline& timeline;
+  const Inputs& in;
+  Outputs& out;
+  int rank;
+  Step(Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_, rt::Timeline& timeline_,
+       const Inputs& in_, Outputs& out_, int rank_)
+      : dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
+
+  rt::Buffer x;  // from forward()
+  rt::Buffer y;  // from forward()
+  rt::Buffer hidden_dot;  // from forward_hidden()
+  rt::Buffer gelu;  // from forward_hidden()
+  rt::Buffer hidden_add;  // from forward_hidden()
+  rt::Buffer head_dot;  // from forward_head()
+  rt::Buffer mul;  // from forward_head()
+  rt::Buffer sub;  // from forward_head()
+  rt::Buffer reduce;  // from forward_head()
+  rt::Buffer all_reduce;  // from forward_head()
+  rt::Buffer mul_2;  // from forward_head()
+  rt::Buffer grad_mul;  // from backward()
+  rt::Buffer grad_add;  // from backward()
+  rt::Buffer grad_head_reduce;  // from backward_head()
+  rt::Buffer grad_head_dot;  // from backward_head()
+  rt::Buffer grad_head_dot_2;  // from backward_head()
+  rt::Buffer grad_mul_13;  // from backward_head()
+  rt::Buffer grad_hidden_reduce;  // from backward_hidden()
+  rt::Buffer grad_hidden_dot;  // from backward_hidden()
+  rt::Buffer grad_head_all_reduce;  // from backward_head_2()
+  rt::Buffer grad_head_all_reduce_2;  // from backward_head_2()
+  rt::Buffer grad_hidden_all_reduce;  // from backward_head_2()
+  rt::Buffer grad_hidden_all_reduce_2;  // from backward_head_2()
+  rt::Buffer mul_3;  // from optimizer()
+  rt::Buffer reduce_2;  // from optimizer()
+  rt::Buffer mul_4;  // from optimizer()
+  rt::Buffer reduce_3;  // from optimizer()
+  rt::Buffer mul_5;  // from optimizer()
+  rt::Buffer reduce_4;  // from optimizer()
+  rt::Buffer mul_6;  // from optimizer()
+  rt::Buffer reduce_5;  // from optimizer()
+  rt::Buffer min;  // from optimizer()
+  rt::Buffer sqrt;  // from optimizer()
+  rt::Buffer constant_5;  // from optimizer()
+  rt::Buffer sub_2;  // from optimizer()
+  rt::Buffer& add_4 = dev.opt_step;  // the new "opt/step" computed in place, from optimizer()
+  rt::Buffer sub_3;  // from optimizer()
+  rt::Buffer& sub_4 = dev.hidden_kernel;  // the new "hidden/kernel" computed in place, from optimizer()
+  rt::Buffer& add_5 = dev.opt_m_hidden_kernel;  // the new "opt/m/hidden/kernel" computed in place, from optimizer()
+  rt::Buffer& add_6 = dev.opt_v_hidden_kernel;  // the new "opt/v/hidden/kernel" computed in place, from optimizer()
+  rt::Buffer sub_5;  // from optimizer()
+  rt::Buffer sub_6;  // from optimizer()
+  rt::Buffer& sub_7 = dev.hidden_bias;  // the new "hidden/bias" computed in place, from optimizer()
+  rt::Buffer& add_9 = dev.opt_m_hidden_bias;  // the new "opt/m/hidden/bias" computed in place, from optimizer()
+  rt::Buffer& add_10 = dev.opt_v_hidden_bias;  // the new "opt/v/hidden/bias" computed in place, from optimizer()
+  rt::Buffer sub_8;  // from optimizer()
+  rt::Buffer sub_9;  // from optimizer()
+  rt::Buffer& sub_10 = dev.head_kernel;  // the new "head/kernel" computed in place, from optimizer()
+  rt::Buffer& add_13 = dev.opt_m_head_kernel;  // the new "opt/m/head/kernel" computed in place, from optimizer()
+  rt::Buffer& add_14 = dev.opt_v_head_kernel;  // the new "opt/v/head/kernel" computed in place, from optimizer()
+  rt::Buffer sub_11;  // from optimizer()
+  rt::Buffer sub_12;  // from optimizer()
+  rt::Buffer& sub_13 = dev.head_bias;  // the new "head/bias" computed in place, from optimizer()
+  rt::Buffer& add_17 = dev.opt_m_head_bias;  // the new "opt/m/head/bias" computed in place, from optimizer()
+  rt::Buffer& add_18 = dev.opt_v_head_bias;  // the new "opt/v/head/bias" computed in place, from optimizer()
+
+  void forward();  // forward, from inputs
+  void forward_hidden();  // hidden's forward
+  void forward_head();  // head's forward
+  void backward();  // backward, from mul (model.cpp:44)
+  void backward_head();  // head's backward
+  void backward_hidden();  // hidden's backward
+  void backward_head_2();  // head's backward, part 2
+  void optimizer();  // optimizer step, from mul (model.cpp:42)
+  void outputs();  // the outputs, and parameters take their new values
+};  // struct Program::Step
+
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
                              [[maybe_unused]] Outputs& out) {
@@ -389,34 +472,51 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // wall clock, its modelled cost on the virtual one; one branch when the
   // world's clock is off (rt::ThreadWorld::set_clock).
   [[maybe_unused]] rt::Timeline& timeline = world_.timeline(rank);
+  Step step(dev, comm, mem, timeline, in, out, rank);
+  step.forward();
+  step.forward_hidden();
+  step.forward_head();
+  step.backward();
+  step.backward_head();
+  step.backward_hidden();
+  step.backward_head_2();
+  step.optimizer();
+  step.outputs();
+}  // Program::forward_device
+
+// forward, from inputs
+void Program::Step::forward() {
   // ---- inputs ---------------------------------------------------------------
   timeline.op("input  model.cpp:40", {.flops = 256, .bytes = 2048});
   // model.cpp:40: input "x" f32[32,32] [{"data"}, {}] => this device's block
-  rt::Buffer x(256, &mem, rt::uninitialized);  // f32[8,32] [{"data"}, {}]
+  x = rt::Buffer(256, &mem, rt::uninitialized);  // f32[8,32] [{"data"}, {}]
   if (const auto* block = in.blocks.get<float>(0, rank))  // set_block()
     std::copy_n(block, 256, x.data());
   else
     rt::strided_copy(in.x + dev.data_index * 8 * 32, {8, 32}, {32, 1}, x.data());
   timeline.op("input  model.cpp:41", {.flops = 8, .bytes = 64});
   // model.cpp:41: input "y" f32[32,1] [{"data"}, {}] => this device's block
-  rt::Buffer y(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  y = rt::Buffer(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
   if (const auto* block = in.blocks.get<float>(1, rank))  // set_block()
     std::copy_n(block, 8, y.data());
   else
     rt::strided_copy(in.y + dev.data_index * 8, {8, 1}, {1, 1}, y.data());
+}  // Program::Step::forward
 
+// hidden's forward
+void Program::Step::forward_hidden() {
   // ---- hidden (model.cpp:29) ------------------------------------------------
   timeline.op("dot  model.cpp:29 hidden", {.flops = 32768, .bytes = 11264});
   // model.cpp:29 hidden: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-  rt::Buffer hidden_dot(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  hidden_dot = rt::Buffer(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
   rt::gemm(/*batch=*/1, /*M=*/8, /*N=*/64, /*K=*/32,
            x.data(), false, dev.hidden_kernel.data(), false, hidden_dot.data());
 
   // ---- gelu (model.cpp:29) --------------------------------------------------
   timeline.op("gelu  model.cpp:29", {.flops = 1024, .bytes = 6400});
   // model.cpp:29: [{"data"}, {}], [{}] -> [{"data"}, {}] => fused broadcast, add, gelu; also keeps hidden_add
-  rt::Buffer gelu(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
-  rt::Buffer hidden_add(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  gelu = rt::Buffer(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  hidden_add = rt::Buffer(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
   for (int64_t o = 0; o < 8; ++o) {
     SHARC_INDEPENDENT_ITERATIONS
     for (int64_t j = 0; j < 64; ++j) {
@@ -428,19 +528,22 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
     }
   }  // fused loop of gelu
   hidden_dot = rt::Buffer();  // last use of hidden_dot
+}  // Program::Step::forward_hidden
 
+// head's forward
+void Program::Step::forward_head() {
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2336});
   // model.cpp:29 head: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-  rt::Buffer head_dot(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  head_dot = rt::Buffer(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
   rt::gemm(/*batch=*/1, /*M=*/8, /*N=*/1, /*K=*/64,
            gelu.data(), false, dev.head_kernel.data(), false, head_dot.data());
 
   // ---- mul (model.cpp:44) ---------------------------------------------------
   timeline.op("mul  model.cpp:44", {.flops = 24, .bytes = 132});
   // model.cpp:44: [{"data"}, {}], [{}] -> [{"data"}, {}] => fused broadcast, add, sub, mul; also keeps sub
-  rt::Buffer mul(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
-  rt::Buffer sub(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  mul = rt::Buffer(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  sub = rt::Buffer(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
   const float mul_b0 = dev.head_bias[0];  // broadcast at model.cpp:29
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 8; ++i) {
@@ -453,25 +556,30 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   y = rt::Buffer();  // last use of y
   timeline.op("reduce  model.cpp:44", {.flops = 8, .bytes = 36});
   // model.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-  rt::Buffer reduce(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
+  reduce = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
   rt::reduce(mul.data(), {8, 1}, {0, 1}, rt::ReduceOp::kSum, reduce.data());
   mul = rt::Buffer();  // last use of mul
   timeline.comm_op("all_reduce  model.cpp:44");
   // model.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-  rt::Buffer all_reduce = std::move(reduce);  // f32[] [], in reduce's buffer (its last use)
+  all_reduce = std::move(reduce);  // f32[] [], in reduce's buffer (its last use)
   comm.all_reduce(all_reduce.data(), 1, dev.group_data, rt::ReduceOp::kSum);
   timeline.op("mul  model.cpp:44", {.flops = 1, .bytes = 8});
   // model.cpp:44: [] -> [] => mul
-  rt::Buffer mul_2(1, &mem, rt::uninitialized);  // f32[] []
+  mul_2 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) mul_2[i] = all_reduce[i] * 0.03125f;
   all_reduce = rt::Buffer();  // last use of all_reduce
+}  // Program::Step::forward_head
+
+// backward, from mul (model.cpp:44)
+void Program::Step::backward() {
+  // ---- mul (model.cpp:44) ---------------------------------------------------
   timeline.op("mul  model.cpp:44", {.flops = 1, .bytes = 4});
   // model.cpp:44: [] => mul
-  rt::Buffer grad_mul(1, &mem, rt::uninitialized);  // f32[] []
+  grad_mul = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) grad_mul[i] = 1.0f * 0.03125f;
   timeline.op("add  model.cpp:44", {.flops = 24, .bytes = 68});
   // model.cpp:44: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add
-  rt::Buffer grad_add(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
+  grad_add = rt::Buffer(8, &mem, rt::uninitialized);  // f32[8,1] [{"data"}, {}]
   const float grad_add_b0 = grad_mul[0];  // broadcast at model.cpp:44
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 8; ++i) {
@@ -481,20 +589,23 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of grad_add
   grad_mul = rt::Buffer();  // last use of grad_mul
   sub = rt::Buffer();  // last use of sub
+}  // Program::Step::backward
 
+// head's backward
+void Program::Step::backward_head() {
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.op("reduce  model.cpp:29 head", {.flops = 8, .bytes = 36});
   // model.cpp:29 head: [{"data"}, {}] -> [{}] partial={"data"} => reduce sum
-  rt::Buffer grad_head_reduce(1, &mem, rt::uninitialized);  // f32[1] [{}] partial={"data"}
+  grad_head_reduce = rt::Buffer(1, &mem, rt::uninitialized);  // f32[1] [{}] partial={"data"}
   rt::reduce(grad_add.data(), {8, 1}, {0}, rt::ReduceOp::kSum, grad_head_reduce.data());
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2336});
   // model.cpp:29 head: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-  rt::Buffer grad_head_dot(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  grad_head_dot = rt::Buffer(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
   rt::gemm(/*batch=*/1, /*M=*/8, /*N=*/64, /*K=*/1,
            grad_add.data(), false, dev.head_kernel.data(), /*trans_b=*/true, grad_head_dot.data());
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2336});
   // model.cpp:29 head: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-  rt::Buffer grad_head_dot_2(64, &mem, rt::uninitialized);  // f32[64,1] [{}, {}] partial={"data"}
+  grad_head_dot_2 = rt::Buffer(64, &mem, rt::uninitialized);  // f32[64,1] [{}, {}] partial={"data"}
   rt::gemm(/*batch=*/1, /*M=*/64, /*N=*/1, /*K=*/8,
            gelu.data(), /*trans_a=*/true, grad_add.data(), false, grad_head_dot_2.data());
   gelu = rt::Buffer();  // last use of gelu
@@ -503,7 +614,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // ---- mul (model.cpp:29) ---------------------------------------------------
   timeline.op("mul  model.cpp:29", {.flops = 8192, .bytes = 6144});
   // model.cpp:29: [{"data"}, {}] -> [{"data"}, {}] => fused mul, mul, add, mul, tanh, mul, add, mul, sub, add, mul, mul, mul, mul, add, mul
-  rt::Buffer grad_mul_13(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
+  grad_mul_13 = rt::Buffer(512, &mem, rt::uninitialized);  // f32[8,64] [{"data"}, {}]
   SHARC_INDEPENDENT_ITERATIONS
   for (int64_t i = 0; i < 512; ++i) {
     const float v0 = hidden_add[i] * hidden_add[i];  // model.cpp:29 mul
@@ -525,31 +636,37 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of grad_mul_13
   grad_head_dot = rt::Buffer();  // last use of grad_head_dot
   hidden_add = rt::Buffer();  // last use of hidden_add
+}  // Program::Step::backward_head
 
+// hidden's backward
+void Program::Step::backward_hidden() {
   // ---- hidden (model.cpp:29) ------------------------------------------------
   timeline.op("reduce  model.cpp:29 hidden", {.flops = 512, .bytes = 2304});
   // model.cpp:29 hidden: [{"data"}, {}] -> [{}] partial={"data"} => reduce sum
-  rt::Buffer grad_hidden_reduce(64, &mem, rt::uninitialized);  // f32[64] [{}] partial={"data"}
+  grad_hidden_reduce = rt::Buffer(64, &mem, rt::uninitialized);  // f32[64] [{}] partial={"data"}
   rt::reduce(grad_mul_13.data(), {8, 64}, {0}, rt::ReduceOp::kSum, grad_hidden_reduce.data());
   timeline.op("dot  model.cpp:29 hidden", {.flops = 32768, .bytes = 11264});
   // model.cpp:29 hidden: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-  rt::Buffer grad_hidden_dot(2048, &mem, rt::uninitialized);  // f32[32,64] [{}, {}] partial={"data"}
+  grad_hidden_dot = rt::Buffer(2048, &mem, rt::uninitialized);  // f32[32,64] [{}, {}] partial={"data"}
   rt::gemm(/*batch=*/1, /*M=*/32, /*N=*/64, /*K=*/8,
            x.data(), /*trans_a=*/true, grad_mul_13.data(), false, grad_hidden_dot.data());
   x = rt::Buffer();  // last use of x
   grad_mul_13 = rt::Buffer();  // last use of grad_mul_13
+}  // Program::Step::backward_hidden
 
+// head's backward, part 2
+void Program::Step::backward_head_2() {
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.comm_op("all_reduce  model.cpp:29 head");
   // all_reduce bucket 0: 4 values over (data) as ONE collective of 2177 floats, in the values' own buffers
   // model.cpp:29 head: [{}] partial={"data"} -> [{}] => all_reduce(data), bucket 0 [0, 1)
-  rt::Buffer grad_head_all_reduce = std::move(grad_head_reduce);  // f32[1] [{}], in grad_head_reduce's buffer (its last use)
+  grad_head_all_reduce = std::move(grad_head_reduce);  // f32[1] [{}], in grad_head_reduce's buffer (its last use)
   // model.cpp:29 head: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data), bucket 0 [1, 65)
-  rt::Buffer grad_head_all_reduce_2 = std::move(grad_head_dot_2);  // f32[64,1] [{}, {}], in grad_head_dot_2's buffer (its last use)
+  grad_head_all_reduce_2 = std::move(grad_head_dot_2);  // f32[64,1] [{}, {}], in grad_head_dot_2's buffer (its last use)
   // model.cpp:29 hidden: [{}] partial={"data"} -> [{}] => all_reduce(data), bucket 0 [65, 129)
-  rt::Buffer grad_hidden_all_reduce = std::move(grad_hidden_reduce);  // f32[64] [{}], in grad_hidden_reduce's buffer (its last use)
+  grad_hidden_all_reduce = std::move(grad_hidden_reduce);  // f32[64] [{}], in grad_hidden_reduce's buffer (its last use)
   // model.cpp:29 hidden: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data), bucket 0 [129, 2177)
-  rt::Buffer grad_hidden_all_reduce_2 = std::move(grad_hidden_dot);  // f32[32,64] [{}, {}], in grad_hidden_dot's buffer (its last use)
+  grad_hidden_all_reduce_2 = std::move(grad_hidden_dot);  // f32[32,64] [{}, {}], in grad_hidden_dot's buffer (its last use)
   comm.all_reduce(std::vector<rt::Segment<float>>{
                       {grad_head_all_reduce.data(), 1},
                       {grad_head_all_reduce_2.data(), 64},
@@ -557,48 +674,51 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
                       {grad_hidden_all_reduce_2.data(), 2048},
                   },
                   dev.group_data, rt::ReduceOp::kSum);
+}  // Program::Step::backward_head_2
 
+// optimizer step, from mul (model.cpp:42)
+void Program::Step::optimizer() {
   // ---- mul (model.cpp:42) ---------------------------------------------------
   timeline.op("mul  model.cpp:42", {.flops = 2048, .bytes = 16384});
   // model.cpp:42: [{}, {}] -> [{}, {}] => mul
-  rt::Buffer mul_3(2048, &mem, rt::uninitialized);  // f32[32,64] [{}, {}]
+  mul_3 = rt::Buffer(2048, &mem, rt::uninitialized);  // f32[32,64] [{}, {}]
   for (int64_t i = 0; i < 2048; ++i) mul_3[i] = grad_hidden_all_reduce_2[i] * grad_hidden_all_reduce_2[i];
   timeline.op("reduce  model.cpp:42", {.flops = 2048, .bytes = 8196});
   // model.cpp:42: [{}, {}] -> [] => reduce sum
-  rt::Buffer reduce_2(1, &mem, rt::uninitialized);  // f32[] []
+  reduce_2 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   rt::reduce(mul_3.data(), {32, 64}, {0, 1}, rt::ReduceOp::kSum, reduce_2.data());
   mul_3 = rt::Buffer();  // last use of mul_3
   timeline.op("mul  model.cpp:42", {.flops = 64, .bytes = 512});
   // model.cpp:42: [{}] -> [{}] => mul
-  rt::Buffer mul_4(64, &mem, rt::uninitialized);  // f32[64] [{}]
+  mul_4 = rt::Buffer(64, &mem, rt::uninitialized);  // f32[64] [{}]
   for (int64_t i = 0; i < 64; ++i) mul_4[i] = grad_hidden_all_reduce[i] * grad_hidden_all_reduce[i];
   timeline.op("reduce  model.cpp:42", {.flops = 64, .bytes = 260});
   // model.cpp:42: [{}] -> [] => reduce sum
-  rt::Buffer reduce_3(1, &mem, rt::uninitialized);  // f32[] []
+  reduce_3 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   rt::reduce(mul_4.data(), {64}, {0}, rt::ReduceOp::kSum, reduce_3.data());
   mul_4 = rt::Buffer();  // last use of mul_4
   timeline.op("mul  model.cpp:42", {.flops = 64, .bytes = 512});
   // model.cpp:42: [{}, {}] -> [{}, {}] => mul
-  rt::Buffer mul_5(64, &mem, rt::uninitialized);  // f32[64,1] [{}, {}]
+  mul_5 = rt::Buffer(64, &mem, rt::uninitialized);  // f32[64,1] [{}, {}]
   for (int64_t i = 0; i < 64; ++i) mul_5[i] = grad_head_all_reduce_2[i] * grad_head_all_reduce_2[i];
   timeline.op("reduce  model.cpp:42", {.flops = 64, .bytes = 260});
   // model.cpp:42: [{}, {}] -> [] => reduce sum
-  rt::Buffer reduce_4(1, &mem, rt::uninitialized);  // f32[] []
+  reduce_4 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   rt::reduce(mul_5.data(), {64, 1}, {0, 1}, rt::ReduceOp::kSum, reduce_4.data());
   mul_5 = rt::Buffer();  // last use of mul_5
   timeline.op("mul  model.cpp:42", {.flops = 1, .bytes = 8});
   // model.cpp:42: [{}] -> [{}] => mul
-  rt::Buffer mul_6(1, &mem, rt::uninitialized);  // f32[1] [{}]
+  mul_6 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[1] [{}]
   for (int64_t i = 0; i < 1; ++i) mul_6[i] = grad_head_all_reduce[i] * grad_head_all_reduce[i];
   timeline.op("reduce  model.cpp:42", {.flops = 1, .bytes = 8});
   // model.cpp:42: [{}] -> [] => reduce sum
-  rt::Buffer reduce_5(1, &mem, rt::uninitialized);  // f32[] []
+  reduce_5 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   rt::reduce(mul_6.data(), {1}, {0}, rt::ReduceOp::kSum, reduce_5.data());
   mul_6 = rt::Buffer();  // last use of mul_6
   timeline.op("min  model.cpp:42", {.flops = 7, .bytes = 24});
   // model.cpp:42: [] -> [] => fused add, add, add, sqrt, max, div, min; also keeps sqrt
-  rt::Buffer min(1, &mem, rt::uninitialized);  // f32[] []
-  rt::Buffer sqrt(1, &mem, rt::uninitialized);  // f32[] []
+  min = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  sqrt = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = reduce_2[i] + reduce_3[i];  // model.cpp:42 add
     const float v1 = v0 + reduce_4[i];  // model.cpp:42 add
@@ -615,12 +735,12 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   reduce_5 = rt::Buffer();  // last use of reduce_5
   timeline.op("constant  model.cpp:42", {.flops = 1, .bytes = 4});
   // model.cpp:42: [] => constant
-  rt::Buffer constant_5(1, &mem, rt::uninitialized);  // f32[] []
+  constant_5 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   rt::fill(constant_5.data(), 1, 0.00999999978f);
   timeline.op("sub  model.cpp:42", {.flops = 4, .bytes = 12});
   // model.cpp:42: [] -> [] => fused add, mul, exp, sub; also keeps add_4
-  rt::Buffer sub_2(1, &mem, rt::uninitialized);  // f32[] []
-  rt::Buffer& add_4 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
+  sub_2 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  // add_4 is dev.opt_step (a reference member): f32[] [], the new "opt/step" computed in place
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = dev.opt_step[i] + 1.0f;  // model.cpp:42 add
     add_4[i] = v0;
@@ -630,7 +750,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of sub_2
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer sub_3(1, &mem, rt::uninitialized);  // f32[] []
+  sub_3 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
@@ -638,9 +758,9 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of sub_3
   timeline.op("sub  model.cpp:42", {.flops = 34816, .bytes = 57356});
   // model.cpp:42: [{}, {}], [] -> [{}, {}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_5, add_6
-  rt::Buffer& sub_4 = dev.hidden_kernel;  // f32[32,64] [{}, {}], the new "hidden/kernel" computed in place
-  rt::Buffer& add_5 = dev.opt_m_hidden_kernel;  // f32[32,64] [{}, {}], the new "opt/m/hidden/kernel" computed in place
-  rt::Buffer& add_6 = dev.opt_v_hidden_kernel;  // f32[32,64] [{}, {}], the new "opt/v/hidden/kernel" computed in place
+  // sub_4 is dev.hidden_kernel (a reference member): f32[32,64] [{}, {}], the new "hidden/kernel" computed in place
+  // add_5 is dev.opt_m_hidden_kernel (a reference member): f32[32,64] [{}, {}], the new "opt/m/hidden/kernel" computed in place
+  // add_6 is dev.opt_v_hidden_kernel (a reference member): f32[32,64] [{}, {}], the new "opt/v/hidden/kernel" computed in place
   const float sub_4_b0 = min[0];  // broadcast at model.cpp:42
   const float sub_4_b1 = sub_2[0];  // broadcast at model.cpp:42
   const float sub_4_b2 = sub_3[0];  // broadcast at model.cpp:42
@@ -671,7 +791,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   sub_3 = rt::Buffer();  // last use of sub_3
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer sub_5(1, &mem, rt::uninitialized);  // f32[] []
+  sub_5 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
@@ -679,7 +799,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of sub_5
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer sub_6(1, &mem, rt::uninitialized);  // f32[] []
+  sub_6 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
@@ -687,9 +807,9 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of sub_6
   timeline.op("sub  model.cpp:42", {.flops = 1088, .bytes = 1804});
   // model.cpp:42: [{}], [] -> [{}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_9, add_10
-  rt::Buffer& sub_7 = dev.hidden_bias;  // f32[64] [{}], the new "hidden/bias" computed in place
-  rt::Buffer& add_9 = dev.opt_m_hidden_bias;  // f32[64] [{}], the new "opt/m/hidden/bias" computed in place
-  rt::Buffer& add_10 = dev.opt_v_hidden_bias;  // f32[64] [{}], the new "opt/v/hidden/bias" computed in place
+  // sub_7 is dev.hidden_bias (a reference member): f32[64] [{}], the new "hidden/bias" computed in place
+  // add_9 is dev.opt_m_hidden_bias (a reference member): f32[64] [{}], the new "opt/m/hidden/bias" computed in place
+  // add_10 is dev.opt_v_hidden_bias (a reference member): f32[64] [{}], the new "opt/v/hidden/bias" computed in place
   const float sub_7_b0 = min[0];  // broadcast at model.cpp:42
   const float sub_7_b1 = sub_5[0];  // broadcast at model.cpp:42
   const float sub_7_b2 = sub_6[0];  // broadcast at model.cpp:42
@@ -720,7 +840,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   sub_6 = rt::Buffer();  // last use of sub_6
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer sub_8(1, &mem, rt::uninitialized);  // f32[] []
+  sub_8 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
@@ -728,7 +848,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of sub_8
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer sub_9(1, &mem, rt::uninitialized);  // f32[] []
+  sub_9 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
@@ -736,9 +856,9 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of sub_9
   timeline.op("sub  model.cpp:42", {.flops = 1088, .bytes = 1804});
   // model.cpp:42: [{}, {}], [] -> [{}, {}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_13, add_14
-  rt::Buffer& sub_10 = dev.head_kernel;  // f32[64,1] [{}, {}], the new "head/kernel" computed in place
-  rt::Buffer& add_13 = dev.opt_m_head_kernel;  // f32[64,1] [{}, {}], the new "opt/m/head/kernel" computed in place
-  rt::Buffer& add_14 = dev.opt_v_head_kernel;  // f32[64,1] [{}, {}], the new "opt/v/head/kernel" computed in place
+  // sub_10 is dev.head_kernel (a reference member): f32[64,1] [{}, {}], the new "head/kernel" computed in place
+  // add_13 is dev.opt_m_head_kernel (a reference member): f32[64,1] [{}, {}], the new "opt/m/head/kernel" computed in place
+  // add_14 is dev.opt_v_head_kernel (a reference member): f32[64,1] [{}, {}], the new "opt/v/head/kernel" computed in place
   const float sub_10_b0 = min[0];  // broadcast at model.cpp:42
   const float sub_10_b1 = sub_8[0];  // broadcast at model.cpp:42
   const float sub_10_b2 = sub_9[0];  // broadcast at model.cpp:42
@@ -769,7 +889,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   sub_9 = rt::Buffer();  // last use of sub_9
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer sub_11(1, &mem, rt::uninitialized);  // f32[] []
+  sub_11 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = add_4[i] * (-0.105360515f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
@@ -777,7 +897,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of sub_11
   timeline.op("sub  model.cpp:42", {.flops = 3, .bytes = 8});
   // model.cpp:42: [] -> [] => fused mul, exp, sub
-  rt::Buffer sub_12(1, &mem, rt::uninitialized);  // f32[] []
+  sub_12 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
   for (int64_t i = 0; i < 1; ++i) {
     const float v0 = add_4[i] * (-0.00100050028f);  // model.cpp:42 mul
     const float v1 = rt::exp(v0);  // model.cpp:42 exp
@@ -785,9 +905,9 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   }  // fused loop of sub_12
   timeline.op("sub  model.cpp:42", {.flops = 17, .bytes = 40});
   // model.cpp:42: [{}], [] -> [{}] => fused broadcast, mul, mul, mul, add, mul, mul, mul, add, broadcast, div, broadcast, div, sqrt, add, div, mul, add, broadcast, mul, sub; also keeps add_17, add_18
-  rt::Buffer& sub_13 = dev.head_bias;  // f32[1] [{}], the new "head/bias" computed in place
-  rt::Buffer& add_17 = dev.opt_m_head_bias;  // f32[1] [{}], the new "opt/m/head/bias" computed in place
-  rt::Buffer& add_18 = dev.opt_v_head_bias;  // f32[1] [{}], the new "opt/v/head/bias" computed in place
+  // sub_13 is dev.head_bias (a reference member): f32[1] [{}], the new "head/bias" computed in place
+  // add_17 is dev.opt_m_head_bias (a reference member): f32[1] [{}], the new "opt/m/head/bias" computed in place
+  // add_18 is dev.opt_v_head_bias (a reference member): f32[1] [{}], the new "opt/v/head/bias" computed in place
   const float sub_13_b0 = min[0];  // broadcast at model.cpp:42
   const float sub_13_b1 = sub_11[0];  // broadcast at model.cpp:42
   const float sub_13_b2 = sub_12[0];  // broadcast at model.cpp:42
@@ -816,7 +936,10 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   min = rt::Buffer();  // last use of min
   sub_11 = rt::Buffer();  // last use of sub_11
   sub_12 = rt::Buffer();  // last use of sub_12
+}  // Program::Step::optimizer
 
+// the outputs, and parameters take their new values
+void Program::Step::outputs() {
   // ---- outputs --------------------------------------------------------------
   // "loss" (model.cpp:42): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
   if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
@@ -867,7 +990,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // (computed in place)
   // model.cpp:42 "opt/step" f32[] [] <- add_4
   // (computed in place)
-}  // Program::forward_device
+}  // Program::Step::outputs
 
 const Program::Device& Program::device(int rank, std::string_view call) const {
   if (rank >= 0 && rank < kNumDevices && devices_[rank]) return *devices_[rank];
