@@ -121,7 +121,7 @@ class Names {
       taken_.insert(k);
     if (scope == Scope::kLocals)
       for (const char* k : {"dev", "comm", "mem", "rank", "in", "out", "i", "rt", "std", "seed",
-                            "coords", "sharc", "key", "timeline", "step", "Step", "dev_", "comm_",
+                            "coords", "sharc", "key", "timeline", "step", "Step", "world", "world_", "dev_", "comm_",
                             "mem_", "timeline_", "in_", "out_", "rank_"})
         taken_.insert(k);
   }

@@ -89,10 +89,13 @@ class CpuEmitter {
   }
 
   EmittedFiles run() {
-    const std::string body = forward_body();  // before the Step's struct and parts, which it makes
-    if (stages_) {
-      step_struct_ = "// (A pipelined program's step is its stages' functions, in forward_device.)";
-      step_parts_ = "";
+    std::string body = forward_body();  // before the Step's struct and parts, which it makes
+    if (!stages_) {  // the lines that run the step, in forward_device
+      CodeWriter w(1);
+      std::istringstream calls(body);
+      for (std::string l; std::getline(calls, l);) w.line(l);
+      body = w.str();
+      step_parts_ = "\n\n" + step_parts_;
     }
     std::vector<std::pair<std::string, std::string>> common = {
         {"SHARC_BANNER", banner()},
@@ -1643,43 +1646,43 @@ class CpuEmitter {
 
   // ---- the step -------------------------------------------------------------
   //
-  // The step's statements, each printed on its own first (with the section
-  // rule above it when the section changes), then put together: a pipeline
-  // stage's body as one block (its lambda), a whole program's as parts.
+  // The step's statements are printed one by one (each with the section rule
+  // above it when the section changes) and then put together as parts, each a
+  // member function of a struct that holds every buffer of the step:
+  // Program::Step for a whole program, Program::Step::StageN for the program
+  // of pipeline stage N (pipelined_body).
 
   // The marker that starts a value's declaration line (see declare()).
   static std::string decl_mark(int v) { return "\x03" + std::to_string(v) + "\x03"; }
 
   struct Chunk {
-    std::string rule;  // the section's title line, "" inside a section
-    std::string text;  // the statement, its mark and the buffers freed after it
+    std::string heading;  // a pipeline stage's unit title, at the first statement of a unit
+    std::string rule;     // the section's rule line, "" inside a section
+    std::string text;     // the statement, its mark and the buffers freed after it
     int lines = 0;
+    int unit = -1;             // a pipeline stage's unit (StagePlan::units), -1 for a whole program
     std::string phase, block;  // the part it belongs to (see part_of)
   };
 
-  std::vector<Chunk> step_chunks(int indent) {
+  std::vector<Chunk> step_chunks() {
     const std::vector<Stmt>& stmts = plan_.stmts;
     std::vector<Chunk> chunks;
     std::string current = "\x02";
     int unit = -1;
     for (size_t k = 0; k < stmts.size(); ++k) {
       Chunk c;
-      CodeWriter head(indent);
       if (units_ && node_unit_[stmts[k].node] != unit) {  // a pipeline stage's next unit
         unit = node_unit_[stmts[k].node];
-        if (k) head.line();
-        head.line("// ==== " + unit_title((*units_)[unit]) + " ====");
+        c.heading = "// ==== " + unit_title((*units_)[unit]) + " ====";
         current = "\x02";
       }
+      c.unit = unit;
       const Node a = anchor(stmts[k]);
       const auto [key, title] = section(a);
-      if (key != current) {
-        if (k) head.line();
-        head.line(rule(title));
-        current = key;
-      }
-      c.rule = head.str();
-      CodeWriter w(indent);
+      c.rule = rule(title);
+      if (key == current) c.rule.clear();
+      current = key;
+      CodeWriter w(1);
       emit_mark(w, stmts[k]);
       emit_stmt(w, stmts[k]);
       for (int r : plan_.frees_after[k])
@@ -1705,23 +1708,38 @@ class CpuEmitter {
     return {phase, block};
   }
 
+  // A pipeline stage's unit as a part's name: "pre", "forward_mb3",
+  // "backward_mb0_chunk5" (with several model chunks per stage: the model's
+  // chunk 5), "post".
+  std::string unit_name(int unit) const {
+    const StageUnit& u = (*units_)[unit];
+    switch (u.phase) {
+      case StageUnit::Phase::kPre: return "pre";
+      case StageUnit::Phase::kPost: return "post";
+      case StageUnit::Phase::kForward:
+      case StageUnit::Phase::kBackward:
+        break;
+    }
+    return std::string(u.phase == StageUnit::Phase::kForward ? "forward" : "backward") + "_mb" +
+           std::to_string(u.micro_batch) + (chunks_per_stage_ > 1 ? "_chunk" + std::to_string(u.chunk) : "");
+  }
+
   // A part of a step holds at most this many statement lines, unless one
   // statement is longer: GCC's time on a function grows faster than its
   // length, so a deep model's step compiles in time linear in its depth.
   static constexpr int kMaxPartLines = 800;
 
   struct Part {
-    std::string name;  // the Step's member function, "forward_h0"
+    std::string name;  // the member function, "forward_h0"
     std::string what;  // what it computes, for its comment
     std::vector<int> chunks;
-    std::string text;
   };
 
   // The declaration lines (see declare()) of a piece of the step, spelled as
-  // locals or, with `members`, as assignments to the Step's members: a new
-  // buffer `x = rt::Buffer(...)`, a taken one `x = std::move(y)`, and a
-  // parameter's buffer updated in place, a reference member, as a comment.
-  std::string spell_declarations(const std::string& text, bool members) const {
+  // assignments to the step struct's members: a new buffer
+  // `x = rt::Buffer(...)`, a taken one `x = std::move(y)`, and a parameter's
+  // buffer updated in place, a reference member, as a comment.
+  std::string spell_declarations(const std::string& text) const {
     std::string out;
     size_t at = 0;
     while (at <= text.size()) {
@@ -1731,9 +1749,7 @@ class CpuEmitter {
       if (const size_t m = line.find('\x03'); m != std::string::npos) {
         const size_t m2 = line.find('\x03', m + 1);
         const int v = std::stoi(line.substr(m + 1, m2 - m - 1));
-        std::string decl = line.substr(m2 + 1);
-        if (members) decl = member_assignment(v, decl);
-        line = line.substr(0, m) + decl;
+        line = line.substr(0, m) + member_assignment(v, line.substr(m2 + 1));
       }
       out += line;
       if (eol < text.size()) out += '\n';
@@ -1754,10 +1770,9 @@ class CpuEmitter {
     internal_error("emit_cpu: cannot make the declaration of " + var_[v] + " a Step member: " + decl);
   }
 
-  std::string forward_body(int indent = 1) {
+  std::string forward_body() {
     if (stages_) return pipelined_body();
-    std::vector<Chunk> chunks = step_chunks(indent);
-    CodeWriter tail(indent);
+    CodeWriter tail(1);
     tail.line(rule("outputs"));
     for (auto& o : g_.outputs) emit_output(tail, o);
     if (!g_.updates.empty()) {
@@ -1765,44 +1780,43 @@ class CpuEmitter {
       tail.line(rule("updates: parameters take their new values"));
       emit_updates(tail);
     }
-    if (units_) {  // a pipeline stage: one block
-      std::string body;
-      for (const Chunk& c : chunks) body += (c.rule.empty() ? "" : c.rule + "\n") + c.text + "\n";
-      return spell_declarations(body + "\n" + tail.str(), false);
-    }
-    return split_step(chunks, tail.str());
+    return split_step(step_chunks(), tail.str());
   }
 
-  // A whole program's step as parts, each a member function of Program::Step
-  // (step_struct_ and step_parts_ receive the struct and the functions):
-  // a new part starts where the phase or the block changes, or where the
-  // part would pass kMaxPartLines. Every buffer of the step is a member of
-  // Step, which the parts assign (see spell_declarations). Returns the body of forward_device, which calls the parts in order.
+  // The step as parts (see above); step_struct_ and step_parts_ receive the
+  // struct and the parts' definitions. A new part starts where the phase,
+  // the block or a pipeline stage's unit changes, or where the part would
+  // pass kMaxPartLines; the outputs and the updates are the last part. Every
+  // buffer of the step is a member, in the order the step makes them, so
+  // which part uses a value never changes how it is spelled. Returns the
+  // lines that run the step: construct the struct and call the parts in order.
   std::string split_step(const std::vector<Chunk>& chunks, const std::string& tail) {
     std::vector<Part> parts;
     std::string phase = "\x02", block;
-    int lines = 0;
+    int unit = -2, lines = 0;
     std::map<std::string, int> used;
-    auto start = [&](const std::string& ph, const std::string& bl, size_t first) {
+    auto start = [&](const Chunk& c, const std::string& bl, size_t first) {
       Part p;
-      const std::string base = ph + (bl.empty() ? "" : "_" + cpp::identifier(bl));
+      const std::string head = c.unit >= 0 ? unit_name(c.unit) : c.phase;
+      const std::string base = head + (bl.empty() ? "" : "_" + cpp::identifier(bl));
       const int n = ++used[base];
       p.name = base + (n == 1 ? "" : "_" + std::to_string(n));
       if (std::find(var_.begin(), var_.end(), p.name) != var_.end()) p.name += "_part";  // a value's name
-      p.what = (bl.empty() ? "" : bl + "'s ") + ph + (ph == "optimizer" ? " step" : "") +
-               (n == 1 ? "" : ", part " + std::to_string(n));
+      const std::string doing = c.unit >= 0 ? unit_title((*units_)[c.unit]) : c.phase == "optimizer" ? "optimizer step" : c.phase;
+      p.what = (bl.empty() ? "" : bl + " in ") + doing + (n == 1 ? "" : ", part " + std::to_string(n));
       if (bl.empty()) p.what += ", from " + section(anchor(plan_.stmts[first])).second;
       parts.push_back(std::move(p));
-      phase = ph;
+      phase = c.phase;
       block = bl;
+      unit = c.unit;
       lines = 0;
     };
     for (size_t k = 0; k < chunks.size(); ++k) {
       const Chunk& c = chunks[k];
-      if (c.phase != phase || (!c.block.empty() && c.block != block))
-        start(c.phase, c.block.empty() && c.phase == phase ? block : c.block, k);
+      if (c.unit != unit || c.phase != phase || (!c.block.empty() && c.block != block))
+        start(c, c.block.empty() && c.phase == phase && c.unit == unit ? block : c.block, k);
       else if (lines > 0 && lines + c.lines > kMaxPartLines)
-        start(phase, block, k);
+        start(c, block, k);
       parts.back().chunks.push_back(static_cast<int>(k));
       lines += c.lines;
     }
@@ -1816,21 +1830,23 @@ class CpuEmitter {
     for (size_t p = 0; p < parts.size(); ++p) {
       CodeWriter w(1);
       if (parts[p].chunks.empty()) w.text(tail);
-      std::string current;
       for (int k : parts[p].chunks) {
         const Chunk& c = chunks[k];
-        if (!c.rule.empty() && k != parts[p].chunks.front()) {
-          w.text(c.rule);
-        } else if (k == parts[p].chunks.front()) {
-          const auto [key, title] = section(anchor(plan_.stmts[k]));
-          w.line(rule(title));
+        const bool first = k == parts[p].chunks.front();
+        if (!c.heading.empty()) {
+          if (!first) w.line();
+          w.line(c.heading);
+        }
+        if (first) {
+          w.line(rule(section(anchor(plan_.stmts[k])).second));
+        } else if (!c.rule.empty()) {
+          w.line();
+          w.line(c.rule);
         }
         w.text(c.text);
       }
       raw[p] = w.str();
     }
-    // Every buffer of the step is a member, in the order the step makes
-    // them, so that which part uses a value never changes how it is spelled.
     std::vector<std::pair<int, int>> declared;  // (value, part)
     for (size_t p = 0; p < parts.size(); ++p)
       for (size_t at = raw[p].find('\x03'); at != std::string::npos; at = raw[p].find('\x03', at + 1)) {
@@ -1839,12 +1855,22 @@ class CpuEmitter {
         at = end;
       }
 
+    const std::string type = stage_ >= 0 ? "Stage" + std::to_string(stage_) : "Step";
+    const std::string qualified = stage_ >= 0 ? "Program::Step::" + type : "Program::Step";
     CodeWriter st(0);
-    st.line("// One step on one device: the device's state, the step's inputs and outputs,");
-    st.line("// every buffer of the step (empty until the part that makes it, freed after its");
-    st.line("// last use), and the parts, one member function each (a block's forward, its");
-    st.line("// backward, the optimizer), so that the compiler takes one part at a time.");
-    st.open("struct Program::Step");
+    if (stage_ >= 0) {
+      st.line("// Pipeline stage " + std::to_string(stage_) + "'s step on one of its devices, as Program::Step is a");
+      st.line("// whole program's: the device's state, every buffer of the stage's program, and");
+      st.line("// its parts, one member function each (a micro-batch's forward or backward of");
+      st.line("// a block, the optimizer).");
+    } else {
+      st.line("// One step on one device: the device's state, the step's inputs and outputs,");
+      st.line("// every buffer of the step (empty until the part that makes it, freed after its");
+      st.line("// last use), and the parts, one member function each (a block's forward, its");
+      st.line("// backward, the optimizer), so that the compiler takes one part at a time.");
+    }
+    st.open("struct " + qualified);
+    st.line("rt::World& world_;");
     st.line("Device& dev;");
     st.line("rt::Communicator& comm;");
     st.line("rt::DeviceMemory& mem;");
@@ -1852,9 +1878,9 @@ class CpuEmitter {
     st.line("const Inputs& in;");
     st.line("Outputs& out;");
     st.line("int rank;");
-    st.line("Step(Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_, rt::Timeline& timeline_,");
-    st.line("     const Inputs& in_, Outputs& out_, int rank_)");
-    st.line("    : dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}");
+    st.line(type + "(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,");
+    st.line(std::string(type.size() + 1, ' ') + "rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)");
+    st.line("    : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}");
     st.line();
     for (const auto& [v, p] : declared) {
       // No shapes here (the assignment has them), so a mesh changes only the
@@ -1869,21 +1895,21 @@ class CpuEmitter {
     st.line();
     for (const Part& p : parts) st.line("void " + p.name + "();  // " + p.what);
     --st;
-    st.line("};  // struct Program::Step");
+    st.line("};  // struct " + qualified);
     step_struct_ = st.str();
 
     CodeWriter fns(0);
     for (size_t p = 0; p < parts.size(); ++p) {
       if (p) fns.line();
       fns.line("// " + parts[p].what);
-      fns.open("void Program::Step::" + parts[p].name + "()");
-      fns.text(spell_declarations(raw[p], true));
-      fns.close("Program::Step::" + parts[p].name);
+      fns.open("void " + qualified + "::" + parts[p].name + "()");
+      fns.text(spell_declarations(raw[p]));
+      fns.close(qualified + "::" + parts[p].name);
     }
-    step_parts_ = "\n\n" + fns.str();  // after forward_device's closing line
+    step_parts_ = fns.str();
 
-    CodeWriter w(1);
-    w.line("Step step(dev, comm, mem, timeline, in, out, rank);");
+    CodeWriter w(0);
+    w.line((stage_ >= 0 ? "Step::" : "") + type + " step(world_, dev, comm, mem, timeline, in, out, rank);");
     for (const Part& p : parts) w.line("step." + p.name + "();");
     return w.str();
   }
@@ -1901,42 +1927,51 @@ class CpuEmitter {
            std::to_string(u.chunk);
   }
 
-  // A pipelined program's step: each device runs its stage's program (a
-  // CpuEmitter of the stage graph, named like this one), chosen by its
-  // coordinate on the pipe axis.
+  // A pipelined program's step: each device runs the program of its stage
+  // (a CpuEmitter of the stage graph, named like this one), chosen by its
+  // coordinate on the pipe axis; each stage's program is a struct of its own
+  // (Program::Step::StageN), as a whole program's is Program::Step.
   std::string pipelined_body() {
     const StagePlan& plan = *plan_stages_;
+    CodeWriter st(0);
+    st.line("// A pipelined program's step: each stage's program is a struct of its own, below.");
+    st.open("struct Program::Step");
+    for (int s = 0; s < plan.stages; ++s) st.line("struct Stage" + std::to_string(s) + ";");
+    --st;
+    st.line("};  // struct Program::Step");
+    std::string parts;
     CodeWriter w(1);
     w.line("// Pipeline over " + quoted(plan.axis) + ": " + std::to_string(plan.stages) + " stages x " +
            std::to_string(plan.chunks_per_stage) + (plan.chunks_per_stage == 1 ? " model chunk, " : " model chunks, ") +
            std::to_string(plan.microbatches) + " micro-batches, schedule " + ir::schedule_name(plan.schedule) + ".");
     w.line("// Each device runs its stage's program; stages pass activations forward and their");
     w.line("// gradients back with send/recv to the device at the same place on the other axes.");
-    w.line("// Each stage is a function of its own (a lambda), so the compiler handles one");
-    w.line("// stage's code at a time.");
+    w.open("switch (dev." + axis_var_.at(plan.axis) + ")");
     for (int s = 0; s < plan.stages; ++s) {
       std::vector<std::string> order;
       for (const StageUnit& u : plan.units[s])
         if (u.phase == StageUnit::Phase::kForward || u.phase == StageUnit::Phase::kBackward)
           order.push_back(u.str() + (plan.chunks_per_stage > 1 ? "c" + std::to_string(u.chunk) : ""));
-      w.line();
+      w.open("case " + std::to_string(s) + ":");
       w.line("// stage " + std::to_string(s) + " runs " + join(order, " "));
-      w.open("const auto stage_" + std::to_string(s) + " = [&]");
       CpuEmitter stage(stages_->at(s), o_, nullptr, nullptr, &g_);
       stage.units_ = &plan.units[s];
       stage.marks_ = marks_;
       stage.stage_ = s;
-      for (const StageStep& st : plan.steps[s]) stage.node_unit_.push_back(st.unit);
-      w.text(stage.forward_body(2));
-      --w;  // the lambda's closing brace takes a semicolon
-      w.line("};  // stage " + std::to_string(s));
+      stage.chunks_per_stage_ = plan.chunks_per_stage;
+      for (const StageStep& step : plan.steps[s]) stage.node_unit_.push_back(step.unit);
+      std::istringstream calls(stage.forward_body());
+      for (std::string l; std::getline(calls, l);) w.line(l);
+      w.line("break;");
+      w.close();
+      st.line();
+      st.text(stage.step_struct_);
+      parts += "\n\n" + stage.step_parts_;
     }
-    w.line();
-    w.open("switch (dev." + axis_var_.at(plan.axis) + ")");
-    for (int s = 0; s < plan.stages; ++s)
-      w.line("case " + std::to_string(s) + ": stage_" + std::to_string(s) + "(); break;");
     w.line("default: break;");
     w.close("switch");
+    step_struct_ = st.str();
+    step_parts_ = parts;
     return w.str();
   }
 
@@ -2006,6 +2041,7 @@ class CpuEmitter {
   std::vector<EmittedMark> own_marks_;
   std::vector<EmittedMark>* marks_ = &own_marks_;
   int stage_ = -1;
+  int chunks_per_stage_ = 1;  // a stage's emitter: the stage plan's
   std::optional<Report> report_;
   std::vector<int> node_unit_;
   // A whole program's step (split_step): the Step struct and its parts.

@@ -176,6 +176,7 @@ void Program::forward(const Inputs& in, Outputs& out) {
 // last use), and the parts, one member function each (a block's forward, its
 // backward, the optimizer), so that the compiler takes one part at a time.
 struct Program::Step {
+  rt::World& world_;
   Device& dev;
   rt::Communicator& comm;
   rt::DeviceMemory& mem;
@@ -183,9 +184,9 @@ struct Program::Step {
   const Inputs& in;
   Outputs& out;
   int rank;
-  Step(Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_, rt::Timeline& timeline_,
-       const Inputs& in_, Outputs& out_, int rank_)
-      : dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
+  Step(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
+       rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
+      : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
 
   rt::Buffer x;  // from forward()
   rt::Buffer dot1_dot;  // from forward_dot1()
@@ -195,7 +196,7 @@ struct Program::Step {
   rt::Buffer all_gather;  // from forward_dot1()
 
   void forward();  // forward, from inputs
-  void forward_dot1();  // dot1's forward
+  void forward_dot1();  // dot1 in forward
   void outputs();  // the outputs
 };  // struct Program::Step
 
@@ -212,7 +213,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // wall clock, its modelled cost on the virtual one; one branch when the
   // world's clock is off (rt::ThreadWorld::set_clock).
   [[maybe_unused]] rt::Timeline& timeline = world_.timeline(rank);
-  Step step(dev, comm, mem, timeline, in, out, rank);
+  Step step(world_, dev, comm, mem, timeline, in, out, rank);
   step.forward();
   step.forward_dot1();
   step.outputs();
@@ -230,7 +231,7 @@ void Program::Step::forward() {
     rt::strided_copy(in.x + dev.data_index * 4 * 1024, {4, 1024}, {1024, 1}, x.data());
 }  // Program::Step::forward
 
-// dot1's forward
+// dot1 in forward
 void Program::Step::forward_dot1() {
   // ---- dot1 (samples/dot_relu_dot/model.h:21) -------------------------------
   timeline.op("dot  samples/dot_relu_dot/model.h:21 dot1", {.flops = 2097152, .bytes = 1069056});

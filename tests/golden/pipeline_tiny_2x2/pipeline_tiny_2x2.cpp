@@ -206,7 +206,127 @@ void Program::forward(const Inputs& in, Outputs& out) {
     rt::complete_global(world_, kOutputs[2], {out.lr, 1}, out.blocks.marks(2));
 }
 
-// (A pipelined program's step is its stages' functions, in forward_device.)
+// A pipelined program's step: each stage's program is a struct of its own, below.
+struct Program::Step {
+  struct Stage0;
+  struct Stage1;
+};  // struct Program::Step
+
+// Pipeline stage 0's step on one of its devices, as Program::Step is a
+// whole program's: the device's state, every buffer of the stage's program, and
+// its parts, one member function each (a micro-batch's forward or backward of
+// a block, the optimizer).
+struct Program::Step::Stage0 {
+  rt::World& world_;
+  Device& dev;
+  rt::Communicator& comm;
+  rt::DeviceMemory& mem;
+  rt::Timeline& timeline;
+  const Inputs& in;
+  Outputs& out;
+  int rank;
+  Stage0(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
+         rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
+      : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
+
+  rt::Buffer x;  // from forward_mb0()
+  rt::Buffer reshape;  // from forward_mb0()
+  rt::Buffer slice;  // from forward_mb0()
+  rt::Buffer reshape_2;  // from forward_mb0()
+  rt::Buffer l0_dot;  // from forward_mb0_l0()
+  rt::Buffer tanh;  // from forward_mb0_l0()
+  rt::Buffer reshape_3;  // from forward_mb1()
+  rt::Buffer slice_2;  // from forward_mb1()
+  rt::Buffer reshape_4;  // from forward_mb1()
+  rt::Buffer l0_dot_2;  // from forward_mb1_l0()
+  rt::Buffer tanh_3;  // from forward_mb1_l0()
+  rt::Buffer grad_l1_recv;  // from backward_mb0_l1()
+  rt::Buffer grad_mul_7;  // from backward_mb0_l1()
+  rt::Buffer grad_l0_dot;  // from backward_mb0_l0()
+  rt::Buffer grad_l1_recv_3;  // from backward_mb1_l1()
+  rt::Buffer grad_mul_14;  // from backward_mb1_l1()
+  rt::Buffer grad_l0_dot_2;  // from backward_mb1_l0()
+  rt::Buffer grad_add;  // from backward_mb1_l0()
+  rt::Buffer grad_all_reduce;  // from backward_mb1_l0()
+  rt::Buffer mul_8;  // from post()
+  rt::Buffer mul_5;  // from post()
+  rt::Buffer reduce_3;  // from post()
+  rt::Buffer& add_5 = dev.opt_step;  // the new "opt/step" computed in place, from post()
+  rt::Buffer& sub = dev.l0_kernel;  // the new "l0/kernel" computed in place, from post()
+
+  void forward_mb0();  // F0: micro-batch 0 forward, model chunk 0, from inputs
+  void forward_mb0_l0();  // l0 in F0: micro-batch 0 forward, model chunk 0
+  void forward_mb1();  // F1: micro-batch 1 forward, model chunk 0, from reshape (tests/pipeline/stack_programs.cpp:32)
+  void forward_mb1_l0();  // l0 in F1: micro-batch 1 forward, model chunk 0
+  void backward_mb0_l1();  // l1 in B0: micro-batch 0 backward, model chunk 0
+  void backward_mb0_l0();  // l0 in B0: micro-batch 0 backward, model chunk 0
+  void backward_mb1_l1();  // l1 in B1: micro-batch 1 backward, model chunk 0
+  void backward_mb1_l0();  // l0 in B1: micro-batch 1 backward, model chunk 0
+  void post();  // after the micro-batches: the optimizer step, from mul (tests/pipeline/stack_programs.cpp:32)
+  void outputs();  // the outputs, and parameters take their new values
+};  // struct Program::Step::Stage0
+
+// Pipeline stage 1's step on one of its devices, as Program::Step is a
+// whole program's: the device's state, every buffer of the stage's program, and
+// its parts, one member function each (a micro-batch's forward or backward of
+// a block, the optimizer).
+struct Program::Step::Stage1 {
+  rt::World& world_;
+  Device& dev;
+  rt::Communicator& comm;
+  rt::DeviceMemory& mem;
+  rt::Timeline& timeline;
+  const Inputs& in;
+  Outputs& out;
+  int rank;
+  Stage1(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
+         rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
+      : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
+
+  rt::Buffer recv;  // from forward_mb0()
+  rt::Buffer l1_dot;  // from forward_mb0_l1()
+  rt::Buffer mul;  // from forward_mb0_l1()
+  rt::Buffer tanh_2;  // from forward_mb0_l1()
+  rt::Buffer reduce;  // from forward_mb0_l1()
+  rt::Buffer all_reduce;  // from forward_mb0_l1()
+  rt::Buffer mul_2;  // from forward_mb0_l1()
+  rt::Buffer grad_mul;  // from backward_mb0()
+  rt::Buffer grad_mul_5;  // from backward_mb0()
+  rt::Buffer grad_l1_dot;  // from backward_mb0_l1()
+  rt::Buffer grad_l1_dot_2;  // from backward_mb0_l1()
+  rt::Buffer recv_3;  // from forward_mb1()
+  rt::Buffer l1_dot_2;  // from forward_mb1_l1()
+  rt::Buffer mul_3;  // from forward_mb1_l1()
+  rt::Buffer tanh_4;  // from forward_mb1_l1()
+  rt::Buffer reduce_2;  // from forward_mb1_l1()
+  rt::Buffer all_reduce_2;  // from forward_mb1_l1()
+  rt::Buffer add_3;  // from forward_mb1_l1()
+  rt::Buffer grad_mul_8;  // from backward_mb1()
+  rt::Buffer grad_mul_12;  // from backward_mb1()
+  rt::Buffer grad_l1_dot_3;  // from backward_mb1_l1()
+  rt::Buffer grad_l1_dot_4;  // from backward_mb1_l1()
+  rt::Buffer grad_add_2;  // from backward_mb1_l1()
+  rt::Buffer grad_all_reduce;  // from backward_mb1_l1()
+  rt::Buffer mul_7;  // from post()
+  rt::Buffer mul_9;  // from post()
+  rt::Buffer mul_6;  // from post()
+  rt::Buffer reduce_4;  // from post()
+  rt::Buffer recv_3_2;  // from post()
+  rt::Buffer sqrt;  // from post()
+  rt::Buffer constant_6;  // from post()
+  rt::Buffer& sub_2 = dev.l1_kernel;  // the new "l1/kernel" computed in place, from post()
+
+  void forward_mb0();  // F0: micro-batch 0 forward, model chunk 1, from recv (tests/pipeline/stack_programs.cpp:38)
+  void forward_mb0_l1();  // l1 in F0: micro-batch 0 forward, model chunk 1
+  void backward_mb0();  // B0: micro-batch 0 backward, model chunk 1, from mul (tests/pipeline/stack_programs.cpp:44)
+  void backward_mb0_l1();  // l1 in B0: micro-batch 0 backward, model chunk 1
+  void forward_mb1();  // F1: micro-batch 1 forward, model chunk 1, from recv (tests/pipeline/stack_programs.cpp:38)
+  void forward_mb1_l1();  // l1 in F1: micro-batch 1 forward, model chunk 1
+  void backward_mb1();  // B1: micro-batch 1 backward, model chunk 1, from mul (tests/pipeline/stack_programs.cpp:44)
+  void backward_mb1_l1();  // l1 in B1: micro-batch 1 backward, model chunk 1
+  void post();  // after the micro-batches: the optimizer step, from mul (tests/pipeline/stack_programs.cpp:32)
+  void outputs();  // the outputs, and parameters take their new values
+};  // struct Program::Step::Stage1
 
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
@@ -224,476 +344,547 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // Pipeline over "pipe": 2 stages x 1 model chunk, 2 micro-batches, schedule 1f1b.
   // Each device runs its stage's program; stages pass activations forward and their
   // gradients back with send/recv to the device at the same place on the other axes.
-  // Each stage is a function of its own (a lambda), so the compiler handles one
-  // stage's code at a time.
-
-  // stage 0 runs F0 F1 B0 B1
-  const auto stage_0 = [&] {
-    // ==== F0: micro-batch 0 forward, model chunk 0 ====
-    // ---- inputs ---------------------------------------------------------------
-    timeline.op("input  tests/pipeline/stack_programs.cpp:31", {.flops = 16, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:31: input "x" f32[8,4] [{"data"}, {}] => this device's block
-    rt::Buffer x(16, &mem, rt::uninitialized);  // f32[4,4] [{"data"}, {}]
-    if (const auto* block = in.blocks.get<float>(0, rank))  // set_block()
-      std::copy_n(block, 16, x.data());
-    else
-      rt::strided_copy(in.x + dev.data_index * 4 * 4, {4, 4}, {4, 1}, x.data());
-
-    // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
-    timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
-    rt::Buffer reshape(16, &mem, rt::uninitialized);  // f32[2,2,4] [{"data"}, {}, {}]
-    rt::copy(x.data(), reshape.data(), 16);
-    timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [0, 1)
-    rt::Buffer slice(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
-    rt::strided_copy(reshape.data(), {2, 1, 4}, {8, 4, 1}, slice.data());
-    reshape = rt::Buffer();  // last use of reshape
-    timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
-    // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
-    rt::Buffer reshape_2 = std::move(slice);  // f32[2,4] [{"data"}, {}], in slice's buffer (its last use)
-
-    // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer l0_dot(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             reshape_2.data(), false, dev.l0_kernel.data(), false, l0_dot.data());
-
-    // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
-    timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
-    // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
-    rt::Buffer tanh(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) tanh[i] = rt::tanh(l0_dot[i]);
-    l0_dot = rt::Buffer();  // last use of l0_dot
-    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
-    // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 7)
-    comm.send(tanh.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 7);
-
-    // ==== F1: micro-batch 1 forward, model chunk 0 ====
-
-    // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
-    timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
-    rt::Buffer reshape_3 = std::move(x);  // f32[2,2,4] [{"data"}, {}, {}], in x's buffer (its last use)
-    timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [1, 2)
-    rt::Buffer slice_2(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
-    rt::strided_copy(reshape_3.data() + 4, {2, 1, 4}, {8, 4, 1}, slice_2.data());
-    reshape_3 = rt::Buffer();  // last use of reshape_3
-    timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
-    // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
-    rt::Buffer reshape_4 = std::move(slice_2);  // f32[2,4] [{"data"}, {}], in slice_2's buffer (its last use)
-
-    // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer l0_dot_2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             reshape_4.data(), false, dev.l0_kernel.data(), false, l0_dot_2.data());
-
-    // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
-    timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
-    // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
-    rt::Buffer tanh_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    for (int64_t i = 0; i < 8; ++i) tanh_3[i] = rt::tanh(l0_dot_2[i]);
-    l0_dot_2 = rt::Buffer();  // last use of l0_dot_2
-    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
-    // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 36)
-    comm.send(tanh_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 36);
-
-    // ==== B0: micro-batch 0 backward, model chunk 0 ====
-
-    // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
-    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 25)
-    rt::Buffer grad_l1_recv(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    comm.recv(grad_l1_recv.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 25);
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
-    rt::Buffer grad_mul_7(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = tanh[i] * tanh[i];  // tests/pipeline/stack_programs.cpp:38 mul
-      const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
-      grad_mul_7[i] = grad_l1_recv[i] * v1;  // tests/pipeline/stack_programs.cpp:38 mul
-    }  // fused loop of grad_mul_7
-    grad_l1_recv = rt::Buffer();  // last use of grad_l1_recv
-    tanh = rt::Buffer();  // last use of tanh
-
-    // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer grad_l0_dot(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             reshape_2.data(), /*trans_a=*/true, grad_mul_7.data(), false, grad_l0_dot.data());
-    reshape_2 = rt::Buffer();  // last use of reshape_2
-    grad_mul_7 = rt::Buffer();  // last use of grad_mul_7
-
-    // ==== B1: micro-batch 1 backward, model chunk 0 ====
-
-    // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
-    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 54)
-    rt::Buffer grad_l1_recv_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    comm.recv(grad_l1_recv_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 54);
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
-    rt::Buffer grad_mul_14(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = tanh_3[i] * tanh_3[i];  // tests/pipeline/stack_programs.cpp:38 mul
-      const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
-      grad_mul_14[i] = grad_l1_recv_3[i] * v1;  // tests/pipeline/stack_programs.cpp:38 mul
-    }  // fused loop of grad_mul_14
-    grad_l1_recv_3 = rt::Buffer();  // last use of grad_l1_recv_3
-    tanh_3 = rt::Buffer();  // last use of tanh_3
-
-    // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer grad_l0_dot_2(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             reshape_4.data(), /*trans_a=*/true, grad_mul_14.data(), false, grad_l0_dot_2.data());
-    reshape_4 = rt::Buffer();  // last use of reshape_4
-    grad_mul_14 = rt::Buffer();  // last use of grad_mul_14
-
-    // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
-    timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
-    rt::Buffer grad_add(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
-    for (int64_t i = 0; i < 16; ++i) grad_add[i] = grad_l0_dot[i] + grad_l0_dot_2[i];
-    grad_l0_dot = rt::Buffer();  // last use of grad_l0_dot
-    grad_l0_dot_2 = rt::Buffer();  // last use of grad_l0_dot_2
-    timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer grad_all_reduce = std::move(grad_add);  // f32[4,4] [{}, {}], in grad_add's buffer (its last use)
-    comm.all_reduce(grad_all_reduce.data(), 16, dev.group_data, rt::ReduceOp::kSum);
-
-    // ==== after the micro-batches: the optimizer step ====
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps mul_5
-    rt::Buffer mul_8(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
-    rt::Buffer mul_5(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = grad_all_reduce[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
-      mul_5[i] = v0;
-      mul_8[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
-    }  // fused loop of mul_8
-    grad_all_reduce = rt::Buffer();  // last use of grad_all_reduce
-    timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
-    rt::Buffer reduce_3(1, &mem, rt::uninitialized);  // f32[] []
-    rt::reduce(mul_8.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_3.data());
-    mul_8 = rt::Buffer();  // last use of mul_8
-    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:32");
-    // tests/pipeline/stack_programs.cpp:32: [] -> [] => send to stage 1 (message 73)
-    comm.send(reduce_3.data(), 1, world_.mesh().peer_on_axis(rank, 0, 1), 73);
-    reduce_3 = rt::Buffer();  // last use of reduce_3
-    timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
-    // tests/pipeline/stack_programs.cpp:32: [] -> [] => add
-    rt::Buffer& add_5 = dev.opt_step;  // f32[] [], the new "opt/step" computed in place
-    for (int64_t i = 0; i < 1; ++i) add_5[i] = dev.opt_step[i] + 1.0f;
-    timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
-    rt::Buffer& sub = dev.l0_kernel;  // f32[4,4] [{}, {}], the new "l0/kernel" computed in place
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = mul_5[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
-      sub[i] = dev.l0_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
-    }  // fused loop of sub
-    mul_5 = rt::Buffer();  // last use of mul_5
-
-    // ---- outputs --------------------------------------------------------------
-
-    // ---- updates: parameters take their new values ----------------------------
-    // tests/pipeline/stack_programs.cpp:32 "l0/kernel" f32[4,4] [{}, {}] <- sub
-    // (computed in place)
-    // tests/pipeline/stack_programs.cpp:32 "opt/step" f32[] [] <- add_5
-    // (computed in place)
-  };  // stage 0
-
-  // stage 1 runs F0 B0 F1 B1
-  const auto stage_1 = [&] {
-    // ==== F0: micro-batch 0 forward, model chunk 1 ====
-    // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
-    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
-    // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 7)
-    rt::Buffer recv(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    comm.recv(recv.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 7);
-
-    // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer l1_dot(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             recv.data(), false, dev.l1_kernel.data(), false, l1_dot.data());
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps tanh_2
-    rt::Buffer mul(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer tanh_2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = rt::tanh(l1_dot[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
-      tanh_2[i] = v0;
-      mul[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
-    }  // fused loop of mul
-    l1_dot = rt::Buffer();  // last use of l1_dot
-    timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-    rt::Buffer reduce(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
-    rt::reduce(mul.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, reduce.data());
-    mul = rt::Buffer();  // last use of mul
-    timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
-    // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer all_reduce = std::move(reduce);  // f32[] [], in reduce's buffer (its last use)
-    comm.all_reduce(all_reduce.data(), 1, dev.group_data, rt::ReduceOp::kSum);
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 8});
-    // tests/pipeline/stack_programs.cpp:44: [] -> [] => mul
-    rt::Buffer mul_2(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) mul_2[i] = all_reduce[i] * 0.0625f;
-    all_reduce = rt::Buffer();  // last use of all_reduce
-
-    // ==== B0: micro-batch 0 backward, model chunk 1 ====
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
-    // tests/pipeline/stack_programs.cpp:44: [] => mul
-    rt::Buffer grad_mul(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) grad_mul[i] = 1.0f * 0.0625f;
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
-    // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
-    rt::Buffer grad_mul_5(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    const float grad_mul_5_b0 = grad_mul[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = grad_mul_5_b0 * tanh_2[i];  // tests/pipeline/stack_programs.cpp:44 mul
-      const float v1 = grad_mul_5_b0 * tanh_2[i];  // tests/pipeline/stack_programs.cpp:44 mul
-      const float v2 = v0 + v1;  // tests/pipeline/stack_programs.cpp:44 add
-      const float v3 = tanh_2[i] * tanh_2[i];  // tests/pipeline/stack_programs.cpp:42 mul
-      const float v4 = 1.0f - v3;  // tests/pipeline/stack_programs.cpp:42 sub
-      grad_mul_5[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
-    }  // fused loop of grad_mul_5
-    grad_mul = rt::Buffer();  // last use of grad_mul
-    tanh_2 = rt::Buffer();  // last use of tanh_2
-
-    // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-    rt::Buffer grad_l1_dot(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             grad_mul_5.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, grad_l1_dot.data());
-    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 25)
-    comm.send(grad_l1_dot.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 25);
-    grad_l1_dot = rt::Buffer();  // last use of grad_l1_dot
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer grad_l1_dot_2(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             recv.data(), /*trans_a=*/true, grad_mul_5.data(), false, grad_l1_dot_2.data());
-    recv = rt::Buffer();  // last use of recv
-    grad_mul_5 = rt::Buffer();  // last use of grad_mul_5
-
-    // ==== F1: micro-batch 1 forward, model chunk 1 ====
-
-    // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
-    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
-    // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 36)
-    rt::Buffer recv_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    comm.recv(recv_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 36);
-
-    // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
-    rt::Buffer l1_dot_2(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             recv_3.data(), false, dev.l1_kernel.data(), false, l1_dot_2.data());
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps tanh_4
-    rt::Buffer mul_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::Buffer tanh_4(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = rt::tanh(l1_dot_2[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
-      tanh_4[i] = v0;
-      mul_3[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
-    }  // fused loop of mul_3
-    l1_dot_2 = rt::Buffer();  // last use of l1_dot_2
-    timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
-    // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
-    rt::Buffer reduce_2(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
-    rt::reduce(mul_3.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_2.data());
-    mul_3 = rt::Buffer();  // last use of mul_3
-    timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
-    // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
-    rt::Buffer all_reduce_2 = std::move(reduce_2);  // f32[] [], in reduce_2's buffer (its last use)
-    comm.all_reduce(all_reduce_2.data(), 1, dev.group_data, rt::ReduceOp::kSum);
-
-    // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
-    timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
-    // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused mul, add
-    rt::Buffer add_3(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) {
-      const float v0 = all_reduce_2[i] * 0.0625f;  // tests/pipeline/stack_programs.cpp:44 mul
-      add_3[i] = mul_2[i] + v0;  // tests/pipeline/stack_programs.cpp:32 add
-    }  // fused loop of add_3
-    mul_2 = rt::Buffer();  // last use of mul_2
-    all_reduce_2 = rt::Buffer();  // last use of all_reduce_2
-
-    // ==== B1: micro-batch 1 backward, model chunk 1 ====
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
-    // tests/pipeline/stack_programs.cpp:44: [] => mul
-    rt::Buffer grad_mul_8(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) grad_mul_8[i] = 1.0f * 0.0625f;
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
-    // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
-    rt::Buffer grad_mul_12(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    const float grad_mul_12_b0 = grad_mul_8[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 8; ++i) {
-      const float v0 = grad_mul_12_b0 * tanh_4[i];  // tests/pipeline/stack_programs.cpp:44 mul
-      const float v1 = grad_mul_12_b0 * tanh_4[i];  // tests/pipeline/stack_programs.cpp:44 mul
-      const float v2 = v0 + v1;  // tests/pipeline/stack_programs.cpp:44 add
-      const float v3 = tanh_4[i] * tanh_4[i];  // tests/pipeline/stack_programs.cpp:42 mul
-      const float v4 = 1.0f - v3;  // tests/pipeline/stack_programs.cpp:42 sub
-      grad_mul_12[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
-    }  // fused loop of grad_mul_12
-    grad_mul_8 = rt::Buffer();  // last use of grad_mul_8
-    tanh_4 = rt::Buffer();  // last use of tanh_4
-
-    // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
-    rt::Buffer grad_l1_dot_3(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
-    rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
-             grad_mul_12.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, grad_l1_dot_3.data());
-    timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 54)
-    comm.send(grad_l1_dot_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 54);
-    grad_l1_dot_3 = rt::Buffer();  // last use of grad_l1_dot_3
-    timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
-    // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
-    rt::Buffer grad_l1_dot_4(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
-    rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
-             recv_3.data(), /*trans_a=*/true, grad_mul_12.data(), false, grad_l1_dot_4.data());
-    recv_3 = rt::Buffer();  // last use of recv_3
-    grad_mul_12 = rt::Buffer();  // last use of grad_mul_12
-
-    // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
-    timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
-    rt::Buffer grad_add_2(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
-    for (int64_t i = 0; i < 16; ++i) grad_add_2[i] = grad_l1_dot_2[i] + grad_l1_dot_4[i];
-    grad_l1_dot_2 = rt::Buffer();  // last use of grad_l1_dot_2
-    grad_l1_dot_4 = rt::Buffer();  // last use of grad_l1_dot_4
-    timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
-    rt::Buffer grad_all_reduce = std::move(grad_add_2);  // f32[4,4] [{}, {}], in grad_add_2's buffer (its last use)
-    comm.all_reduce(grad_all_reduce.data(), 16, dev.group_data, rt::ReduceOp::kSum);
-
-    // ==== after the micro-batches: the optimizer step ====
-
-    // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
-    // tests/pipeline/stack_programs.cpp:32: [] -> [] => mul
-    rt::Buffer mul_7(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) mul_7[i] = add_3[i] * 0.5f;
-    add_3 = rt::Buffer();  // last use of add_3
-    timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps mul_6
-    rt::Buffer mul_9(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
-    rt::Buffer mul_6(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = grad_all_reduce[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
-      mul_6[i] = v0;
-      mul_9[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
-    }  // fused loop of mul_9
-    grad_all_reduce = rt::Buffer();  // last use of grad_all_reduce
-    timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
-    rt::Buffer reduce_4(1, &mem, rt::uninitialized);  // f32[] []
-    rt::reduce(mul_9.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_4.data());
-    mul_9 = rt::Buffer();  // last use of mul_9
-    timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:32");
-    // tests/pipeline/stack_programs.cpp:32: [] => receive from stage 0 (message 73)
-    rt::Buffer recv_3_2(1, &mem, rt::uninitialized);  // f32[] []
-    comm.recv(recv_3_2.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
-    timeline.op("sqrt  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
-    // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused add, sqrt
-    rt::Buffer sqrt(1, &mem, rt::uninitialized);  // f32[] []
-    for (int64_t i = 0; i < 1; ++i) {
-      const float v0 = recv_3_2[i] + reduce_4[i];  // tests/pipeline/stack_programs.cpp:32 add
-      sqrt[i] = std::sqrt(v0);  // tests/pipeline/stack_programs.cpp:32 sqrt
-    }  // fused loop of sqrt
-    recv_3_2 = rt::Buffer();  // last use of recv_3_2
-    reduce_4 = rt::Buffer();  // last use of reduce_4
-    timeline.op("constant  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 4});
-    // tests/pipeline/stack_programs.cpp:32: [] => constant
-    rt::Buffer constant_6(1, &mem, rt::uninitialized);  // f32[] []
-    rt::fill(constant_6.data(), 1, 0.100000001f);
-    timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
-    // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
-    rt::Buffer& sub_2 = dev.l1_kernel;  // f32[4,4] [{}, {}], the new "l1/kernel" computed in place
-    SHARC_INDEPENDENT_ITERATIONS
-    for (int64_t i = 0; i < 16; ++i) {
-      const float v0 = mul_6[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
-      sub_2[i] = dev.l1_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
-    }  // fused loop of sub_2
-    mul_6 = rt::Buffer();  // last use of mul_6
-
-    // ---- outputs --------------------------------------------------------------
-    // "loss" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
-    if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
-      std::copy_n(mul_7.data(), 1, block);
-    if (out.loss && dev.data_index == 0) {
-      out.blocks.mark(0, rank);
-      out.loss[0] = mul_7.data()[0];
-    }  // "loss"
-    // "grad_norm" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
-    if (float* block = out.blocks.get_mutable<float>(1, rank))  // set_block()
-      std::copy_n(sqrt.data(), 1, block);
-    if (out.grad_norm && dev.data_index == 0) {
-      out.blocks.mark(1, rank);
-      out.grad_norm[0] = sqrt.data()[0];
-    }  // "grad_norm"
-    // "lr" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
-    if (float* block = out.blocks.get_mutable<float>(2, rank))  // set_block()
-      std::copy_n(constant_6.data(), 1, block);
-    if (out.lr && dev.data_index == 0) {
-      out.blocks.mark(2, rank);
-      out.lr[0] = constant_6.data()[0];
-    }  // "lr"
-
-    // ---- updates: parameters take their new values ----------------------------
-    // tests/pipeline/stack_programs.cpp:32 "l1/kernel" f32[4,4] [{}, {}] <- sub_2
-    // (computed in place)
-  };  // stage 1
-
   switch (dev.pipe_index) {
-    case 0: stage_0(); break;
-    case 1: stage_1(); break;
+    case 0: {
+      // stage 0 runs F0 F1 B0 B1
+      Step::Stage0 step(world_, dev, comm, mem, timeline, in, out, rank);
+      step.forward_mb0();
+      step.forward_mb0_l0();
+      step.forward_mb1();
+      step.forward_mb1_l0();
+      step.backward_mb0_l1();
+      step.backward_mb0_l0();
+      step.backward_mb1_l1();
+      step.backward_mb1_l0();
+      step.post();
+      step.outputs();
+      break;
+    }
+    case 1: {
+      // stage 1 runs F0 B0 F1 B1
+      Step::Stage1 step(world_, dev, comm, mem, timeline, in, out, rank);
+      step.forward_mb0();
+      step.forward_mb0_l1();
+      step.backward_mb0();
+      step.backward_mb0_l1();
+      step.forward_mb1();
+      step.forward_mb1_l1();
+      step.backward_mb1();
+      step.backward_mb1_l1();
+      step.post();
+      step.outputs();
+      break;
+    }
     default: break;
   }  // switch
 }  // Program::forward_device
+
+// F0: micro-batch 0 forward, model chunk 0, from inputs
+void Program::Step::Stage0::forward_mb0() {
+  // ==== F0: micro-batch 0 forward, model chunk 0 ====
+  // ---- inputs ---------------------------------------------------------------
+  timeline.op("input  tests/pipeline/stack_programs.cpp:31", {.flops = 16, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:31: input "x" f32[8,4] [{"data"}, {}] => this device's block
+  x = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{"data"}, {}]
+  if (const auto* block = in.blocks.get<float>(0, rank))  // set_block()
+    std::copy_n(block, 16, x.data());
+  else
+    rt::strided_copy(in.x + dev.data_index * 4 * 4, {4, 4}, {4, 1}, x.data());
+
+  // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
+  timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
+  reshape = rt::Buffer(16, &mem, rt::uninitialized);  // f32[2,2,4] [{"data"}, {}, {}]
+  rt::copy(x.data(), reshape.data(), 16);
+  timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
+  // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [0, 1)
+  slice = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
+  rt::strided_copy(reshape.data(), {2, 1, 4}, {8, 4, 1}, slice.data());
+  reshape = rt::Buffer();  // last use of reshape
+  timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
+  // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
+  reshape_2 = std::move(slice);  // f32[2,4] [{"data"}, {}], in slice's buffer (its last use)
+}  // Program::Step::Stage0::forward_mb0
+
+// l0 in F0: micro-batch 0 forward, model chunk 0
+void Program::Step::Stage0::forward_mb0_l0() {
+  // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
+  l0_dot = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
+           reshape_2.data(), false, dev.l0_kernel.data(), false, l0_dot.data());
+
+  // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
+  timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
+  // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
+  tanh = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  for (int64_t i = 0; i < 8; ++i) tanh[i] = rt::tanh(l0_dot[i]);
+  l0_dot = rt::Buffer();  // last use of l0_dot
+  timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
+  // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 7)
+  comm.send(tanh.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 7);
+}  // Program::Step::Stage0::forward_mb0_l0
+
+// F1: micro-batch 1 forward, model chunk 0, from reshape (tests/pipeline/stack_programs.cpp:32)
+void Program::Step::Stage0::forward_mb1() {
+  // ==== F1: micro-batch 1 forward, model chunk 0 ====
+  // ---- reshape (tests/pipeline/stack_programs.cpp:32) -----------------------
+  timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}] -> [{"data"}, {}, {}] => reshape
+  reshape_3 = std::move(x);  // f32[2,2,4] [{"data"}, {}, {}], in x's buffer (its last use)
+  timeline.op("slice  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 96});
+  // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}, {}] => slice dim=1 [1, 2)
+  slice_2 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,1,4] [{"data"}, {}, {}]
+  rt::strided_copy(reshape_3.data() + 4, {2, 1, 4}, {8, 4, 1}, slice_2.data());
+  reshape_3 = rt::Buffer();  // last use of reshape_3
+  timeline.op("reshape  tests/pipeline/stack_programs.cpp:32", {.flops = 8, .bytes = 64});
+  // tests/pipeline/stack_programs.cpp:32: [{"data"}, {}, {}] -> [{"data"}, {}] => reshape
+  reshape_4 = std::move(slice_2);  // f32[2,4] [{"data"}, {}], in slice_2's buffer (its last use)
+}  // Program::Step::Stage0::forward_mb1
+
+// l0 in F1: micro-batch 1 forward, model chunk 0
+void Program::Step::Stage0::forward_mb1_l0() {
+  // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
+  l0_dot_2 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
+           reshape_4.data(), false, dev.l0_kernel.data(), false, l0_dot_2.data());
+
+  // ---- tanh (tests/pipeline/stack_programs.cpp:38) --------------------------
+  timeline.op("tanh  tests/pipeline/stack_programs.cpp:38", {.flops = 8, .bytes = 64});
+  // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => tanh
+  tanh_3 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  for (int64_t i = 0; i < 8; ++i) tanh_3[i] = rt::tanh(l0_dot_2[i]);
+  l0_dot_2 = rt::Buffer();  // last use of l0_dot_2
+  timeline.comm_op("send  tests/pipeline/stack_programs.cpp:38");
+  // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => send to stage 1 (message 36)
+  comm.send(tanh_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 36);
+}  // Program::Step::Stage0::forward_mb1_l0
+
+// l1 in B0: micro-batch 0 backward, model chunk 0
+void Program::Step::Stage0::backward_mb0_l1() {
+  // ==== B0: micro-batch 0 backward, model chunk 0 ====
+  // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+  timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 25)
+  grad_l1_recv = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  comm.recv(grad_l1_recv.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 25);
+
+  // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
+  // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
+  grad_mul_7 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 8; ++i) {
+    const float v0 = tanh[i] * tanh[i];  // tests/pipeline/stack_programs.cpp:38 mul
+    const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
+    grad_mul_7[i] = grad_l1_recv[i] * v1;  // tests/pipeline/stack_programs.cpp:38 mul
+  }  // fused loop of grad_mul_7
+  grad_l1_recv = rt::Buffer();  // last use of grad_l1_recv
+  tanh = rt::Buffer();  // last use of tanh
+}  // Program::Step::Stage0::backward_mb0_l1
+
+// l0 in B0: micro-batch 0 backward, model chunk 0
+void Program::Step::Stage0::backward_mb0_l0() {
+  // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
+  grad_l0_dot = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+  rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
+           reshape_2.data(), /*trans_a=*/true, grad_mul_7.data(), false, grad_l0_dot.data());
+  reshape_2 = rt::Buffer();  // last use of reshape_2
+  grad_mul_7 = rt::Buffer();  // last use of grad_mul_7
+}  // Program::Step::Stage0::backward_mb0_l0
+
+// l1 in B1: micro-batch 1 backward, model chunk 0
+void Program::Step::Stage0::backward_mb1_l1() {
+  // ==== B1: micro-batch 1 backward, model chunk 0 ====
+  // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+  timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:42 l1");
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] => receive from stage 1 (message 54)
+  grad_l1_recv_3 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  comm.recv(grad_l1_recv_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 1), 54);
+
+  // ---- mul (tests/pipeline/stack_programs.cpp:38) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:38", {.flops = 24, .bytes = 96});
+  // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] -> [{"data"}, {}] => fused mul, sub, mul
+  grad_mul_14 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 8; ++i) {
+    const float v0 = tanh_3[i] * tanh_3[i];  // tests/pipeline/stack_programs.cpp:38 mul
+    const float v1 = 1.0f - v0;  // tests/pipeline/stack_programs.cpp:38 sub
+    grad_mul_14[i] = grad_l1_recv_3[i] * v1;  // tests/pipeline/stack_programs.cpp:38 mul
+  }  // fused loop of grad_mul_14
+  grad_l1_recv_3 = rt::Buffer();  // last use of grad_l1_recv_3
+  tanh_3 = rt::Buffer();  // last use of tanh_3
+}  // Program::Step::Stage0::backward_mb1_l1
+
+// l0 in B1: micro-batch 1 backward, model chunk 0
+void Program::Step::Stage0::backward_mb1_l0() {
+  // ---- l0 (tests/pipeline/stack_programs.cpp:38) ----------------------------
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:38 l0", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:38 l0: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
+  grad_l0_dot_2 = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+  rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
+           reshape_4.data(), /*trans_a=*/true, grad_mul_14.data(), false, grad_l0_dot_2.data());
+  reshape_4 = rt::Buffer();  // last use of reshape_4
+  grad_mul_14 = rt::Buffer();  // last use of grad_mul_14
+
+  // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
+  timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
+  grad_add = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+  for (int64_t i = 0; i < 16; ++i) grad_add[i] = grad_l0_dot[i] + grad_l0_dot_2[i];
+  grad_l0_dot = rt::Buffer();  // last use of grad_l0_dot
+  grad_l0_dot_2 = rt::Buffer();  // last use of grad_l0_dot_2
+  timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
+  grad_all_reduce = std::move(grad_add);  // f32[4,4] [{}, {}], in grad_add's buffer (its last use)
+  comm.all_reduce(grad_all_reduce.data(), 16, dev.group_data, rt::ReduceOp::kSum);
+}  // Program::Step::Stage0::backward_mb1_l0
+
+// after the micro-batches: the optimizer step, from mul (tests/pipeline/stack_programs.cpp:32)
+void Program::Step::Stage0::post() {
+  // ==== after the micro-batches: the optimizer step ====
+  // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps mul_5
+  mul_8 = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+  mul_5 = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 16; ++i) {
+    const float v0 = grad_all_reduce[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
+    mul_5[i] = v0;
+    mul_8[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
+  }  // fused loop of mul_8
+  grad_all_reduce = rt::Buffer();  // last use of grad_all_reduce
+  timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
+  reduce_3 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  rt::reduce(mul_8.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_3.data());
+  mul_8 = rt::Buffer();  // last use of mul_8
+  timeline.comm_op("send  tests/pipeline/stack_programs.cpp:32");
+  // tests/pipeline/stack_programs.cpp:32: [] -> [] => send to stage 1 (message 73)
+  comm.send(reduce_3.data(), 1, world_.mesh().peer_on_axis(rank, 0, 1), 73);
+  reduce_3 = rt::Buffer();  // last use of reduce_3
+  timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
+  // tests/pipeline/stack_programs.cpp:32: [] -> [] => add
+  // add_5 is dev.opt_step (a reference member): f32[] [], the new "opt/step" computed in place
+  for (int64_t i = 0; i < 1; ++i) add_5[i] = dev.opt_step[i] + 1.0f;
+  timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
+  // sub is dev.l0_kernel (a reference member): f32[4,4] [{}, {}], the new "l0/kernel" computed in place
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 16; ++i) {
+    const float v0 = mul_5[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
+    sub[i] = dev.l0_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
+  }  // fused loop of sub
+  mul_5 = rt::Buffer();  // last use of mul_5
+}  // Program::Step::Stage0::post
+
+// the outputs, and parameters take their new values
+void Program::Step::Stage0::outputs() {
+  // ---- outputs --------------------------------------------------------------
+
+  // ---- updates: parameters take their new values ----------------------------
+  // tests/pipeline/stack_programs.cpp:32 "l0/kernel" f32[4,4] [{}, {}] <- sub
+  // (computed in place)
+  // tests/pipeline/stack_programs.cpp:32 "opt/step" f32[] [] <- add_5
+  // (computed in place)
+}  // Program::Step::Stage0::outputs
+
+// F0: micro-batch 0 forward, model chunk 1, from recv (tests/pipeline/stack_programs.cpp:38)
+void Program::Step::Stage1::forward_mb0() {
+  // ==== F0: micro-batch 0 forward, model chunk 1 ====
+  // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
+  timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
+  // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 7)
+  recv = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  comm.recv(recv.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 7);
+}  // Program::Step::Stage1::forward_mb0
+
+// l1 in F0: micro-batch 0 forward, model chunk 1
+void Program::Step::Stage1::forward_mb0_l1() {
+  // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
+  l1_dot = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
+           recv.data(), false, dev.l1_kernel.data(), false, l1_dot.data());
+
+  // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
+  // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps tanh_2
+  mul = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  tanh_2 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 8; ++i) {
+    const float v0 = rt::tanh(l1_dot[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+    tanh_2[i] = v0;
+    mul[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
+  }  // fused loop of mul
+  l1_dot = rt::Buffer();  // last use of l1_dot
+  timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
+  // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
+  reduce = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
+  rt::reduce(mul.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, reduce.data());
+  mul = rt::Buffer();  // last use of mul
+  timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
+  // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
+  all_reduce = std::move(reduce);  // f32[] [], in reduce's buffer (its last use)
+  comm.all_reduce(all_reduce.data(), 1, dev.group_data, rt::ReduceOp::kSum);
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 8});
+  // tests/pipeline/stack_programs.cpp:44: [] -> [] => mul
+  mul_2 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) mul_2[i] = all_reduce[i] * 0.0625f;
+  all_reduce = rt::Buffer();  // last use of all_reduce
+}  // Program::Step::Stage1::forward_mb0_l1
+
+// B0: micro-batch 0 backward, model chunk 1, from mul (tests/pipeline/stack_programs.cpp:44)
+void Program::Step::Stage1::backward_mb0() {
+  // ==== B0: micro-batch 0 backward, model chunk 1 ====
+  // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
+  // tests/pipeline/stack_programs.cpp:44: [] => mul
+  grad_mul = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) grad_mul[i] = 1.0f * 0.0625f;
+
+  // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
+  // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
+  grad_mul_5 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  const float grad_mul_5_b0 = grad_mul[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 8; ++i) {
+    const float v0 = grad_mul_5_b0 * tanh_2[i];  // tests/pipeline/stack_programs.cpp:44 mul
+    const float v1 = grad_mul_5_b0 * tanh_2[i];  // tests/pipeline/stack_programs.cpp:44 mul
+    const float v2 = v0 + v1;  // tests/pipeline/stack_programs.cpp:44 add
+    const float v3 = tanh_2[i] * tanh_2[i];  // tests/pipeline/stack_programs.cpp:42 mul
+    const float v4 = 1.0f - v3;  // tests/pipeline/stack_programs.cpp:42 sub
+    grad_mul_5[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
+  }  // fused loop of grad_mul_5
+  grad_mul = rt::Buffer();  // last use of grad_mul
+  tanh_2 = rt::Buffer();  // last use of tanh_2
+}  // Program::Step::Stage1::backward_mb0
+
+// l1 in B0: micro-batch 0 backward, model chunk 1
+void Program::Step::Stage1::backward_mb0_l1() {
+  // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
+  grad_l1_dot = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
+           grad_mul_5.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, grad_l1_dot.data());
+  timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 25)
+  comm.send(grad_l1_dot.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 25);
+  grad_l1_dot = rt::Buffer();  // last use of grad_l1_dot
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
+  grad_l1_dot_2 = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+  rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
+           recv.data(), /*trans_a=*/true, grad_mul_5.data(), false, grad_l1_dot_2.data());
+  recv = rt::Buffer();  // last use of recv
+  grad_mul_5 = rt::Buffer();  // last use of grad_mul_5
+}  // Program::Step::Stage1::backward_mb0_l1
+
+// F1: micro-batch 1 forward, model chunk 1, from recv (tests/pipeline/stack_programs.cpp:38)
+void Program::Step::Stage1::forward_mb1() {
+  // ==== F1: micro-batch 1 forward, model chunk 1 ====
+  // ---- recv (tests/pipeline/stack_programs.cpp:38) --------------------------
+  timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:38");
+  // tests/pipeline/stack_programs.cpp:38: [{"data"}, {}] => receive from stage 0 (message 36)
+  recv_3 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  comm.recv(recv_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 36);
+}  // Program::Step::Stage1::forward_mb1
+
+// l1 in F1: micro-batch 1 forward, model chunk 1
+void Program::Step::Stage1::forward_mb1_l1() {
+  // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[0]
+  l1_dot_2 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
+           recv_3.data(), false, dev.l1_kernel.data(), false, l1_dot_2.data());
+
+  // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 16, .bytes = 96});
+  // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [{"data"}, {}] => fused tanh, mul; also keeps tanh_4
+  mul_3 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  tanh_4 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 8; ++i) {
+    const float v0 = rt::tanh(l1_dot_2[i]);  // tests/pipeline/stack_programs.cpp:42 tanh
+    tanh_4[i] = v0;
+    mul_3[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:44 mul
+  }  // fused loop of mul_3
+  l1_dot_2 = rt::Buffer();  // last use of l1_dot_2
+  timeline.op("reduce  tests/pipeline/stack_programs.cpp:44", {.flops = 8, .bytes = 36});
+  // tests/pipeline/stack_programs.cpp:44: [{"data"}, {}] -> [] partial={"data"} => reduce sum
+  reduce_2 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] [] partial={"data"}
+  rt::reduce(mul_3.data(), {2, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_2.data());
+  mul_3 = rt::Buffer();  // last use of mul_3
+  timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:44");
+  // tests/pipeline/stack_programs.cpp:44: [] partial={"data"} -> [] => all_reduce(data)
+  all_reduce_2 = std::move(reduce_2);  // f32[] [], in reduce_2's buffer (its last use)
+  comm.all_reduce(all_reduce_2.data(), 1, dev.group_data, rt::ReduceOp::kSum);
+
+  // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
+  timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
+  // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused mul, add
+  add_3 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) {
+    const float v0 = all_reduce_2[i] * 0.0625f;  // tests/pipeline/stack_programs.cpp:44 mul
+    add_3[i] = mul_2[i] + v0;  // tests/pipeline/stack_programs.cpp:32 add
+  }  // fused loop of add_3
+  mul_2 = rt::Buffer();  // last use of mul_2
+  all_reduce_2 = rt::Buffer();  // last use of all_reduce_2
+}  // Program::Step::Stage1::forward_mb1_l1
+
+// B1: micro-batch 1 backward, model chunk 1, from mul (tests/pipeline/stack_programs.cpp:44)
+void Program::Step::Stage1::backward_mb1() {
+  // ==== B1: micro-batch 1 backward, model chunk 1 ====
+  // ---- mul (tests/pipeline/stack_programs.cpp:44) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:44", {.flops = 1, .bytes = 4});
+  // tests/pipeline/stack_programs.cpp:44: [] => mul
+  grad_mul_8 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) grad_mul_8[i] = 1.0f * 0.0625f;
+
+  // ---- mul (tests/pipeline/stack_programs.cpp:42) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:42", {.flops = 48, .bytes = 68});
+  // tests/pipeline/stack_programs.cpp:42: [], [{"data"}, {}] -> [{"data"}, {}] => fused broadcast, mul, mul, add, mul, sub, mul
+  grad_mul_12 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  const float grad_mul_12_b0 = grad_mul_8[0];  // broadcast at tests/pipeline/stack_programs.cpp:44
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 8; ++i) {
+    const float v0 = grad_mul_12_b0 * tanh_4[i];  // tests/pipeline/stack_programs.cpp:44 mul
+    const float v1 = grad_mul_12_b0 * tanh_4[i];  // tests/pipeline/stack_programs.cpp:44 mul
+    const float v2 = v0 + v1;  // tests/pipeline/stack_programs.cpp:44 add
+    const float v3 = tanh_4[i] * tanh_4[i];  // tests/pipeline/stack_programs.cpp:42 mul
+    const float v4 = 1.0f - v3;  // tests/pipeline/stack_programs.cpp:42 sub
+    grad_mul_12[i] = v2 * v4;  // tests/pipeline/stack_programs.cpp:42 mul
+  }  // fused loop of grad_mul_12
+  grad_mul_8 = rt::Buffer();  // last use of grad_mul_8
+  tanh_4 = rt::Buffer();  // last use of tanh_4
+}  // Program::Step::Stage1::backward_mb1
+
+// l1 in B1: micro-batch 1 backward, model chunk 1
+void Program::Step::Stage1::backward_mb1_l1() {
+  // ---- l1 (tests/pipeline/stack_programs.cpp:42) ----------------------------
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}], [{}, {}] -> [{"data"}, {}] => dot contract=[1]x[1]
+  grad_l1_dot_3 = rt::Buffer(8, &mem, rt::uninitialized);  // f32[2,4] [{"data"}, {}]
+  rt::gemm(/*batch=*/1, /*M=*/2, /*N=*/4, /*K=*/4,
+           grad_mul_12.data(), false, dev.l1_kernel.data(), /*trans_b=*/true, grad_l1_dot_3.data());
+  timeline.comm_op("send  tests/pipeline/stack_programs.cpp:42 l1");
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{"data"}, {}] => send to stage 0 (message 54)
+  comm.send(grad_l1_dot_3.data(), 8, world_.mesh().peer_on_axis(rank, 0, 0), 54);
+  grad_l1_dot_3 = rt::Buffer();  // last use of grad_l1_dot_3
+  timeline.op("dot  tests/pipeline/stack_programs.cpp:42 l1", {.flops = 64, .bytes = 128});
+  // tests/pipeline/stack_programs.cpp:42 l1: [{"data"}, {}] -> [{}, {}] partial={"data"} => dot contract=[0]x[0]
+  grad_l1_dot_4 = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+  rt::gemm(/*batch=*/1, /*M=*/4, /*N=*/4, /*K=*/2,
+           recv_3.data(), /*trans_a=*/true, grad_mul_12.data(), false, grad_l1_dot_4.data());
+  recv_3 = rt::Buffer();  // last use of recv_3
+  grad_mul_12 = rt::Buffer();  // last use of grad_mul_12
+
+  // ---- add (tests/pipeline/stack_programs.cpp:32) ---------------------------
+  timeline.op("add  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 192});
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] partial={"data"} => add
+  grad_add_2 = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}] partial={"data"}
+  for (int64_t i = 0; i < 16; ++i) grad_add_2[i] = grad_l1_dot_2[i] + grad_l1_dot_4[i];
+  grad_l1_dot_2 = rt::Buffer();  // last use of grad_l1_dot_2
+  grad_l1_dot_4 = rt::Buffer();  // last use of grad_l1_dot_4
+  timeline.comm_op("all_reduce  tests/pipeline/stack_programs.cpp:32");
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] partial={"data"} -> [{}, {}] => all_reduce(data)
+  grad_all_reduce = std::move(grad_add_2);  // f32[4,4] [{}, {}], in grad_add_2's buffer (its last use)
+  comm.all_reduce(grad_all_reduce.data(), 16, dev.group_data, rt::ReduceOp::kSum);
+}  // Program::Step::Stage1::backward_mb1_l1
+
+// after the micro-batches: the optimizer step, from mul (tests/pipeline/stack_programs.cpp:32)
+void Program::Step::Stage1::post() {
+  // ==== after the micro-batches: the optimizer step ====
+  // ---- mul (tests/pipeline/stack_programs.cpp:32) ---------------------------
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 8});
+  // tests/pipeline/stack_programs.cpp:32: [] -> [] => mul
+  mul_7 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) mul_7[i] = add_3[i] * 0.5f;
+  add_3 = rt::Buffer();  // last use of add_3
+  timeline.op("mul  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused mul, mul; also keeps mul_6
+  mul_9 = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+  mul_6 = rt::Buffer(16, &mem, rt::uninitialized);  // f32[4,4] [{}, {}]
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 16; ++i) {
+    const float v0 = grad_all_reduce[i] * 0.5f;  // tests/pipeline/stack_programs.cpp:32 mul
+    mul_6[i] = v0;
+    mul_9[i] = v0 * v0;  // tests/pipeline/stack_programs.cpp:32 mul
+  }  // fused loop of mul_9
+  grad_all_reduce = rt::Buffer();  // last use of grad_all_reduce
+  timeline.op("reduce  tests/pipeline/stack_programs.cpp:32", {.flops = 16, .bytes = 68});
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [] => reduce sum
+  reduce_4 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  rt::reduce(mul_9.data(), {4, 4}, {0, 1}, rt::ReduceOp::kSum, reduce_4.data());
+  mul_9 = rt::Buffer();  // last use of mul_9
+  timeline.comm_op("recv  tests/pipeline/stack_programs.cpp:32");
+  // tests/pipeline/stack_programs.cpp:32: [] => receive from stage 0 (message 73)
+  recv_3_2 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  comm.recv(recv_3_2.data(), 1, world_.mesh().peer_on_axis(rank, 0, 0), 73);
+  timeline.op("sqrt  tests/pipeline/stack_programs.cpp:32", {.flops = 2, .bytes = 12});
+  // tests/pipeline/stack_programs.cpp:32: [] -> [] => fused add, sqrt
+  sqrt = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  for (int64_t i = 0; i < 1; ++i) {
+    const float v0 = recv_3_2[i] + reduce_4[i];  // tests/pipeline/stack_programs.cpp:32 add
+    sqrt[i] = std::sqrt(v0);  // tests/pipeline/stack_programs.cpp:32 sqrt
+  }  // fused loop of sqrt
+  recv_3_2 = rt::Buffer();  // last use of recv_3_2
+  reduce_4 = rt::Buffer();  // last use of reduce_4
+  timeline.op("constant  tests/pipeline/stack_programs.cpp:32", {.flops = 1, .bytes = 4});
+  // tests/pipeline/stack_programs.cpp:32: [] => constant
+  constant_6 = rt::Buffer(1, &mem, rt::uninitialized);  // f32[] []
+  rt::fill(constant_6.data(), 1, 0.100000001f);
+  timeline.op("sub  tests/pipeline/stack_programs.cpp:32", {.flops = 32, .bytes = 192});
+  // tests/pipeline/stack_programs.cpp:32: [{}, {}] -> [{}, {}] => fused broadcast, mul, sub
+  // sub_2 is dev.l1_kernel (a reference member): f32[4,4] [{}, {}], the new "l1/kernel" computed in place
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < 16; ++i) {
+    const float v0 = mul_6[i] * 0.100000001f;  // tests/pipeline/stack_programs.cpp:32 mul
+    sub_2[i] = dev.l1_kernel[i] - v0;  // tests/pipeline/stack_programs.cpp:32 sub
+  }  // fused loop of sub_2
+  mul_6 = rt::Buffer();  // last use of mul_6
+}  // Program::Step::Stage1::post
+
+// the outputs, and parameters take their new values
+void Program::Step::Stage1::outputs() {
+  // ---- outputs --------------------------------------------------------------
+  // "loss" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
+  if (float* block = out.blocks.get_mutable<float>(0, rank))  // set_block()
+    std::copy_n(mul_7.data(), 1, block);
+  if (out.loss && dev.data_index == 0) {
+    out.blocks.mark(0, rank);
+    out.loss[0] = mul_7.data()[0];
+  }  // "loss"
+  // "grad_norm" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
+  if (float* block = out.blocks.get_mutable<float>(1, rank))  // set_block()
+    std::copy_n(sqrt.data(), 1, block);
+  if (out.grad_norm && dev.data_index == 0) {
+    out.blocks.mark(1, rank);
+    out.grad_norm[0] = sqrt.data()[0];
+  }  // "grad_norm"
+  // "lr" (tests/pipeline/stack_programs.cpp:32): block f32[] [] of the global f32[]; replicated over "data", so one copy writes it
+  if (float* block = out.blocks.get_mutable<float>(2, rank))  // set_block()
+    std::copy_n(constant_6.data(), 1, block);
+  if (out.lr && dev.data_index == 0) {
+    out.blocks.mark(2, rank);
+    out.lr[0] = constant_6.data()[0];
+  }  // "lr"
+
+  // ---- updates: parameters take their new values ----------------------------
+  // tests/pipeline/stack_programs.cpp:32 "l1/kernel" f32[4,4] [{}, {}] <- sub_2
+  // (computed in place)
+}  // Program::Step::Stage1::outputs
 
 const Program::Device& Program::device(int rank, std::string_view call) const {
   if (rank >= 0 && rank < kNumDevices && devices_[rank]) return *devices_[rank];

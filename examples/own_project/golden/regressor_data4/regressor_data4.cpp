@@ -381,6 +381,7 @@ void Program::forward(const Inputs& in, Outputs& out) {
 // last use), and the parts, one member function each (a block's forward, its
 // backward, the optimizer), so that the compiler takes one part at a time.
 struct Program::Step {
+  rt::World& world_;
   Device& dev;
   rt::Communicator& comm;
   rt::DeviceMemory& mem;
@@ -388,9 +389,9 @@ struct Program::Step {
   const Inputs& in;
   Outputs& out;
   int rank;
-  Step(Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_, rt::Timeline& timeline_,
-       const Inputs& in_, Outputs& out_, int rank_)
-      : dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
+  Step(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
+       rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
+      : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
 
   rt::Buffer x;  // from forward()
   rt::Buffer y;  // from forward()
@@ -449,12 +450,12 @@ struct Program::Step {
   rt::Buffer& add_18 = dev.opt_v_head_bias;  // the new "opt/v/head/bias" computed in place, from optimizer()
 
   void forward();  // forward, from inputs
-  void forward_hidden();  // hidden's forward
-  void forward_head();  // head's forward
+  void forward_hidden();  // hidden in forward
+  void forward_head();  // head in forward
   void backward();  // backward, from mul (model.cpp:44)
-  void backward_head();  // head's backward
-  void backward_hidden();  // hidden's backward
-  void backward_head_2();  // head's backward, part 2
+  void backward_head();  // head in backward
+  void backward_hidden();  // hidden in backward
+  void backward_head_2();  // head in backward, part 2
   void optimizer();  // optimizer step, from mul (model.cpp:42)
   void outputs();  // the outputs, and parameters take their new values
 };  // struct Program::Step
@@ -472,7 +473,7 @@ void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,
   // wall clock, its modelled cost on the virtual one; one branch when the
   // world's clock is off (rt::ThreadWorld::set_clock).
   [[maybe_unused]] rt::Timeline& timeline = world_.timeline(rank);
-  Step step(dev, comm, mem, timeline, in, out, rank);
+  Step step(world_, dev, comm, mem, timeline, in, out, rank);
   step.forward();
   step.forward_hidden();
   step.forward_head();
@@ -503,7 +504,7 @@ void Program::Step::forward() {
     rt::strided_copy(in.y + dev.data_index * 8, {8, 1}, {1, 1}, y.data());
 }  // Program::Step::forward
 
-// hidden's forward
+// hidden in forward
 void Program::Step::forward_hidden() {
   // ---- hidden (model.cpp:29) ------------------------------------------------
   timeline.op("dot  model.cpp:29 hidden", {.flops = 32768, .bytes = 11264});
@@ -530,7 +531,7 @@ void Program::Step::forward_hidden() {
   hidden_dot = rt::Buffer();  // last use of hidden_dot
 }  // Program::Step::forward_hidden
 
-// head's forward
+// head in forward
 void Program::Step::forward_head() {
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.op("dot  model.cpp:29 head", {.flops = 1024, .bytes = 2336});
@@ -591,7 +592,7 @@ void Program::Step::backward() {
   sub = rt::Buffer();  // last use of sub
 }  // Program::Step::backward
 
-// head's backward
+// head in backward
 void Program::Step::backward_head() {
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.op("reduce  model.cpp:29 head", {.flops = 8, .bytes = 36});
@@ -638,7 +639,7 @@ void Program::Step::backward_head() {
   hidden_add = rt::Buffer();  // last use of hidden_add
 }  // Program::Step::backward_head
 
-// hidden's backward
+// hidden in backward
 void Program::Step::backward_hidden() {
   // ---- hidden (model.cpp:29) ------------------------------------------------
   timeline.op("reduce  model.cpp:29 hidden", {.flops = 512, .bytes = 2304});
@@ -654,7 +655,7 @@ void Program::Step::backward_hidden() {
   grad_mul_13 = rt::Buffer();  // last use of grad_mul_13
 }  // Program::Step::backward_hidden
 
-// head's backward, part 2
+// head in backward, part 2
 void Program::Step::backward_head_2() {
   // ---- head (model.cpp:29) --------------------------------------------------
   timeline.comm_op("all_reduce  model.cpp:29 head");
