@@ -38,7 +38,7 @@
 # with ProgramBuilder::option (a depth, a width): OPTIONS layers=12 builds the
 # same model file at 12 layers; an option the program does not read fails
 # the build, naming those it does. DUMP_IR also writes the IR after every pass
-# (00_traced.ir, 01_after_resolve_logical_axes.ir, ...) to
+# (00_traced.ir, 01_after_rematerialize.ir, ...) to
 # <build>/sharc_generated/NAME/ir/. A mistake in the model fails the build with
 # the model's file:line, and no generated files are left behind.
 #

@@ -23,7 +23,8 @@ bool needs_group(const Node& v) {
 
 // What a value that is neither a parameter nor an input is called: the layer
 // that made it and its op ("dense1_dot", "h0_attn_reshape"; "relu" outside
-// a layer), "grad_" first for the gradient computation; name_values() adds
+// a layer), "grad_" first for the gradient computation and "remat_" for a
+// forward value computed again for it (passes/rematerialize.h); name_values() adds
 // "_n" to the n-th value of one name. Nothing is numbered program-wide, so a
 // mesh that adds or drops collectives, or an op appended to the model,
 // renames nothing else and a diff of two generated files shows only what
@@ -32,6 +33,7 @@ std::string value_name(const Node& v) {
   std::string base = ir::op_name(v.op);
   if (!v.name.empty()) base = v.name + "_" + base;
   if (v.backward) base = "grad_" + base;
+  if (v.remat) base = "remat_" + base;  // computed again for the backward pass
   return base;
 }
 

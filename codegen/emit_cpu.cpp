@@ -1701,7 +1701,7 @@ class CpuEmitter {
   // ("h0" for "h0/attn/qkv"; "" outside layers, which joins the part before).
   static std::pair<std::string, std::string> part_of(const Node& v) {
     const std::string phase =
-        v.micro_batch == ir::kAfterMicroBatches ? "optimizer" : v.backward ? "backward" : "forward";
+        v.micro_batch == ir::kAfterMicroBatches ? "optimizer" : v.backward || v.remat ? "backward" : "forward";
     std::string block;
     if (v.op != Op::kInput && v.op != Op::kParameter && !v.name.empty())
       block = v.name.substr(0, v.name.find('/'));

@@ -20,6 +20,7 @@
 #include "codegen/passes/combine_reductions.h"
 #include "codegen/passes/partition_per_device.h"
 #include "codegen/passes/propagate_shardings.h"
+#include "codegen/passes/rematerialize.h"
 #include "codegen/passes/resolve_logical_axes.h"
 #include "codegen/passes/ring_collective_matmul.h"
 #include "codegen/passes/widen_reductions.h"
@@ -67,6 +68,8 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   g.mesh = mesh;
   ir::verify(g);
   stage("traced", g);
+  g = rematerialize(g);  // on the global program: copies are ordinary forward ops
+  stage("after_rematerialize", g);
   std::vector<std::string> log;
   std::optional<LogicalRules> rules = options.rules ? options.rules : g.rules;
   g = resolve_logical_axes(std::move(g), rules, &log);

@@ -204,7 +204,7 @@ StagePlan plan_stages(const ir::Graph& g, ir::PipelineSchedule schedule, int v) 
     if (n.micro_batch >= ir::kAfterMicroBatches) {
       u = post(s);
     } else if (n.micro_batch >= 0) {
-      const Phase ph = n.backward ? Phase::kBackward : Phase::kForward;
+      const Phase ph = n.backward || n.remat ? Phase::kBackward : Phase::kForward;  // remat: for the backward
       auto it = unit_index[s].find({static_cast<int>(ph), plan.chunk[i], n.micro_batch});
       if (it == unit_index[s].end())
         internal_error("plan_stages: no unit for micro-batch " + std::to_string(n.micro_batch) + " of chunk " +

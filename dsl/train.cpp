@@ -74,6 +74,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
       user_error(loc, "train_step: batch dimension of " + x.describe() + " does not divide into " +
                           std::to_string(k) + " micro-batches" + whose);
   }
+  g.remat = o.remat;  // applied when the program is lowered (codegen/passes/rematerialize.h)
   // Every parameter traced so far is trained.
   std::vector<int> params;
   for (size_t i = 0; i < g.nodes.size(); ++i)

@@ -67,9 +67,21 @@ inline Optimizer adamw(Schedule lr, double weight_decay = 1e-4, double b1 = 0.9,
   return o;
 }
 
+// Rematerialization of a named block (activation checkpointing): see
+// ir::RematPolicy. `block` is a layer label path, e.g. "h3" for a transformer's
+// fourth block or "h3/mlp" for its MLP only; lowering fails at this call's
+// line when no op of the model has that label.
+//   TrainOptions o;
+//   for (int i = 0; i < layers; ++i) o.remat.push_back(remat("h" + std::to_string(i), RematPolicy::kRecomputeAll));
+using ir::RematPolicy;
+inline ir::RematRule remat(std::string block, RematPolicy policy, SrcLoc loc = Here::current()) {
+  return {std::move(block), policy, loc};
+}
+
 struct TrainOptions {
   std::optional<double> clip_global_norm;  // optax.clip_by_global_norm(max_norm)
   int accumulate_steps = 1;                // micro-batches per step (gradients averaged)
+  std::vector<ir::RematRule> remat = {};   // per block; blocks without one save everything
 };
 
 // The loss of one micro-batch: receives the micro-batch slices of `batch`, in

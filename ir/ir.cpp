@@ -66,6 +66,15 @@ const char* schedule_name(PipelineSchedule s) {
   return "?";
 }
 
+const char* remat_policy_name(RematPolicy p) {
+  switch (p) {
+    case RematPolicy::kSaveAll: return "save_all";
+    case RematPolicy::kRecomputeAll: return "recompute_all";
+    case RematPolicy::kSaveDots: return "save_dots";
+  }
+  return "?";
+}
+
 std::optional<PipelineSchedule> parse_schedule(std::string_view name) {
   for (PipelineSchedule s : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved})
     if (name == schedule_name(s)) return s;

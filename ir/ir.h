@@ -164,6 +164,24 @@ struct PipelineConfig {
   SrcLoc loc;              // the set_pipeline call
 };
 
+// Rematerialization (activation checkpointing) of a named block, as
+// jax.checkpoint's policies: kSaveAll keeps every forward value the backward
+// pass reads (the default); kRecomputeAll keeps only the block's inputs and
+// recomputes everything inside it before its backward pass (nothing_saveable,
+// Megatron's full recompute); kSaveDots keeps the outputs of its dots and
+// recomputes the rest from them (dots_saveable, Megatron's selective
+// recompute). The pass is codegen/passes/rematerialize.h.
+enum class RematPolicy { kSaveAll, kRecomputeAll, kSaveDots };
+const char* remat_policy_name(RematPolicy p);  // "save_all", "recompute_all", "save_dots"
+
+// A block's policy: `block` is a layer label path ("h3", "h3/mlp"); it covers
+// the forward nodes whose label is that path or below it.
+struct RematRule {
+  std::string block;
+  RematPolicy policy = RematPolicy::kSaveAll;
+  SrcLoc loc;  // where the model asked for it
+};
+
 // Node::micro_batch of the optimizer step that follows all micro-batches.
 inline constexpr int kAfterMicroBatches = 1 << 30;
 
@@ -297,6 +315,9 @@ struct Node {
   // `layout_of`, which it is laid out like (-1: none).
   bool backward = false;
   int layout_of = -1;
+  // A forward op computed again for the backward pass (rematerialize): a
+  // copy of a forward node, placed before the gradient code that reads it.
+  bool remat = false;
 
   // Dot: the user's choice for this dot (dsl with_collective_matmul); kAuto
   // leaves it to the program setting. The partitioner copies it to the
@@ -315,7 +336,7 @@ struct Node {
 
   // Per-device programs: for the op partition_per_device lowers a node of the
   // global program to, how many nodes of the global program before that one
-  // have the same op, name and `backward` (-1 on the collectives and slices
+  // have the same op, name, `backward` and `remat` (-1 on the collectives and slices
   // it adds); copied by every later pass. The global program does not depend
   // on the mesh, so neither does a name made from it (the generated code's
   // variable names, codegen/emission_plan.cpp).
@@ -383,6 +404,9 @@ struct Graph {
   std::vector<std::shared_ptr<const ShardMapBody>> shard_maps;
   // Pipeline parallelism (ProgramBuilder::set_pipeline); nullopt: none.
   std::optional<PipelineConfig> pipeline;
+  // Rematerialization policies by block (TrainOptions::remat), in order; the
+  // first rule whose block covers a node decides for it.
+  std::vector<RematRule> remat;
   // While train_step traces micro-batch j (or the optimizer step), add()
   // stamps j (kAfterMicroBatches) on nodes that carry no micro-batch.
   int tracing_micro_batch = -1;

@@ -134,6 +134,7 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
   if (n.sharding) os << " " << n.sharding->str();
   if (n.fixed) os << " fixed";
   if (n.backward) os << " backward";
+  if (n.remat) os << " remat";
   if (n.loc.known() || (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput)) {
     os << "  //";
     if (n.loc.known()) os << " " << n.loc.str();

@@ -37,8 +37,8 @@ class Partitioner {
 
   ir::Graph run() {
     map_.assign(g_.nodes.size(), -1);
-    std::map<std::tuple<Op, std::string, bool>, int> seen;  // for Node::origin_rank
-    for (const Node& n : g_.nodes) rank_.push_back(seen[{n.op, n.name, n.backward}]++);
+    std::map<std::tuple<Op, std::string, bool, bool>, int> seen;  // for Node::origin_rank
+    for (const Node& n : g_.nodes) rank_.push_back(seen[{n.op, n.name, n.backward, n.remat}]++);
     for (size_t id = 0; id < g_.nodes.size(); ++id) lower(static_cast<int>(id));
     for (const ir::Output& o : g_.outputs) {
       cur_ = &g_.nodes[o.value];

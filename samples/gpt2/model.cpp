@@ -1,18 +1,23 @@
 // The GPT-2 sample's programs, registered for the generator: one training
 // step and the sampling forward pass. Which strategy they run is decided by
 // the MESH each sharc_add_program call gives (see model.h); the depth, by
-// the generation-time option "layers" (default kLayers).
+// the generation-time option "layers" (default kLayers); training programs
+// also read "remat" (model.h's train_options; default 0, save everything).
 #include "samples/gpt2/model.h"
 
 SHARC_PROGRAM(gpt2_train, b) {
-  gpt2::build_train(b, gpt2::config(b.option("layers", gpt2::kLayers)), gpt2::kTrainBatch, gpt2::default_optimizer());
+  const int64_t layers = b.option("layers", gpt2::kLayers);
+  gpt2::build_train(b, gpt2::config(layers), gpt2::kTrainBatch, gpt2::default_optimizer(),
+                    gpt2::train_options(layers, b.option("remat", 0)));
 }
 
 // The same step pipelined (--mesh pipe=2,data=2,model=2): the blocks are the
 // pipelined layers (GPT marks them), set_pipeline says how.
 SHARC_PROGRAM(gpt2_train_pipelined, b) {
   b.set_pipeline(gpt2::pipeline());
-  gpt2::build_train(b, gpt2::config(b.option("layers", gpt2::kLayers)), gpt2::kTrainBatch, gpt2::default_optimizer());
+  const int64_t layers = b.option("layers", gpt2::kLayers);
+  gpt2::build_train(b, gpt2::config(layers), gpt2::kTrainBatch, gpt2::default_optimizer(),
+                    gpt2::train_options(layers, b.option("remat", 0)));
 }
 
 SHARC_PROGRAM(gpt2_logits, b) {

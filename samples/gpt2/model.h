@@ -64,6 +64,22 @@ inline Optimizer default_optimizer() {
                /*weight_decay=*/1e-2);
 }
 
+// The training options: clipping at 1, and rematerialization of every block
+// ("h0", "h1", ...) by `remat`, the generation-time option "remat": 0 saves
+// every activation the backward pass reads, 1 recomputes each block from its
+// input before its backward pass (ir::RematPolicy::kRecomputeAll), 2 saves
+// only the blocks' matmul outputs (kSaveDots).
+inline TrainOptions train_options(int64_t layers, int64_t remat = 0, SrcLoc loc = Here::current()) {
+  TrainOptions o{.clip_global_norm = 1.0};
+  if (remat < 0 || remat > 2)
+    user_error(loc, "gpt2: option remat=" + std::to_string(remat) +
+                        " is not 0 (save all), 1 (recompute each block) or 2 (save matmul outputs)");
+  if (remat == 0) return o;
+  const RematPolicy policy = remat == 1 ? RematPolicy::kRecomputeAll : RematPolicy::kSaveDots;
+  for (int64_t i = 0; i < layers; ++i) o.remat.push_back(sharc::remat("h" + std::to_string(i), policy, loc));
+  return o;
+}
+
 // One training step on (batch, context) token windows and their next tokens.
 // Inputs: tokens, targets (float ids), dropout_seed (a scalar that draws the dropout
 // masks). Outputs: loss, grad_norm, lr.
