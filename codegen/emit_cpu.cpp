@@ -89,14 +89,7 @@ class CpuEmitter {
   }
 
   EmittedFiles run() {
-    std::string body = forward_body();  // before the Step's struct and parts, which it makes
-    if (!stages_) {  // the lines that run the step, in forward_device
-      CodeWriter w(1);
-      std::istringstream calls(body);
-      for (std::string l; std::getline(calls, l);) w.line(l);
-      body = w.str();
-      step_parts_ = "\n\n" + step_parts_;
-    }
+    const std::string body = forward_body(1);  // before the Step's struct and parts, which it makes
     std::vector<std::pair<std::string, std::string>> common = {
         {"SHARC_BANNER", banner()},
         {"SHARC_NAMESPACE", o_.cpp_namespace},
@@ -656,19 +649,19 @@ class CpuEmitter {
   // A statement's result buffer: from the device's step arena, zeroed unless
   // the statement writes every element (`writes_all`); a parameter's new
   // value outlives the step (rt::persistent), so it is not placed there.
-  //
-  // Every declaration starts with decl_mark(v): forward_body() decides
-  // afterwards whether the value is a local of its part of the step or a
-  // member of the Step (read by several parts), and spells it accordingly.
-  std::string declare(int v, bool writes_all = false) const {
+  // Every buffer of the step is a member of the step's struct (split_step),
+  // so this assigns it; a parameter's buffer updated in place is a reference
+  // member, and gets a comment. Records v in declared_.
+  std::string declare(int v, bool writes_all = false) {
+    declared_.push_back(v);
     if (const int param = plan_.in_place_of[v]; param >= 0)
-      return decl_mark(v) + "rt::Buffer& " + var_[v] + " = dev." + var_[param] + ";  // " + shape_comment(g_[v]) +
+      return "// " + var_[v] + " is dev." + var_[param] + " (a reference member): " + shape_comment(g_[v]) +
              ", the new \"" + g_[param].name + "\" computed in place";
     std::string how;
     if (writes_all) how += ", rt::uninitialized";
     if (plan_.is_update_value[v]) how += ", rt::persistent";
-    return decl_mark(v) + buf_type(g_[v].dtype) + " " + var_[v] + "(" + std::to_string(ir::num_elements(g_[v].shape)) +
-           ", &mem" + how + ");  // " + shape_comment(g_[v]);
+    return var_[v] + " = " + buf_type(g_[v].dtype) + "(" + std::to_string(ir::num_elements(g_[v].shape)) + ", &mem" +
+           how + ");  // " + shape_comment(g_[v]);
   }
 
   static std::string unary_expr(Op op, const std::string& x) {
@@ -1239,8 +1232,9 @@ class CpuEmitter {
   bool take_operand_buffer(CodeWriter& w, int v) {
     const int a = plan_.takes_buffer_of[v];
     if (a < 0) return false;
-    w.line(decl_mark(v) + buf_type(g_[v].dtype) + " " + var_[v] + " = std::move(" + var_[a] + ");  // " +
-           shape_comment(g_[v]) + ", in " + var_[a] + "'s buffer (its last use)");
+    declared_.push_back(v);
+    w.line(var_[v] + " = std::move(" + var_[a] + ");  // " + shape_comment(g_[v]) + ", in " + var_[a] +
+           "'s buffer (its last use)");
     return true;
   }
 
@@ -1652,13 +1646,11 @@ class CpuEmitter {
   // Program::Step for a whole program, Program::Step::StageN for the program
   // of pipeline stage N (pipelined_body).
 
-  // The marker that starts a value's declaration line (see declare()).
-  static std::string decl_mark(int v) { return "\x03" + std::to_string(v) + "\x03"; }
-
   struct Chunk {
     std::string heading;  // a pipeline stage's unit title, at the first statement of a unit
     std::string rule;     // the section's rule line, "" inside a section
     std::string text;     // the statement, its mark and the buffers freed after it
+    std::vector<int> declares;  // the values whose buffers it makes (declare())
     int lines = 0;
     int unit = -1;             // a pipeline stage's unit (StagePlan::units), -1 for a whole program
     std::string phase, block;  // the part it belongs to (see part_of)
@@ -1683,8 +1675,10 @@ class CpuEmitter {
       if (key == current) c.rule.clear();
       current = key;
       CodeWriter w(1);
+      const size_t before = declared_.size();
       emit_mark(w, stmts[k]);
       emit_stmt(w, stmts[k]);
+      c.declares.assign(declared_.begin() + static_cast<std::ptrdiff_t>(before), declared_.end());
       for (int r : plan_.frees_after[k])
         w.line(var_[r] + " = " + buf_type(g_[r].dtype) + "();  // last use of " + var_[r]);
       c.text = w.str();
@@ -1735,42 +1729,9 @@ class CpuEmitter {
     std::vector<int> chunks;
   };
 
-  // The declaration lines (see declare()) of a piece of the step, spelled as
-  // assignments to the step struct's members: a new buffer
-  // `x = rt::Buffer(...)`, a taken one `x = std::move(y)`, and a parameter's
-  // buffer updated in place, a reference member, as a comment.
-  std::string spell_declarations(const std::string& text) const {
-    std::string out;
-    size_t at = 0;
-    while (at <= text.size()) {
-      size_t eol = text.find('\n', at);
-      if (eol == std::string::npos) eol = text.size();
-      std::string line = text.substr(at, eol - at);
-      if (const size_t m = line.find('\x03'); m != std::string::npos) {
-        const size_t m2 = line.find('\x03', m + 1);
-        const int v = std::stoi(line.substr(m + 1, m2 - m - 1));
-        line = line.substr(0, m) + member_assignment(v, line.substr(m2 + 1));
-      }
-      out += line;
-      if (eol < text.size()) out += '\n';
-      at = eol + 1;
-    }
-    return out;
-  }
-
-  std::string member_assignment(int v, const std::string& decl) const {
-    const std::string type = buf_type(g_[v].dtype);
-    if (const int param = plan_.in_place_of[v]; param >= 0)
-      return "// " + var_[v] + " is dev." + var_[param] + " (a reference member): " + shape_comment(g_[v]) +
-             ", the new \"" + g_[param].name + "\" computed in place";
-    if (const std::string moved = type + " " + var_[v] + " = "; decl.rfind(moved, 0) == 0)
-      return var_[v] + " = " + decl.substr(moved.size());
-    if (decl.rfind(type + " " + var_[v] + "(", 0) == 0)
-      return var_[v] + " = " + type + decl.substr(type.size() + 1 + var_[v].size());
-    internal_error("emit_cpu: cannot make the declaration of " + var_[v] + " a Step member: " + decl);
-  }
-
-  std::string forward_body() {
+  // The body of forward_device (or of a pipeline stage's case in it, at
+  // `indent`); step_struct_ and step_parts_ receive the rest.
+  std::string forward_body(int indent) {
     if (stages_) return pipelined_body();
     CodeWriter tail(1);
     tail.line(rule("outputs"));
@@ -1780,7 +1741,7 @@ class CpuEmitter {
       tail.line(rule("updates: parameters take their new values"));
       emit_updates(tail);
     }
-    return split_step(step_chunks(), tail.str());
+    return split_step(step_chunks(), tail.str(), indent);
   }
 
   // The step as parts (see above); step_struct_ and step_parts_ receive the
@@ -1788,9 +1749,10 @@ class CpuEmitter {
   // the block or a pipeline stage's unit changes, or where the part would
   // pass kMaxPartLines; the outputs and the updates are the last part. Every
   // buffer of the step is a member, in the order the step makes them, so
-  // which part uses a value never changes how it is spelled. Returns the
-  // lines that run the step: construct the struct and call the parts in order.
-  std::string split_step(const std::vector<Chunk>& chunks, const std::string& tail) {
+  // which part uses a value never changes how it is spelled (declare()).
+  // Returns the lines that run the step, at `indent`: construct the struct
+  // and call the parts in order.
+  std::string split_step(const std::vector<Chunk>& chunks, const std::string& tail, int indent) {
     std::vector<Part> parts;
     std::string phase = "\x02", block;
     int unit = -2, lines = 0;
@@ -1849,11 +1811,8 @@ class CpuEmitter {
     }
     std::vector<std::pair<int, int>> declared;  // (value, part)
     for (size_t p = 0; p < parts.size(); ++p)
-      for (size_t at = raw[p].find('\x03'); at != std::string::npos; at = raw[p].find('\x03', at + 1)) {
-        const size_t end = raw[p].find('\x03', at + 1);
-        declared.emplace_back(std::stoi(raw[p].substr(at + 1, end - at - 1)), static_cast<int>(p));
-        at = end;
-      }
+      for (int k : parts[p].chunks)
+        for (int v : chunks[k].declares) declared.emplace_back(v, static_cast<int>(p));
 
     const std::string type = stage_ >= 0 ? "Stage" + std::to_string(stage_) : "Step";
     const std::string qualified = stage_ >= 0 ? "Program::Step::" + type : "Program::Step";
@@ -1903,12 +1862,12 @@ class CpuEmitter {
       if (p) fns.line();
       fns.line("// " + parts[p].what);
       fns.open("void " + qualified + "::" + parts[p].name + "()");
-      fns.text(spell_declarations(raw[p]));
+      fns.text(raw[p]);
       fns.close(qualified + "::" + parts[p].name);
     }
-    step_parts_ = fns.str();
+    step_parts_ = "\n\n" + fns.str();  // after forward_device's closing line
 
-    CodeWriter w(0);
+    CodeWriter w(indent);
     w.line((stage_ >= 0 ? "Step::" : "") + type + " step(world_, dev, comm, mem, timeline, in, out, rank);");
     for (const Part& p : parts) w.line("step." + p.name + "();");
     return w.str();
@@ -1960,13 +1919,12 @@ class CpuEmitter {
       stage.stage_ = s;
       stage.chunks_per_stage_ = plan.chunks_per_stage;
       for (const StageStep& step : plan.steps[s]) stage.node_unit_.push_back(step.unit);
-      std::istringstream calls(stage.forward_body());
-      for (std::string l; std::getline(calls, l);) w.line(l);
+      w.text(stage.forward_body(3));  // in the switch's case
       w.line("break;");
       w.close();
       st.line();
       st.text(stage.step_struct_);
-      parts += "\n\n" + stage.step_parts_;
+      parts += stage.step_parts_;
     }
     w.line("default: break;");
     w.close("switch");
@@ -2044,8 +2002,10 @@ class CpuEmitter {
   int chunks_per_stage_ = 1;  // a stage's emitter: the stage plan's
   std::optional<Report> report_;
   std::vector<int> node_unit_;
-  // A whole program's step (split_step): the Step struct and its parts.
+  // The step (split_step): its struct and its parts' definitions, and the
+  // values declare() has made buffers for so far, in order.
   std::string step_struct_, step_parts_;
+  std::vector<int> declared_;
   const EmissionPlan ep_;
   const BufferPlan& plan_;
   const std::vector<std::string>& var_;

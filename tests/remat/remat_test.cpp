@@ -141,7 +141,7 @@ TEST(Remat, PipelinedGpt2RecomputesInTheBackwardUnits) {
 constexpr const char* kThisFile = "tests/remat/remat_test.cpp";
 
 // Two blocks "b0" and "b1" (dot, tanh) and a loss, trained with options `o`
-// made by `options` (called in the test body, so a rule's line is the test's).
+// (whose rules the test bodies make, so a rule's line is the test's).
 ir::Graph two_blocks(const TrainOptions& o) {
   sharc::testing::Traced t("remat_two_blocks");
   Tensor x = t.b.input("x", {4, 8});
