@@ -252,7 +252,7 @@ BufferPlan plan_buffers(const ir::Graph& g) {
     std::vector<int> members = p.stmts[k].bucket;
     const Op op = g[p.stmts[k].node].op;
     if (members.empty() && p.stmts[k].tree.empty() &&
-        (op == Op::kAllReduce || op == Op::kReshape || op == Op::kShardingConstraint))
+        (op == Op::kAllReduce || op == Op::kReshape || op == Op::kShardingConstraint || op == Op::kAddSlice))
       members.push_back(p.stmts[k].node);
     for (int m : members) {
       const int a = g[m].args[0];

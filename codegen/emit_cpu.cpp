@@ -446,6 +446,12 @@ class CpuEmitter {
       w.line("    .fan_in = " + std::to_string(s.fan_in) + ",");
       w.line("    .fan_out = " + std::to_string(s.fan_out) + ",");
       w.line("    .key = " + std::string(key) + ",  // init_key(" + quoted(v.name) + ")");
+      if (s.row_elems > 0) {
+        w.line("    .row_path = " + quoted(v.name) + ",  // row r as layer r's: " +
+               quoted(v.name.substr(0, s.row_split) + "<r>" + v.name.substr(s.row_split)));
+        w.line("    .row_split = " + std::to_string(s.row_split) + ",");
+        w.line("    .row_elems = " + std::to_string(s.row_elems) + ",");
+      }
       w.line("};");
     }
     return w.str();
@@ -1407,6 +1413,35 @@ class CpuEmitter {
           w.line("  rt::copy(" + a0() + " + i * " + run + ", " + ptr(id) + " + i * " + out_run +
                  at + ", " + run + ");");
         }
+        return;
+      }
+      case Op::kAddSlice: {
+        // Local: the dimension added into is whole on every device. In the
+        // target's buffer where this is its last reader, else in a copy of it.
+        const Shape& in = g_[v.args[1]].shape;
+        const int d = v.ints[0];
+        int64_t inner = 1, outer = 1;
+        for (size_t k = d + 1; k < in.size(); ++k) inner *= in[k];
+        for (int k = 0; k < d; ++k) outer *= in[k];
+        const int64_t run = in[d] * inner, out_run = v.shape[d] * inner, before = v.ints[1] * inner;
+        w.line(describe(v, s.reads, "add_slice dim=" + std::to_string(d) + " [" + std::to_string(v.ints[1]) +
+                                        ", " + std::to_string(v.ints[1] + in[d]) + ")"));
+        if (!take_operand_buffer(w, id)) {
+          w.line(declare(id, /*writes_all=*/true));
+          w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        }
+        const std::string x = var_[id], y = var_[v.args[1]];
+        const std::string sum = stored(v.dtype, "static_cast<float>(" + x + "[o]) + static_cast<float>(" + y + "[i])");
+        if (outer == 1) {
+          w.line("for (int64_t i = 0; i < " + std::to_string(run) + "; ++i) {");
+          w.line("  const int64_t o = " + (before == 0 ? std::string("i") : std::to_string(before) + " + i") + ";");
+        } else {
+          w.line("for (int64_t i = 0; i < " + std::to_string(outer * run) + "; ++i) {");
+          w.line("  const int64_t o = i / " + std::to_string(run) + " * " + std::to_string(out_run) +
+                 (before == 0 ? "" : " + " + std::to_string(before)) + " + i % " + std::to_string(run) + ";");
+        }
+        w.line("  " + x + "[o] = " + sum + ";");
+        w.line("}");
         return;
       }
       case Op::kReshape:

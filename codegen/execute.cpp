@@ -538,6 +538,25 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
           }
           break;
         }
+        case Op::kAddSlice: {
+          // The target, plus the update at its window along dim.
+          std::copy(arg(0), arg(0) + count, out.data());
+          auto st = strides_of(n.shape);
+          const Shape& in = arg_shape(1);
+          std::vector<int64_t> idx(in.size(), 0);
+          const int64_t n_in = ir::num_elements(in);
+          for (int64_t e = 0; e < n_in; ++e) {
+            int64_t o = 0;
+            for (size_t d = 0; d < idx.size(); ++d)
+              o += (idx[d] + (static_cast<int>(d) == n.ints[0] ? n.ints[1] : 0)) * st[d];
+            out[o] += arg(1)[e];
+            for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
+              if (++idx[d] < in[d]) break;
+              idx[d] = 0;
+            }
+          }
+          break;
+        }
         case Op::kInput:
           take_block(input_f.at(n.name).data(), global_shape(n), block_offset(*n.sharding, n.shape, mesh, rank),
                      n.shape, out.data());

@@ -123,8 +123,19 @@ rt::InitSpec init_spec(const Initializer& init, const std::string& path, const i
   rt::InitSpec s;
   s.kind = static_cast<rt::InitKind>(init.kind);
   s.a = init.a;
-  rt::compute_fans(shape.data(), static_cast<int>(shape.size()), &s.fan_in, &s.fan_out);
   s.key = rt::init_key(path);
+  if (init.stack_scope.empty()) {
+    rt::compute_fans(shape.data(), static_cast<int>(shape.size()), &s.fan_in, &s.fan_out);
+    return s;
+  }
+  // Stacked: each row as its unrolled layer's parameter (rt::InitSpec::row_path).
+  if (shape.empty() || path.compare(0, init.stack_scope.size(), init.stack_scope) != 0)
+    internal_error("stacked parameter \"" + path + "\" is not under its scope \"" + init.stack_scope + "\"");
+  const ir::Shape row(shape.begin() + 1, shape.end());
+  rt::compute_fans(row.data(), static_cast<int>(row.size()), &s.fan_in, &s.fan_out);
+  s.row_path = path.c_str();
+  s.row_split = static_cast<int64_t>(init.stack_scope.size());
+  s.row_elems = ir::num_elements(row);
   return s;
 }
 
@@ -191,6 +202,19 @@ void eval_node(const ir::Graph& g, size_t id, std::vector<Values>& val, const Ho
           int64_t off = 0;
           for (size_t i = 0; i < idx.size(); ++i) off += (static_cast<int>(i) == d ? src : idx[i]) * st[i];
           out[e] = arg(0)[off];
+        });
+        break;
+      }
+      case Op::kAddSlice: {
+        // The target, plus the update at its window along dim.
+        out = arg(0);
+        const Shape& x = arg_shape(0);
+        const int d = n.ints[0];
+        auto st = strides_of(x);
+        for_each_index(arg_shape(1), [&](int64_t e, const std::vector<int64_t>& idx) {
+          int64_t off = 0;
+          for (size_t i = 0; i < idx.size(); ++i) off += (idx[i] + (static_cast<int>(i) == d ? n.ints[1] : 0)) * st[i];
+          out[off] += arg(1)[e];
         });
         break;
       }

@@ -32,7 +32,9 @@ HostValues interpret(const ir::Graph& g, const HostValues& inputs, uint64_t seed
 // rt::random_stream_key (runtime/philox.h), which generated code calls too.
 uint64_t random_stream_key(uint64_t node_key, double seed_value);
 
-// The initialiser of a parameter (path, global shape) in runtime form.
+// The initialiser of a parameter (path, global shape) in runtime form. A
+// stacked parameter's spec points into `path` (InitSpec::row_path), which
+// must outlive it.
 rt::InitSpec init_spec(const Initializer& init, const std::string& path, const ir::Shape& global_shape);
 
 // The full global value of a parameter (what the devices' shards tile).

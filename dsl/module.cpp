@@ -7,6 +7,25 @@ Param Scope::param(const std::string& name, std::vector<int64_t> shape, Initiali
                    SrcLoc loc) const {
   if (!tracer_) user_error(loc, "parameter \"" + name + "\" created from an empty Scope");
   const std::string path = path_.empty() ? name : path_ + "/" + name;
+  const int r = tracer_->repeat();
+  if (r >= 0 && tracer_->graph().repeats[r].scan && tracer_->iteration() >= 0) {
+    // A scanned layer's parameter: its row of the stacked parameter made
+    // when the Layers was constructed (dsl/layers.h).
+    const ir::Node* stacked = tracer_->graph().find(path, ir::Op::kParameter);
+    const ir::Repeat& rep = tracer_->graph().repeats[r];
+    std::vector<int64_t> expect = {rep.length};
+    expect.insert(expect.end(), shape.begin(), shape.end());
+    if (!stacked || stacked->repeat != r || stacked->shape != expect)
+      user_error(loc, "scanned Layers '" + rep.name + "': layer " + std::to_string(tracer_->iteration()) +
+                          " asks for parameter \"" + path + "\" " + ir::shape_str(shape) +
+                          (stacked ? ", but the stacked one is " + ir::shape_str(stacked->shape)
+                                   : ", which the Layers' first construction did not make") +
+                          "; a scanned layer's module must make the same parameters every time");
+    const int id = static_cast<int>(stacked - tracer_->graph().nodes.data());
+    LabelScope label(*tracer_, path_);
+    const int64_t i = tracer_->iteration();
+    return reshape(slice(Tensor(tracer_, id), 0, i, 1, loc), shape, loc);
+  }
   for (auto& n : tracer_->graph().nodes)
     if (n.op == ir::Op::kParameter && n.name == path)
       user_error(loc, "parameter \"" + path + "\" is created twice (first at " + n.loc.str() + ")");
@@ -15,8 +34,23 @@ Param Scope::param(const std::string& name, std::vector<int64_t> shape, Initiali
   ir::Node n;
   n.op = ir::Op::kParameter;
   n.name = path;
-  n.shape = std::move(shape);
   n.loc = loc;
+  if (r >= 0 && tracer_->graph().repeats[r].scan) {
+    // Made once for a scanned Layers: stacked over a leading layer axis laid
+    // out as the Layers' layer_axis says, each row initialised as that
+    // layer's parameter would be unrolled.
+    const ir::Repeat& rep = tracer_->graph().repeats[r];
+    shape.insert(shape.begin(), rep.length);
+    const DimSpec layer_axis = rep.layer_axis.empty() ? DimSpec(None) : DimSpec(rep.layer_axis);
+    if (init.sharding || !rep.layer_axis.empty()) {
+      std::vector<DimSpec> dims = {layer_axis};
+      if (init.sharding) dims.insert(dims.end(), init.sharding->dims().begin(), init.sharding->dims().end());
+      else dims.resize(shape.size());
+      init.sharding = P(std::move(dims));
+    }
+    init.stack_scope = rep.name;
+  }
+  n.shape = std::move(shape);
   n.spec = init.sharding;
   n.rules = init.rules;
   n.init = std::move(init);

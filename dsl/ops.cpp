@@ -237,8 +237,11 @@ Tensor random_uniform(std::vector<int64_t> shape, Tensor seed, SrcLoc loc) {
   n.args = {seed.id()};
   n.shape = std::move(shape);
   n.loc = loc;
-  // A distinct stream per call site and per node (two calls on one line differ).
-  n.key = rt::hash_name(loc.str() + "#" + std::to_string(t.graph().nodes.size()));
+  // A distinct stream per call site and per call (two calls on one line
+  // differ): keyed by the number of random_uniform calls traced before, not
+  // by node numbers, so that layer i of a Layers draws the same masks
+  // unrolled and scanned (the two forms trace different parameter nodes).
+  n.key = rt::hash_name(loc.str() + "#" + std::to_string(t.next_random()));
   return t.add(std::move(n));
 }
 

@@ -13,6 +13,7 @@
 #include "ir/error.h"
 #include "ir/initializers.h"
 #include "ir/mesh.h"
+#include "dsl/layers.h"
 #include "dsl/lift.h"
 #include "dsl/module.h"
 #include "dsl/ops.h"

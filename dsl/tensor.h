@@ -61,11 +61,24 @@ class Tracer {
   // stamps it on every node.
   int layer() const { return layer_; }
   void set_layer(int layer) { layer_ = layer; }
+  // The repeated layer being traced (dsl/layers.h): its Graph::repeats index
+  // and the layer's index, or -1 (iteration -1 inside a repeat: a scanned
+  // one's stacked parameters are being made); add() stamps both on every
+  // node.
+  int repeat() const { return repeat_; }
+  int iteration() const { return iteration_; }
+  void set_repeat(int repeat, int iteration) {
+    repeat_ = repeat;
+    iteration_ = iteration;
+  }
+  // The number of random_uniform calls traced before this one (their key).
+  int next_random() { return randoms_++; }
 
  private:
   ir::Graph graph_;
   std::string label_;
   int layer_ = -1;
+  int repeat_ = -1, iteration_ = -1, randoms_ = 0;
   Tracer* previous_ = nullptr;
 };
 

@@ -79,7 +79,7 @@ inline ir::RematRule remat(std::string block, RematPolicy policy, SrcLoc loc = H
 }
 
 struct TrainOptions {
-  std::optional<double> clip_global_norm;  // optax.clip_by_global_norm(max_norm)
+  std::optional<double> clip_global_norm = {};  // optax.clip_by_global_norm(max_norm)
   int accumulate_steps = 1;                // micro-batches per step (gradients averaged)
   std::vector<ir::RematRule> remat = {};   // per block; blocks without one save everything
 };

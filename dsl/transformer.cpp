@@ -188,22 +188,12 @@ Tensor TransformerBlock::operator()(Tensor x, Tensor seed, SrcLoc loc) const {
 
 // ---- GPT
 
-namespace {
-
-std::vector<TransformerBlock> make_blocks(Scope s, const GPTConfig& c, const SrcLoc& loc) {
-  std::vector<TransformerBlock> blocks;
-  blocks.reserve(c.layers);
-  for (int64_t i = 0; i < c.layers; ++i) blocks.emplace_back(s / ("h" + std::to_string(i)), c, loc);
-  return blocks;
-}
-
-}  // namespace
-
 GPT::GPT(Scope s, const GPTConfig& c, SrcLoc loc)
     : wte(checked(s, c, loc) / "wte", c.vocab, c.embed,
           with_partitioning(normal(0.02), P("vocab", "embed")), loc),
       wpe(s / "wpe", c.context, c.embed, with_partitioning(normal(0.01), P("seq", "embed")), loc),
-      blocks(make_blocks(s, c, loc)),
+      blocks(s / "h", c.layers, [c, loc](Scope s) { return TransformerBlock(s, c, loc); },
+             {.scan = c.scan, .layer_axis = c.layer_axis}, loc),
       ln_f(s / "ln_f", c.embed, {.epsilon = c.epsilon}, loc),
       config_(c) {
   if (!c.tie_embeddings)
@@ -219,10 +209,8 @@ Tensor GPT::operator()(Tensor ids, Tensor seed, SrcLoc loc) const {
   if (seed.valid() && seed.rank() != 0)
     user_error(loc, "GPT: the dropout seed must be a scalar, got " + seed.describe());
   Tensor x = maybe_dropout(wpe(wte(ids)), config_.dropout, seed);
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    PipelineLayer layer(static_cast<int>(i), loc);  // no effect without set_pipeline
-    x = blocks[i](x, seed);
-  }
+  // Unrolled, each block is a PipelineLayer (no effect without set_pipeline).
+  x = blocks(x, [&](const TransformerBlock& block, Tensor x) { return block(x, seed); }, loc);
   x = ln_f(x);
   return lm_head ? (*lm_head)(x) : wte.attend(x);
 }

@@ -25,6 +25,7 @@
 #include <optional>
 #include <vector>
 
+#include "dsl/layers.h"
 #include "dsl/module.h"
 #include "dsl/sharding_rules.h"
 
@@ -40,6 +41,11 @@ struct GPTConfig {
   double dropout = 0.1;        // on embeddings, attention weights and residual branches
   double epsilon = 1e-5;       // LayerNorm
   bool tie_embeddings = true;  // logits = x @ wte^T, else a separate lm_head
+  // The blocks as a scanned Layers (dsl/layers.h): parameters stacked over a
+  // leading layer axis under "h/..." (laid out by layer_axis), instead of
+  // one set per block under "h0/...", "h1/...". Same numbers either way.
+  bool scan = false;
+  std::string layer_axis;
 };
 
 // The logical-to-mesh rules for the modules below (Flax sharding_rules):
@@ -128,10 +134,11 @@ class TransformerBlock : public Module {
   MLPBlock mlp;
 };
 
-// GPT: token + positional embeddings, `layers` blocks (scopes h0, h1, ...),
-// a final LayerNorm and the output head, tied to the token table or not.
-// Parameter paths: wte/embedding, wpe/embedding, h0/attn/qkv/kernel, ...,
-// ln_f/scale, [lm_head/kernel].
+// GPT: token + positional embeddings, `layers` blocks (Layers "h": scopes
+// h0, h1, ..., or stacked under h when scanned), a final LayerNorm and the
+// output head, tied to the token table or not. Parameter paths:
+// wte/embedding, wpe/embedding, h0/attn/qkv/kernel (scanned:
+// h/attn/qkv/kernel), ..., ln_f/scale, [lm_head/kernel].
 class GPT : public Module {
  public:
   GPT(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
@@ -141,7 +148,7 @@ class GPT : public Module {
 
   Embedding wte;
   PositionalEmbedding wpe;
-  std::vector<TransformerBlock> blocks;
+  Layers<TransformerBlock> blocks;
   LayerNorm ln_f;
   std::optional<Linear> lm_head;
 

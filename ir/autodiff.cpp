@@ -29,6 +29,8 @@ class Builder {
     loc_ = forward.loc;
     label_ = forward.name;
     layer_ = forward.layer;
+    repeat_ = forward.repeat;
+    iteration_ = forward.iteration;
   }
 
   const Shape& shape(int id) const { return g_.nodes[id].shape; }
@@ -38,6 +40,8 @@ class Builder {
     n.loc = loc_;
     n.name = label_;
     n.layer = layer_;
+    n.repeat = repeat_;
+    n.iteration = iteration_;
     return g_.add(std::move(n));
   }
 
@@ -154,6 +158,16 @@ class Builder {
     return add(std::move(n));
   }
 
+  // x with y added into [start, start + y's extent) of dim.
+  int add_slice(int x, int y, int dim, int start) {
+    Node n;
+    n.op = Op::kAddSlice;
+    n.args = {x, y};
+    n.shape = shape(x);
+    n.ints = {dim, start};
+    return add(std::move(n));
+  }
+
   int pad(int x, int dim, int before, int after) {
     Shape s = shape(x);
     s[dim] += before + after;
@@ -170,6 +184,8 @@ class Builder {
   SrcLoc loc_;
   std::string label_;
   int layer_ = -1;
+  int repeat_ = -1;
+  int iteration_ = -1;
 };
 
 bool contains(const std::vector<int>& v, int x) {
@@ -446,10 +462,21 @@ class Sweep {
       }
       case Op::kSlice: {
         const int d = n.ints[0], start = n.ints[1], size = n.ints[2];
+        if (adjoint_[x] >= 0 && !parts_.count(x)) {
+          // Another slice of x already contributed: add this one into its
+          // rows in place, not as a zero-padded copy of all of x (a scanned
+          // layer's stacked parameter has one slice per layer).
+          adjoint_[x] = b_.add_slice(adjoint_[x], gy, d, start);
+          break;
+        }
         const int64_t extent = g_.nodes[x].shape[d];
         accumulate(x, b_.pad(gy, d, start, static_cast<int>(extent - start - size)));
         break;
       }
+      case Op::kAddSlice:
+        if (wants(n, 0)) accumulate(x, gy);
+        if (wants(n, 1)) accumulate(y, b_.slice(gy, n.ints[0], n.ints[1], static_cast<int>(g_.nodes[y].shape[n.ints[0]])));
+        break;
       case Op::kPad:
         accumulate(
             x, b_.slice(gy, n.ints[0], n.ints[1], static_cast<int>(g_.nodes[x].shape[n.ints[0]])));

@@ -17,6 +17,7 @@ std::string Initializer::str() const {
     case InitKind::kLecunNormal: os << "lecun_normal()"; break;
     case InitKind::kXavierUniform: os << "xavier_uniform()"; break;
   }
+  if (!stack_scope.empty()) os << " per layer of " << stack_scope;
   return os.str();
 }
 

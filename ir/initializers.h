@@ -20,6 +20,10 @@ struct Initializer {
   double a = 0.0;  // normal: stddev; uniform: scale (U[0, scale)); constant: value
   std::optional<P> sharding;                // with_partitioning / with_metadata
   std::optional<LogicalRules> rules;        // with_metadata(..., sharding_rules)
+  // A scanned layer's stacked parameter (dsl/layers.h): the scope path of
+  // its Layers ("h"), whose row r initialises as the unrolled layer r's
+  // parameter under scope "h<r>" would; empty otherwise.
+  std::string stack_scope;
   std::string str() const;                  // lecun_normal(), normal(0.02), ...
 };
 

@@ -96,6 +96,10 @@ namespace sharc::ir {
   X(Reduce, "reduce", 1)       /* ints = reduced axes, removed from the shape */ \
   X(Slice, "slice", 1) /* ints = {dim, start, size} */                         \
   X(Pad, "pad", 1)     /* ints = {dim, before, after}: zeros around */         \
+  /* ints = {dim, start}: args[0] with args[1] added into its elements       */ \
+  /* [start, start + args[1].shape[dim]) along dim (the other dims equal):    */ \
+  /* how autodiff sums the gradients of slices of one value, in place.        */ \
+  X(AddSlice, "add_slice", 2)                                                  \
   /* Uniform (0,1) from Philox at (key ^ seed operand, global flat index). */  \
   X(RandomUniform, "random_uniform", 1)                                        \
   X(ShardingConstraint, "sharding_constraint", 1)                              \
@@ -180,6 +184,21 @@ struct RematRule {
   std::string block;
   RematPolicy policy = RematPolicy::kSaveAll;
   SrcLoc loc;  // where the model asked for it
+};
+
+// A repeated layer (dsl Layers): `length` instances of one module traced
+// one after another, either unrolled (each with its own parameters under
+// scopes name0, name1, ...) or scanned (every parameter stacked with a
+// leading layer axis of size `length` under scope `name`, which each layer
+// reads its row of with a slice). `layer_axis`: the layout of the stacked
+// parameters' layer axis as the user wrote it (a logical or mesh axis name;
+// empty: replicated).
+struct Repeat {
+  std::string name;
+  int length = 0;
+  bool scan = false;
+  std::string layer_axis;
+  SrcLoc loc;
 };
 
 // Node::micro_batch of the optimizer step that follows all micro-batches.
@@ -334,6 +353,15 @@ struct Node {
   int layer = -1;
   int micro_batch = -1;
 
+  // Repeated layers (dsl/layers.h). `iteration`: the layer (0..length-1) of
+  // Graph::repeats[repeat] whose code traced this node, -1 outside one;
+  // autodiff, rematerialization and the partitioner copy it like `layer`.
+  // In a scanned repeat every layer's code is the same up to which row of
+  // the stacked parameters it reads, which is what lets the emitter write
+  // it once as a loop body.
+  int repeat = -1;
+  int iteration = -1;
+
   // Per-device programs: for the op partition_per_device lowers a node of the
   // global program to, how many nodes of the global program before that one
   // have the same op, name, `backward` and `remat` (-1 on the collectives and slices
@@ -407,6 +435,8 @@ struct Graph {
   // Rematerialization policies by block (TrainOptions::remat), in order; the
   // first rule whose block covers a node decides for it.
   std::vector<RematRule> remat;
+  // The program's repeated layers (Node::repeat indexes them).
+  std::vector<Repeat> repeats;
   // While train_step traces micro-batch j (or the optimizer step), add()
   // stamps j (kAfterMicroBatches) on nodes that carry no micro-batch.
   int tracing_micro_batch = -1;

@@ -63,6 +63,9 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
     case Op::kSlice:
       if (n.ints.size() == 3) os << " dim=" << n.ints[0] << " start=" << n.ints[1] << " size=" << n.ints[2];
       break;
+    case Op::kAddSlice:
+      if (n.ints.size() == 2) os << " dim=" << n.ints[0] << " start=" << n.ints[1];
+      break;
     case Op::kPad:
       if (n.ints.size() == 3) os << " dim=" << n.ints[0] << " before=" << n.ints[1] << " after=" << n.ints[2];
       break;

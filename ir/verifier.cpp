@@ -145,7 +145,7 @@ struct Checker {
           op == Op::kMul || op == Op::kMax || op == Op::kMin || op == Op::kGreater ||
           op == Op::kEqual || op == Op::kNeg || op == Op::kAbs || op == Op::kSelect ||
           op == Op::kBroadcast || op == Op::kReshape ||
-          op == Op::kTranspose || op == Op::kSlice || op == Op::kPad || op == Op::kReduce ||
+          op == Op::kTranspose || op == Op::kSlice || op == Op::kPad || op == Op::kAddSlice || op == Op::kReduce ||
           op == Op::kShardingConstraint || is_collective(op) || op == Op::kLocalSlice ||
           op == Op::kPPermute || op == Op::kShardMap || op == Op::kSend || op == Op::kRecv;
       fail_if(!integer_op, std::string(op_name(op)) + " on i32 values");
@@ -206,6 +206,24 @@ struct Checker {
           expect[d] = in[d] + n.ints[1] + n.ints[2];
         }
         fail_if(expect != n.shape, "slice/pad shape mismatch");
+        break;
+      }
+      case Op::kAddSlice: {
+        // Constraints: add_slice ints = {dim, start}; the update has the
+        // target's shape but along dim, where it fits from start; the result
+        // has the target's shape.
+        fail_if(n.ints.size() != 2, "add_slice needs {dim, start}");
+        if (n.ints.size() != 2) break;
+        const int d = n.ints[0];
+        const Shape& x = arg(0).shape;
+        const Shape& y = arg(1).shape;
+        fail_if(d < 0 || d >= static_cast<int>(x.size()) || x.size() != y.size(), "add_slice dimension out of range");
+        if (d < 0 || d >= static_cast<int>(x.size()) || x.size() != y.size()) break;
+        Shape expect = x;
+        expect[d] = y[d];
+        fail_if(expect != y || n.ints[1] < 0 || n.ints[1] + y[d] > x[d], "add_slice update does not fit");
+        fail_if(n.shape != x, "add_slice shape differs from its target's");
+        fail_if(arg(0).dtype != arg(1).dtype, "add_slice operands of different element types");
         break;
       }
       case Op::kReshape:

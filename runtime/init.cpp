@@ -4,6 +4,7 @@
 #include "runtime/init.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "runtime/philox.h"
@@ -78,10 +79,18 @@ void init_block(const InitSpec& spec, uint64_t seed, const int64_t* global_shape
   int64_t n = 1;
   for (int i = 0; i < rank; ++i) n *= local_shape[i];
   std::vector<int64_t> idx(rank, 0);
+  InitSpec row = spec;  // a stacked parameter's current row, keyed as its layer's
+  int64_t row_index = -1;
   for (int64_t e = 0; e < n; ++e) {
     uint64_t g = 0;
     for (int d = 0; d < rank; ++d) g = g * global_shape[d] + (offset[d] + idx[d]);
-    out[e] = init_element(spec, seed, g);
+    if (spec.row_elems > 0) {
+      const int64_t r = static_cast<int64_t>(g / static_cast<uint64_t>(spec.row_elems));
+      if (r != row_index) row.key = row_init_key(spec, row_index = r);
+      out[e] = init_element(row, seed, g % static_cast<uint64_t>(spec.row_elems));
+    } else {
+      out[e] = init_element(spec, seed, g);
+    }
     for (int d = rank - 1; d >= 0; --d) {
       if (++idx[d] < local_shape[d]) break;
       idx[d] = 0;
@@ -91,6 +100,12 @@ void init_block(const InitSpec& spec, uint64_t seed, const int64_t* global_shape
 
 uint64_t init_key(std::string_view path) {
   return hash_name(path);
+}
+
+uint64_t row_init_key(const InitSpec& spec, int64_t row) {
+  const std::string_view path(spec.row_path);
+  const size_t split = static_cast<size_t>(spec.row_split);
+  return init_key(std::string(path.substr(0, split)) + std::to_string(row) + std::string(path.substr(split)));
 }
 
 }  // namespace sharc::rt

@@ -28,7 +28,18 @@ struct InitSpec {
   int64_t fan_in = 1;   // shape[-2] * receptive field (Flax convention)
   int64_t fan_out = 1;  // shape[-1] * receptive field
   uint64_t key = 0;     // hash of the parameter path
+  // A stacked parameter (a scanned layer's, dsl/layers.h): row r of its
+  // leading layer axis holds `row_elems` elements drawn exactly as the
+  // unrolled layer r's parameter would be, whose path is row_path with r
+  // inserted after its first row_split characters ("h/fc/kernel", 1 ->
+  // "h3/fc/kernel"); fan_in/fan_out are the row's. row_elems 0: not stacked.
+  const char* row_path = nullptr;
+  int64_t row_split = 0;
+  int64_t row_elems = 0;
 };
+
+// init_key of a stacked parameter's row r (see InitSpec::row_path).
+uint64_t row_init_key(const InitSpec& spec, int64_t row);
 
 // Fan-in/out of a parameter of the given global shape, as flax's variance_scaling.
 void compute_fans(const int64_t* shape, int rank, int64_t* fan_in, int64_t* fan_out);

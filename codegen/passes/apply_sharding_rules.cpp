@@ -51,10 +51,14 @@ class RuleApplier {
   ir::Sharding fsdp(const FSDPRule& r, const ir::Node& n, ir::Sharding s) {
     const std::string head = "fsdp: " + param_str(n) + ": ";
     const std::string keeps = s.is_replicated() ? "replicated" : "keeps " + s.str();
-    const int64_t elements = ir::num_elements(n.shape);
+    // A scanned layer's stacked parameter is judged by one layer's row, and
+    // its layer axis (dimension 0) is never the one split: the layer's
+    // parameters get the layout they would have unrolled.
+    const size_t first = n.init.stack_scope.empty() ? 0 : 1;
+    const int64_t elements = ir::num_elements(n.shape) / (first ? n.shape[0] : 1);
     if (elements < r.min_fsdp_size()) {
-      say(head + keeps + " (" + std::to_string(elements) + " elements < min_fsdp_size " +
-          std::to_string(r.min_fsdp_size()) + ")");
+      say(head + keeps + " (" + std::to_string(elements) + " elements" + (first ? " per layer" : "") +
+          " < min_fsdp_size " + std::to_string(r.min_fsdp_size()) + ")");
       return s;
     }
     const int size = mesh_.size(r.axis());
@@ -68,7 +72,7 @@ class RuleApplier {
     const std::string unsharded = some_sharded ? "unsharded " : "";
     if (r.dimension() == FSDPRule::Dimension::kLargestPowerOfTwo) {
       int best = -1;
-      for (size_t d = 0; d < n.shape.size(); ++d) {
+      for (size_t d = first; d < n.shape.size(); ++d) {
         if (!s.dims[d].empty() || n.shape[d] <= 1) continue;
         if (best < 0 || pow2_divisor(n.shape[d]) > pow2_divisor(n.shape[best]))
           best = static_cast<int>(d);
@@ -91,7 +95,7 @@ class RuleApplier {
       return s;
     }
     int best = -1;
-    for (size_t d = 0; d < n.shape.size(); ++d) {
+    for (size_t d = first; d < n.shape.size(); ++d) {
       if (!s.dims[d].empty() || n.shape[d] % size != 0) continue;
       if (best < 0 || n.shape[d] > n.shape[best]) best = static_cast<int>(d);
     }

@@ -49,6 +49,11 @@ std::vector<DimLink> dim_links(const ir::Graph& g, const ir::Node& n) {
       for (int i = 0; i < rank; ++i)
         if (i != n.ints[0]) links.push_back({0, i, i});
       break;
+    case ir::Op::kAddSlice:
+      for (int a = 0; a < 2; ++a)
+        for (int i = 0; i < rank; ++i)
+          if (i != n.ints[0]) links.push_back({a, i, i});
+      break;
     case ir::Op::kReduce: {
       const int in_rank = static_cast<int>(g[n.args[0]].shape.size());
       int k = 0;

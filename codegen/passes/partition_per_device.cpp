@@ -68,6 +68,8 @@ class Partitioner {
     n.loc = cur_->loc;
     if (n.name.empty() && !ir::is_source(n.op)) n.name = cur_->name;
     if (n.layer < 0) n.layer = cur_->layer;
+    if (n.repeat < 0) n.repeat = cur_->repeat;
+    if (n.iteration < 0) n.iteration = cur_->iteration;
     if (n.micro_batch < 0) n.micro_batch = cur_->micro_batch;
     n.sharding = std::move(s);
     global_.push_back(std::move(global));
@@ -236,6 +238,17 @@ class Partitioner {
       Sharding local = S;
       local.dims[n.ints[0]].clear();
       m.args[0] = reshard(map_[n.args[0]], required(n, 0, local, links));
+      const int v = emit(std::move(m), n.shape, local);
+      map_[id] = reshard(v, S);
+      return;
+    }
+    if (n.op == Op::kAddSlice) {
+      // Local when the dimension added into is whole on every device and
+      // both operands are laid out alike elsewhere.
+      Sharding local = S;
+      local.dims[n.ints[0]].clear();
+      local.partial.clear();
+      for (int a = 0; a < 2; ++a) m.args[a] = reshard(map_[n.args[a]], required(n, a, local, links));
       const int v = emit(std::move(m), n.shape, local);
       map_[id] = reshard(v, S);
       return;

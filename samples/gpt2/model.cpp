@@ -1,25 +1,24 @@
 // The GPT-2 sample's programs, registered for the generator: one training
 // step and the sampling forward pass. Which strategy they run is decided by
 // the MESH each sharc_add_program call gives (see model.h); the depth, by
-// the generation-time option "layers" (default kLayers); training programs
-// also read "remat" (model.h's train_options; default 0, save everything).
+// the generation-time option "layers" (default kLayers); "scan" = 1 scans
+// the blocks (stacked parameters, model.h's config); training programs also
+// read "remat" (model.h's train_options; default 0, save everything).
 #include "samples/gpt2/model.h"
 
 SHARC_PROGRAM(gpt2_train, b) {
-  const int64_t layers = b.option("layers", gpt2::kLayers);
-  gpt2::build_train(b, gpt2::config(layers), gpt2::kTrainBatch, gpt2::default_optimizer(),
-                    gpt2::train_options(layers, b.option("remat", 0)));
+  const gpt2::GPTConfig c = gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 0));
+  gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, b.option("remat", 0)));
 }
 
 // The same step pipelined (--mesh pipe=2,data=2,model=2): the blocks are the
 // pipelined layers (GPT marks them), set_pipeline says how.
 SHARC_PROGRAM(gpt2_train_pipelined, b) {
   b.set_pipeline(gpt2::pipeline());
-  const int64_t layers = b.option("layers", gpt2::kLayers);
-  gpt2::build_train(b, gpt2::config(layers), gpt2::kTrainBatch, gpt2::default_optimizer(),
-                    gpt2::train_options(layers, b.option("remat", 0)));
+  const gpt2::GPTConfig c = gpt2::config(b.option("layers", gpt2::kLayers));
+  gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, b.option("remat", 0)));
 }
 
 SHARC_PROGRAM(gpt2_logits, b) {
-  gpt2::build_logits(b, gpt2::config(b.option("layers", gpt2::kLayers)), gpt2::kSampleBatch);
+  gpt2::build_logits(b, gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 0)), gpt2::kSampleBatch);
 }

@@ -45,8 +45,14 @@ inline Pipeline pipeline() {
 
 // `layers`: the programs read it from the generation-time option "layers"
 // (sharc_add_program's OPTIONS; the CMake cache variable SHARC_GPT2_LAYERS).
-inline GPTConfig config(int64_t layers = kLayers) {
+// `scan` (option "scan"): 1 scans the blocks, whose parameters are then
+// stacked under "h/..." with a replicated layer axis (dsl/layers.h); the
+// same numbers as the unrolled default, 0.
+inline GPTConfig config(int64_t layers = kLayers, int64_t scan = 0, SrcLoc loc = Here::current()) {
+  if (scan != 0 && scan != 1)
+    user_error(loc, "gpt2: option scan=" + std::to_string(scan) + " is not 0 (unrolled blocks) or 1 (scanned)");
   GPTConfig c;
+  c.scan = scan == 1;
   c.vocab = kVocab;
   c.context = kContext;
   c.embed = kEmbed;
@@ -65,18 +71,23 @@ inline Optimizer default_optimizer() {
 }
 
 // The training options: clipping at 1, and rematerialization of every block
-// ("h0", "h1", ...) by `remat`, the generation-time option "remat": 0 saves
-// every activation the backward pass reads, 1 recomputes each block from its
-// input before its backward pass (ir::RematPolicy::kRecomputeAll), 2 saves
-// only the blocks' matmul outputs (kSaveDots).
-inline TrainOptions train_options(int64_t layers, int64_t remat = 0, SrcLoc loc = Here::current()) {
+// ("h0", "h1", ..., or the scanned "h") by `remat`, the generation-time
+// option "remat": 0 saves every activation the backward pass reads, 1
+// recomputes each block from its input before its backward pass
+// (ir::RematPolicy::kRecomputeAll), 2 saves only the blocks' matmul outputs
+// (kSaveDots).
+inline TrainOptions train_options(const GPTConfig& c, int64_t remat = 0, SrcLoc loc = Here::current()) {
   TrainOptions o{.clip_global_norm = 1.0};
   if (remat < 0 || remat > 2)
     user_error(loc, "gpt2: option remat=" + std::to_string(remat) +
                         " is not 0 (save all), 1 (recompute each block) or 2 (save matmul outputs)");
   if (remat == 0) return o;
   const RematPolicy policy = remat == 1 ? RematPolicy::kRecomputeAll : RematPolicy::kSaveDots;
-  for (int64_t i = 0; i < layers; ++i) o.remat.push_back(sharc::remat("h" + std::to_string(i), policy, loc));
+  if (c.scan) {
+    o.remat.push_back(sharc::remat("h", policy, loc));
+    return o;
+  }
+  for (int64_t i = 0; i < c.layers; ++i) o.remat.push_back(sharc::remat("h" + std::to_string(i), policy, loc));
   return o;
 }
 
