@@ -13,7 +13,7 @@
 //
 //   bench_compile --generator G --templates DIR --cxx C++ --include DIR...
 //                 [--program gpt2_train] [--layers 2,4,8] [--mesh data=2,model=4]...
-//                 [--flags "-O2 -std=c++20"] [--timeout 900] [--work DIR]
+//                 [--option scan=1]... [--flags "-O2 -std=c++20"] [--timeout 900] [--work DIR]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,7 +37,7 @@ namespace fs = std::filesystem;
 
 struct Args {
   std::string generator, templates, cxx, program = "gpt2_train", flags = "-O2 -std=c++20", work;
-  std::vector<std::string> includes, meshes;
+  std::vector<std::string> includes, meshes, options;  // options: the generator's --option NAME=VALUE
   std::vector<int> layers = {2, 4, 8};
   double timeout_s = 900;
 };
@@ -53,7 +53,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void usage(const char* argv0, const std::string& why) {
   std::fprintf(stderr,
                "%s: %s\nusage: %s --generator G --templates DIR --cxx C++ --include DIR... [--program P]\n"
-               "          [--layers 2,4,8] [--mesh M]... [--flags F] [--timeout S] [--work DIR]\n",
+               "          [--layers 2,4,8] [--mesh M]... [--option NAME=VALUE]... [--flags F] [--timeout S]\n"
+               "          [--work DIR]\n",
                argv0, why.c_str(), argv0);
   std::exit(2);
 }
@@ -70,6 +71,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--include") a.includes.push_back(v);
     else if (flag == "--program") a.program = v;
     else if (flag == "--mesh") a.meshes.push_back(v);
+    else if (flag == "--option") a.options.push_back(v);
     else if (flag == "--flags") a.flags = v;
     else if (flag == "--work") a.work = v;
     else if (flag == "--timeout") a.timeout_s = std::atof(v.c_str());
@@ -153,8 +155,10 @@ void count_lines(const fs::path& file, long& lines, long& longest) {
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   fs::create_directories(a.work);
-  std::printf("bench_compile: program %s, compiled with %s %s, one compiler process at a time\n",
-              a.program.c_str(), a.cxx.c_str(), a.flags.c_str());
+  std::string options;
+  for (const std::string& o : a.options) options += " " + o;
+  std::printf("bench_compile: program %s%s%s, compiled with %s %s, one compiler process at a time\n",
+              a.program.c_str(), options.empty() ? "" : " with options", options.c_str(), a.cxx.c_str(), a.flags.c_str());
   std::printf("%-16s %6s %12s %9s %11s %10s %13s\n", "mesh", "layers", "generator s", "lines", "longest fn",
               "compile s", "compiler MiB");
   for (const std::string& mesh : a.meshes) {
@@ -162,9 +166,14 @@ int main(int argc, char** argv) {
       const fs::path dir = fs::path(a.work) / (std::to_string(layers) + "_" + std::to_string(std::hash<std::string>{}(mesh) % 100000));
       fs::remove_all(dir);
       fs::create_directories(dir);
-      const Run gen = run({a.generator, "--program", a.program, "--mesh", mesh, "--name", "prog", "--out-dir", dir.string(),
-                           "--templates", a.templates, "--option", "layers=" + std::to_string(layers)},
-                          (dir / "generator.log").string(), a.timeout_s);
+      std::vector<std::string> gen_argv = {a.generator, "--program", a.program, "--mesh", mesh, "--name", "prog",
+                                           "--out-dir", dir.string(), "--templates", a.templates,
+                                           "--option", "layers=" + std::to_string(layers)};
+      for (const std::string& o : a.options) {
+        gen_argv.push_back("--option");
+        gen_argv.push_back(o);
+      }
+      const Run gen = run(gen_argv, (dir / "generator.log").string(), a.timeout_s);
       if (gen.status != 0) {
         std::printf("%-16s %6d generator failed (exit %d), see %s\n", mesh.c_str(), layers, gen.status,
                     (dir / "generator.log").c_str());

@@ -29,6 +29,8 @@ bool needs_group(const Node& v) {
 // mesh that adds or drops collectives, or an op appended to the model,
 // renames nothing else and a diff of two generated files shows only what
 // changed.
+std::string iteration_marker(int iteration) { return "\x01" + std::to_string(iteration) + "\x02"; }
+
 std::string value_name(const Node& v) {
   std::string base = ir::op_name(v.op);
   if (!v.name.empty()) base = v.name + "_" + base;
@@ -62,14 +64,37 @@ void name_values(const ir::Graph& g, const ir::Graph& scope, EmissionPlan& p) {
   // the second relu outside a layer on every mesh, however many values the
   // mesh fuses away, combines or adds. Those names are taken first; the
   // collectives and slices the partitioner added follow in program order.
+  //
+  // A value of a scanned layer (Node::repeat) is named as the same value of
+  // every other layer, as an element of a member array indexed by the
+  // layer: "h_attn_dot" + iteration_marker(3) is layer 3's, spelled
+  // h_attn_dot[3], or h_attn_dot[l] in the loop body that computes every
+  // layer (emit_cpu.cpp). Its Node::origin_rank counts within its layer.
+  std::map<std::tuple<int, std::string>, std::string> layer_var;  // (repeat, wanted name) -> name
+  auto scanned = [&](const Node& v) { return v.repeat >= 0 && v.iteration >= 0 && g.repeats[v.repeat].scan; };
+  auto name = [&](const Node& v, const std::string& wanted) {
+    if (!scanned(v)) return p.locals.user(wanted);
+    auto [it, fresh] = layer_var.try_emplace({v.repeat, wanted}, "");
+    if (fresh) it->second = p.locals.user(wanted);
+    return it->second + iteration_marker(v.iteration);
+  };
   for (size_t i = 0; i < n; ++i) {
     const Node& v = g.nodes[i];
     if (!p.var[i].empty() || !p.buffers.needs_buffer[i] || v.origin_rank < 0) continue;
     const std::string base = value_name(v);
-    p.var[i] = p.locals.user(v.origin_rank == 0 ? base : base + "_" + std::to_string(v.origin_rank + 1));
+    p.var[i] = name(v, v.origin_rank == 0 ? base : base + "_" + std::to_string(v.origin_rank + 1));
   }
-  for (size_t i = 0; i < n; ++i)
-    if (p.var[i].empty() && p.buffers.needs_buffer[i]) p.var[i] = p.locals.user(value_name(g.nodes[i]));
+  // The collectives and slices the partitioner added: numbered within their
+  // layer too, in a scanned one.
+  std::map<std::tuple<int, int, std::string>, int> added;  // (repeat, layer, name) -> how many so far
+  for (size_t i = 0; i < n; ++i) {
+    const Node& v = g.nodes[i];
+    if (!p.var[i].empty() || !p.buffers.needs_buffer[i]) continue;
+    std::string wanted = value_name(v);
+    if (scanned(v))
+      if (const int k = added[{v.repeat, v.iteration, wanted}]++; k > 0) wanted += "_" + std::to_string(k + 1);
+    p.var[i] = name(v, wanted);
+  }
 
   // The Inputs/Outputs fields: their own scope (members, not locals).
   cpp::Names in_fields(cpp::Names::Scope::kFields);

@@ -49,6 +49,12 @@ namespace sharc {
 enum class Stream { kCompute, kComm };
 const char* stream_name(Stream s);  // "compute", "comm"
 
+// The suffix that marks a name as an element of a scanned layer's member
+// array, for layer `iteration`: "\x01" "3" "\x02". The renderer replaces it
+// with "[3]", or "[l]" (relative to the layer variable l) in the code it
+// writes once for every layer.
+std::string iteration_marker(int iteration);
+
 struct EmissionPlan {
   // ---- buffers --------------------------------------------------------------
   BufferPlan buffers;
@@ -57,7 +63,8 @@ struct EmissionPlan {
   // Per node: the C++ name of its buffer (parameters: a member of the
   // generated Device; inputs: the user's name; else the layer and op that
   // made it, "dense1_dot", "grad_dense1_dot_2": see value_name()),
-  // "" when it has none (fused away).
+  // "" when it has none (fused away). A scanned layer's value ends in
+  // iteration_marker(its layer), which the renderer spells as an index.
   std::vector<std::string> var;
   std::map<std::string, std::string> axis_var;                // axis -> coordinate member
   std::map<std::vector<std::string>, std::string> group_var;  // axes -> rt::Group member

@@ -1197,11 +1197,19 @@ class CpuEmitter {
     const auto gst = strides_of(gs), lst = strides_of(v.shape);
     char key[32];
     std::snprintf(key, sizeof key, "0x%016" PRIx64 "ull", v.key);
+    std::string site = key;
+    if (scanned(v)) {
+      // Each layer draws its own stream: its key from a table by layer.
+      const std::string table = "kLayerKeys_" + base_name(var_[id]);
+      auto& keys = layer_keys_[table];
+      keys.resize(static_cast<size_t>(g_.repeats[v.repeat].length));
+      keys[static_cast<size_t>(v.iteration)] = key;
+      site = table + "[" + iter_int(v, v.iteration) + "]";
+    }
     w.line(describe(v, s.reads, "random_uniform over the global " + ir::shape_str(gs)));
     w.line(declare(id, /*writes_all=*/true));
     w.open("");
-    w.line("const uint64_t key = rt::random_stream_key(" + std::string(key) + ", " +
-           elem0(v.args[0]) + ");  // (site, seed)");
+    w.line("const uint64_t key = rt::random_stream_key(" + site + ", " + elem0(v.args[0]) + ");  // (site, seed)");
     std::vector<std::string> local, global;
     int loops = 0;
     const size_t rank = v.shape.size();
@@ -1232,6 +1240,77 @@ class CpuEmitter {
     w.close("random_uniform " + var_[id]);
   }
 
+  // ---- scanned layers -----------------------------------------------------
+  //
+  // A scanned Layers (dsl/layers.h) computes every layer with the same code
+  // up to which row of the stacked parameters it reads. Its values are
+  // elements of member arrays indexed by the layer (emission_plan.h,
+  // iteration_marker), its rows' offsets and random streams are marked with
+  // the layer they depend on, and fold_layers writes the layers' statements
+  // once, as a part called in a loop over l, when the text of every layer's
+  // statements is the same relative to its layer (checked, not assumed).
+
+  bool scanned(const Node& v) const {
+    return v.repeat >= 0 && v.iteration >= 0 && g_.repeats[v.repeat].scan;
+  }
+  // A slice / add_slice of a scanned layer's own row of a stacked value.
+  bool layer_row(const Node& v) const {
+    return scanned(v) && (v.op == Op::kSlice || v.op == Op::kAddSlice) && v.ints[0] == 0 &&
+           v.ints[1] == v.iteration && g_[v.args[0]].shape[0] == g_.repeats[v.repeat].length;
+  }
+  // `value` (= layer + k) as text: a layer-relative marker in a layer's row
+  // statement, else the number.
+  std::string iter_int(const Node& v, int64_t value, int64_t k = 0) const {
+    if (!(layer_row(v) || (scanned(v) && v.op == Op::kRandomUniform)) || value - k != v.iteration)
+      return std::to_string(value);
+    return layer_ref(v, k);
+  }
+  // The layer of a scanned layer's statement, as a marker ("l" in its loop).
+  static std::string layer_ref(const Node& v, int64_t k = 0) {
+    return "\x03" + std::to_string(v.iteration) + ":" + std::to_string(k) + "\x04";
+  }
+  // A scanned layer's value name without its layer marker.
+  static std::string base_name(const std::string& var) { return var.substr(0, var.find('\x01')); }
+
+  // Rewrites the layer markers of `text`, written for layer `at`: relative
+  // to the loop variable l (relative = true), or as the literal layers.
+  // Lines that free a value from outside the layers (marked \x05) are
+  // dropped when relative (fold_layers re-adds them guarded), else kept.
+  static std::string spell_layers(const std::string& text, int at, bool relative) {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size();) {
+      const char c = text[i];
+      if (c == '\x05') {
+        const size_t end = text.find('\n', i);
+        if (relative) {  // the whole line: its indentation, and the newline before it
+          while (!out.empty() && out.back() == ' ') out.pop_back();
+          if (!out.empty() && out.back() == '\n') out.pop_back();
+          i = end == std::string::npos ? text.size() : end;
+        } else {
+          ++i;
+        }
+        continue;
+      }
+      if (c != '\x01' && c != '\x03') {
+        out += c;
+        ++i;
+        continue;
+      }
+      const size_t end = text.find(c == '\x01' ? '\x02' : '\x04', i);
+      const std::string inner = text.substr(i + 1, end - i - 1);
+      i = end + 1;
+      const size_t colon = inner.find(':');
+      const int j = std::stoi(inner.substr(0, colon));
+      const int k = colon == std::string::npos ? 0 : std::stoi(inner.substr(colon + 1));
+      const int off = relative ? j - at + k : j + k;
+      std::string e = relative ? (off == 0 ? "l" : off > 0 ? "l + " + std::to_string(off) : "l - " + std::to_string(-off))
+                               : std::to_string(off);
+      out += c == '\x01' ? "[" + e + "]" : e;
+    }
+    return out;
+  }
+
   // A copy-like statement's result in its operand's buffer
   // (BufferPlan::takes_buffer_of): prints the move and returns true, or
   // prints nothing and returns false.
@@ -1258,7 +1337,16 @@ class CpuEmitter {
       total += ir::num_elements(g_[m].shape);
     }
     const std::string axes = "(" + join(head.axes, ", ") + ")";
-    const std::string id = std::to_string(head.dim2);
+    std::string id = std::to_string(head.dim2);
+    if (scanned(head)) {
+      // Numbered within its layer: each layer's buckets are the same.
+      std::set<int> before;
+      for (const Node& n : g_.nodes)
+        if (n.op == Op::kAllReduce && n.repeat == head.repeat && n.iteration == head.iteration && n.dim2 >= 0 &&
+            n.dim2 < head.dim2)
+          before.insert(n.dim2);
+      id = std::to_string(before.size()) + " of layer " + layer_ref(head);
+    }
     w.line("// all_reduce bucket " + id + ": " + std::to_string(s.bucket.size()) + " values over " +
            axes + " as ONE collective of " + std::to_string(total) + " " +
            elem_type(head.dtype) + "s, in the values' own buffers");
@@ -1381,13 +1469,15 @@ class CpuEmitter {
         // Local: the sliced dimension is whole on every device.
         const auto st = strides_of(g_[v.args[0]].shape);
         const int64_t start = v.ints[1] * st[v.ints[0]];
+        // A scanned layer's row of a stacked parameter: at the layer's index.
+        const bool row = layer_row(v);
         w.line(describe(v, s.reads,
-                        "slice dim=" + std::to_string(v.ints[0]) + " [" +
-                            std::to_string(v.ints[1]) + ", " +
-                            std::to_string(v.ints[1] + v.ints[2]) + ")"));
+                        "slice dim=" + std::to_string(v.ints[0]) + " [" + iter_int(v, v.ints[1]) + ", " +
+                            iter_int(v, v.ints[1] + v.ints[2], 1) + ")"));
         w.line(declare(id, /*writes_all=*/true));
-        w.line("rt::strided_copy(" + (start == 0 ? a0() : a0() + " + " + std::to_string(start)) +
-               ", " + braced(v.shape) + ", " + braced(st) + ", " + ptr(id) + ");");
+        const std::string at = row ? a0() + " + " + iter_int(v, v.ints[1]) + " * " + std::to_string(st[0])
+                               : start == 0 ? a0() : a0() + " + " + std::to_string(start);
+        w.line("rt::strided_copy(" + at + ", " + braced(v.shape) + ", " + braced(st) + ", " + ptr(id) + ");");
         return;
       }
       case Op::kPad: {
@@ -1424,8 +1514,11 @@ class CpuEmitter {
         for (size_t k = d + 1; k < in.size(); ++k) inner *= in[k];
         for (int k = 0; k < d; ++k) outer *= in[k];
         const int64_t run = in[d] * inner, out_run = v.shape[d] * inner, before = v.ints[1] * inner;
-        w.line(describe(v, s.reads, "add_slice dim=" + std::to_string(d) + " [" + std::to_string(v.ints[1]) +
-                                        ", " + std::to_string(v.ints[1] + in[d]) + ")"));
+        const bool row = layer_row(v);  // a scanned layer's row of a stacked gradient
+        const std::string before_expr =
+            row ? iter_int(v, v.ints[1]) + " * " + std::to_string(inner) : std::to_string(before);
+        w.line(describe(v, s.reads, "add_slice dim=" + std::to_string(d) + " [" + iter_int(v, v.ints[1]) + ", " +
+                                        iter_int(v, v.ints[1] + in[d], 1) + ")"));
         if (!take_operand_buffer(w, id)) {
           w.line(declare(id, /*writes_all=*/true));
           w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
@@ -1434,11 +1527,11 @@ class CpuEmitter {
         const std::string sum = stored(v.dtype, "static_cast<float>(" + x + "[o]) + static_cast<float>(" + y + "[i])");
         if (outer == 1) {
           w.line("for (int64_t i = 0; i < " + std::to_string(run) + "; ++i) {");
-          w.line("  const int64_t o = " + (before == 0 ? std::string("i") : std::to_string(before) + " + i") + ";");
+          w.line("  const int64_t o = " + (before == 0 && !row ? std::string("i") : before_expr + " + i") + ";");
         } else {
           w.line("for (int64_t i = 0; i < " + std::to_string(outer * run) + "; ++i) {");
           w.line("  const int64_t o = i / " + std::to_string(run) + " * " + std::to_string(out_run) +
-                 (before == 0 ? "" : " + " + std::to_string(before)) + " + i % " + std::to_string(run) + ";");
+                 (before == 0 && !row ? "" : " + " + before_expr) + " + i % " + std::to_string(run) + ";");
         }
         w.line("  " + x + "[o] = " + sum + ";");
         w.line("}");
@@ -1689,6 +1782,10 @@ class CpuEmitter {
     int lines = 0;
     int unit = -1;             // a pipeline stage's unit (StagePlan::units), -1 for a whole program
     std::string phase, block;  // the part it belongs to (see part_of)
+    int repeat = -1, iteration = -1;  // a scanned layer's statement (Node::repeat, iteration)
+    size_t marks_begin = 0, marks_end = 0;  // the marks it recorded (marks_)
+    int loop = -1;         // fold_layers: written once for the layers of loops_[loop]
+    bool dropped = false;  // fold_layers: another layer's copy of a loop's statement
   };
 
   std::vector<Chunk> step_chunks() {
@@ -1711,11 +1808,22 @@ class CpuEmitter {
       current = key;
       CodeWriter w(1);
       const size_t before = declared_.size();
+      const Node& v = g_[stmts[k].node];
+      if (scanned(v)) {
+        c.repeat = v.repeat;
+        c.iteration = v.iteration;
+      }
+      c.marks_begin = marks_->size();
       emit_mark(w, stmts[k]);
       emit_stmt(w, stmts[k]);
+      c.marks_end = marks_->size();
       c.declares.assign(declared_.begin() + static_cast<std::ptrdiff_t>(before), declared_.end());
-      for (int r : plan_.frees_after[k])
-        w.line(var_[r] + " = " + buf_type(g_[r].dtype) + "();  // last use of " + var_[r]);
+      for (int r : plan_.frees_after[k]) {
+        // In a scanned layer, a value from outside the layers is freed by
+        // the layer that reads it last only (fold_layers guards the line).
+        const bool outside = c.iteration >= 0 && var_[r].find('\x01') == std::string::npos;
+        w.line((outside ? "\x05" : "") + var_[r] + " = " + buf_type(g_[r].dtype) + "();  // last use of " + var_[r]);
+      }
       c.text = w.str();
       c.lines = static_cast<int>(std::count(c.text.begin(), c.text.end(), '\n')) + 1;
       std::tie(c.phase, c.block) = part_of(a);
@@ -1762,6 +1870,7 @@ class CpuEmitter {
     std::string name;  // the member function, "forward_h0"
     std::string what;  // what it computes, for its comment
     std::vector<int> chunks;
+    int loop = -1;     // called for each layer l of loops_[loop]
   };
 
   // The body of forward_device (or of a pipeline stage's case in it, at
@@ -1776,7 +1885,122 @@ class CpuEmitter {
       tail.line(rule("updates: parameters take their new values"));
       emit_updates(tail);
     }
-    return split_step(step_chunks(), tail.str(), indent);
+    std::vector<Chunk> chunks = step_chunks();
+    fold_layers(chunks);
+    return split_step(chunks, spell_layers(tail.str(), 0, false), indent);
+  }
+
+  // Finds each scanned Layers' runs of statements, one segment per layer
+  // (its forward, or its backward with the recomputed values it reads), and
+  // writes them once, relative to the layer l, where every layer's segment
+  // reads the same relative to its layer: the first layer run (layer 0 in
+  // the forward pass, L-1 in the backward) stays as written when it differs
+  // (it reads the values from before the layers instead of the previous
+  // layer's), and the others become loops_ over the rest. A free of a value
+  // from outside the layers is guarded by the layer that frees it. Every
+  // other statement's markers are spelled as the literal layer.
+  void fold_layers(std::vector<Chunk>& chunks) {
+    auto same_group = [&](const Chunk& a, const Chunk& b) {
+      return b.iteration >= 0 && b.repeat == a.repeat && b.phase == a.phase && b.unit == a.unit;
+    };
+    for (size_t k = 0; k < chunks.size();) {
+      if (chunks[k].iteration < 0) {
+        ++k;
+        continue;
+      }
+      std::vector<std::pair<size_t, size_t>> segs;  // [begin, end) of each layer's statements
+      size_t e = k;
+      int step = 0;
+      while (e < chunks.size() && same_group(chunks[k], chunks[e])) {
+        const size_t b = e;
+        while (e < chunks.size() && same_group(chunks[k], chunks[e]) && chunks[e].iteration == chunks[b].iteration) ++e;
+        if (!segs.empty()) {
+          const int d = chunks[b].iteration - chunks[segs.back().first].iteration;
+          if ((d != 1 && d != -1) || (step != 0 && d != step)) {
+            e = b;
+            break;
+          }
+          step = d;
+        }
+        segs.emplace_back(b, e);
+      }
+      fold_group(chunks, segs, step);
+      k = e;
+    }
+    for (Chunk& c : chunks)
+      if (c.loop < 0) c.text = spell_layers(c.text, 0, false);
+    // The marks of the statements folded away are not in the source.
+    std::vector<EmittedMark> kept;
+    size_t next = 0;
+    for (const Chunk& c : chunks) {
+      for (; next < c.marks_begin; ++next) kept.push_back((*marks_)[next]);
+      if (!c.dropped)
+        for (size_t m = c.marks_begin; m < c.marks_end; ++m) kept.push_back((*marks_)[m]);
+      next = c.marks_end;
+    }
+    for (; next < marks_->size(); ++next) kept.push_back((*marks_)[next]);
+    *marks_ = std::move(kept);
+  }
+
+  void fold_group(std::vector<Chunk>& chunks, const std::vector<std::pair<size_t, size_t>>& segs, int step) {
+    if (segs.size() < 2) return;
+    // A segment's statements relative to its layer, outside frees dropped.
+    auto relative = [&](size_t s) {
+      std::vector<std::string> r;
+      for (size_t k = segs[s].first; k < segs[s].second; ++k)
+        r.push_back(chunks[k].rule + '\0' + spell_layers(chunks[k].text, chunks[k].iteration, true));
+      return r;
+    };
+    const std::vector<std::string> body = relative(1);
+    for (size_t s = 2; s < segs.size(); ++s)
+      if (const std::vector<std::string> r = relative(s); r != body) {
+        // Not the same code: the layers stay written out, and say why.
+        std::string line = "a different number of statements";
+        for (size_t i = 0; i < std::min(r.size(), body.size()); ++i)
+          if (r[i] != body[i]) {
+            std::istringstream a(body[i].substr(body[i].find('\0') + 1)), b(r[i].substr(r[i].find('\0') + 1));
+            for (std::string x, y; std::getline(a, x) && std::getline(b, y);)
+              if (x != y) {
+                line = "\"" + y.substr(y.find_first_not_of(' ')) + "\"";
+                break;
+              }
+            break;
+          }
+        Chunk& first = chunks[segs[0].first];
+        const ir::Repeat& rep = g_.repeats[first.repeat];
+        first.text = "  // Layers '" + rep.name + "' (" + rep.loc.str() + ") written out, not looped: layer " +
+                     std::to_string(chunks[segs[s].first].iteration) + "'s code differs from layer " +
+                     std::to_string(chunks[segs[1].first].iteration) + "'s at " + line + "\n" + first.text;
+        return;
+      }
+    const size_t from = relative(0) == body ? 0 : 1;
+    Loop loop;
+    loop.repeat = chunks[segs[from].first].repeat;
+    loop.first = chunks[segs[from].first].iteration;
+    loop.last = chunks[segs.back().first].iteration;
+    loop.step = step;
+    loops_.push_back(loop);
+    const int id = static_cast<int>(loops_.size()) - 1;
+    const size_t n = segs[from].second - segs[from].first;
+    for (size_t c = 0; c < n; ++c) {
+      Chunk& head = chunks[segs[from].first + c];
+      std::string text = spell_layers(head.text, head.iteration, true);
+      // Frees of values from outside the layers, by the layer that frees them.
+      for (size_t s = from; s < segs.size(); ++s) {
+        const Chunk& x = chunks[segs[s].first + c];
+        std::istringstream lines(x.text);
+        for (std::string line; std::getline(lines, line);)
+          if (const size_t at = line.find('\x05'); at != std::string::npos)
+            text += "\n" + line.substr(0, at) + "if (l == " + std::to_string(x.iteration) + ") " + line.substr(at + 1);
+      }
+      head.text = text;
+      head.loop = id;
+      head.lines = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
+      for (size_t s = from + 1; s < segs.size(); ++s) {
+        chunks[segs[s].first + c].loop = id;
+        chunks[segs[s].first + c].dropped = true;
+      }
+    }
   }
 
   // The step as parts (see above); step_struct_ and step_parts_ receive the
@@ -1792,26 +2016,36 @@ class CpuEmitter {
     std::string phase = "\x02", block;
     int unit = -2, lines = 0;
     std::map<std::string, int> used;
+    int loop = -1;
+    std::set<std::string> value_names;  // a part is not named as a value
+    for (const std::string& v : var_) value_names.insert(base_name(v));
     auto start = [&](const Chunk& c, const std::string& bl, size_t first) {
       Part p;
       const std::string head = c.unit >= 0 ? unit_name(c.unit) : c.phase;
-      const std::string base = head + (bl.empty() ? "" : "_" + cpp::identifier(bl));
+      const std::string base = head + (bl.empty() ? "" : "_" + cpp::identifier(bl)) + (c.loop >= 0 ? "_layer" : "");
       const int n = ++used[base];
       p.name = base + (n == 1 ? "" : "_" + std::to_string(n));
-      if (std::find(var_.begin(), var_.end(), p.name) != var_.end()) p.name += "_part";  // a value's name
+      if (value_names.count(p.name)) p.name += "_part";
       const std::string doing = c.unit >= 0 ? unit_title((*units_)[c.unit]) : c.phase == "optimizer" ? "optimizer step" : c.phase;
       p.what = (bl.empty() ? "" : bl + " in ") + doing + (n == 1 ? "" : ", part " + std::to_string(n));
       if (bl.empty()) p.what += ", from " + section(anchor(plan_.stmts[first])).second;
+      if (c.loop >= 0) {
+        const Loop& lp = loops_[c.loop];
+        p.what += ", of layer l (called for layers " + std::to_string(lp.first) + ".." + std::to_string(lp.last) + ")";
+      }
+      p.loop = c.loop;
       parts.push_back(std::move(p));
       phase = c.phase;
       block = bl;
       unit = c.unit;
+      loop = c.loop;
       lines = 0;
     };
     for (size_t k = 0; k < chunks.size(); ++k) {
       const Chunk& c = chunks[k];
-      if (c.unit != unit || c.phase != phase || (!c.block.empty() && c.block != block))
-        start(c, c.block.empty() && c.phase == phase && c.unit == unit ? block : c.block, k);
+      if (c.dropped) continue;
+      if (c.unit != unit || c.phase != phase || c.loop != loop || (!c.block.empty() && c.block != block))
+        start(c, c.block.empty() && c.phase == phase && c.unit == unit && c.loop == loop ? block : c.block, k);
       else if (lines > 0 && lines + c.lines > kMaxPartLines)
         start(c, block, k);
       parts.back().chunks.push_back(static_cast<int>(k));
@@ -1848,6 +2082,25 @@ class CpuEmitter {
     for (size_t p = 0; p < parts.size(); ++p)
       for (int k : parts[p].chunks)
         for (int v : chunks[k].declares) declared.emplace_back(v, static_cast<int>(p));
+    // A scanned layer's values: one member array each, made by the part of
+    // its first layer.
+    std::vector<int> part_of_chunk(chunks.size(), -1);
+    for (size_t p = 0; p < parts.size(); ++p)
+      for (int k : parts[p].chunks) part_of_chunk[k] = static_cast<int>(p);
+    {
+      std::set<std::string> arrays;
+      std::vector<std::pair<int, int>> all;
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        int p = part_of_chunk[k];
+        if (p < 0)  // folded away: its loop's part
+          for (size_t q = 0; q < parts.size(); ++q)
+            if (parts[q].loop == chunks[k].loop && chunks[k].loop >= 0) p = static_cast<int>(q);
+        for (int v : chunks[k].declares)
+          if (var_[v].find('\x01') == std::string::npos || arrays.insert(base_name(var_[v])).second)
+            all.emplace_back(v, p);
+      }
+      declared = std::move(all);
+    }
 
     const std::string type = stage_ >= 0 ? "Stage" + std::to_string(stage_) : "Step";
     const std::string qualified = stage_ >= 0 ? "Program::Step::" + type : "Program::Step";
@@ -1883,20 +2136,31 @@ class CpuEmitter {
       if (const int param = plan_.in_place_of[v]; param >= 0)
         st.line("rt::Buffer& " + var_[v] + " = dev." + var_[param] + ";  // the new \"" + g_[param].name +
                 "\" computed in place, " + from);
+      else if (var_[v].find('\x01') != std::string::npos)
+        st.line(buf_type(g_[v].dtype) + " " + base_name(var_[v]) + "[" + std::to_string(g_.repeats[g_[v].repeat].length) +
+                "];  // per layer, " + from);
       else
         st.line(buf_type(g_[v].dtype) + " " + var_[v] + ";  // " + from);
     }
     st.line();
-    for (const Part& p : parts) st.line("void " + p.name + "();  // " + p.what);
+    for (const Part& p : parts) st.line("void " + p.name + (p.loop >= 0 ? "(int64_t l)" : "()") + ";  // " + p.what);
     --st;
     st.line("};  // struct " + qualified);
     step_struct_ = st.str();
+    if (!layer_keys_.empty()) {
+      CodeWriter keys(0);
+      keys.line("// The random streams of the scanned layers' random_uniform calls, by layer.");
+      for (const auto& [table, ks] : layer_keys_)
+        keys.line("constexpr uint64_t " + table + "[] = {" + join(ks, ", ") + "};");
+      keys.line();
+      step_struct_ = keys.str() + step_struct_;
+    }
 
     CodeWriter fns(0);
     for (size_t p = 0; p < parts.size(); ++p) {
       if (p) fns.line();
       fns.line("// " + parts[p].what);
-      fns.open("void " + qualified + "::" + parts[p].name + "()");
+      fns.open("void " + qualified + "::" + parts[p].name + (parts[p].loop >= 0 ? "(int64_t l)" : "()"));
       fns.text(raw[p]);
       fns.close(qualified + "::" + parts[p].name);
     }
@@ -1904,7 +2168,19 @@ class CpuEmitter {
 
     CodeWriter w(indent);
     w.line((stage_ >= 0 ? "Step::" : "") + type + " step(world_, dev, comm, mem, timeline, in, out, rank);");
-    for (const Part& p : parts) w.line("step." + p.name + "();");
+    for (size_t p = 0; p < parts.size();) {
+      if (parts[p].loop < 0) {
+        w.line("step." + parts[p].name + "();");
+        ++p;
+        continue;
+      }
+      const int id = parts[p].loop;
+      const Loop& lp = loops_[id];
+      w.open("for (int64_t l = " + std::to_string(lp.first) + "; l " + (lp.step > 0 ? "<= " : ">= ") +
+             std::to_string(lp.last) + "; " + (lp.step > 0 ? "++l" : "--l") + ")");
+      for (; p < parts.size() && parts[p].loop == id; ++p) w.line("step." + parts[p].name + "(l);");
+      w.close();
+    }
     return w.str();
   }
 
@@ -1964,6 +2240,14 @@ class CpuEmitter {
     w.line("default: break;");
     w.close("switch");
     step_struct_ = st.str();
+    if (!layer_keys_.empty()) {
+      CodeWriter keys(0);
+      keys.line("// The random streams of the scanned layers' random_uniform calls, by layer.");
+      for (const auto& [table, ks] : layer_keys_)
+        keys.line("constexpr uint64_t " + table + "[] = {" + join(ks, ", ") + "};");
+      keys.line();
+      step_struct_ = keys.str() + step_struct_;
+    }
     step_parts_ = parts;
     return w.str();
   }
@@ -2040,6 +2324,14 @@ class CpuEmitter {
   // The step (split_step): its struct and its parts' definitions, and the
   // values declare() has made buffers for so far, in order.
   std::string step_struct_, step_parts_;
+  // Scanned layers' random streams: table name -> key literal per layer.
+  std::map<std::string, std::vector<std::string>> layer_keys_;
+  // The loops fold_layers made (Chunk::loop indexes them).
+  struct Loop {
+    int repeat = -1;
+    int first = 0, last = 0, step = 1;  // the layers the loop runs, in order
+  };
+  std::vector<Loop> loops_;
   std::vector<int> declared_;
   const EmissionPlan ep_;
   const BufferPlan& plan_;

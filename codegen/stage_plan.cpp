@@ -89,6 +89,11 @@ void check_pipeline(const ir::Graph& g, ir::PipelineSchedule schedule, int v) {
   if (!g.mesh.has(pc.axis))
     user_error(pc.loc, "set_pipeline: the pipe axis '" + pc.axis + "' is not in the mesh " + g.mesh.str() +
                            "; its axes are " + g.mesh.names());
+  for (const ir::Repeat& r : g.repeats)
+    if (r.scan)
+      user_error(r.loc, "Layers '" + r.name + "' is scanned (its parameters stacked over one layer axis), which "
+                        "set_pipeline cannot place on stages yet; make it unrolled (LayersOptions::scan = false) in a "
+                        "pipelined program");
   const int p = g.mesh.size(pc.axis), layers = pipelined_layers(g);
   if (layers == 0)
     user_error(pc.loc, "set_pipeline: no layer was traced inside a PipelineLayer, so there is nothing to "
@@ -339,6 +344,7 @@ std::vector<ir::Graph> split_stages(const ir::Graph& g, const StagePlan& plan) {
     sg.partitioned = true;
     sg.dtype = g.dtype;
     sg.pipeline = g.pipeline;
+    sg.repeats = g.repeats;
     std::vector<int> map(N, -1);
     auto mapped = [&](int v) {
       if (map[v] < 0) internal_error("split_stages: stage " + std::to_string(s) + " reads %" + std::to_string(v) +

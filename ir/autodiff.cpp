@@ -469,6 +469,13 @@ class Sweep {
           adjoint_[x] = b_.add_slice(adjoint_[x], gy, d, start);
           break;
         }
+        if (g_.nodes[x].op == Op::kParameter && !g_.nodes[x].init.stack_scope.empty() && !parts_.count(x)) {
+          // The first layer's row of a stacked parameter's gradient: added
+          // into zeros like every later row, so every layer's backward pass
+          // is the same code.
+          adjoint_[x] = b_.add_slice(b_.constant_like(0.0, x), gy, d, start);
+          break;
+        }
         const int64_t extent = g_.nodes[x].shape[d];
         accumulate(x, b_.pad(gy, d, start, static_cast<int>(extent - start - size)));
         break;

@@ -26,14 +26,18 @@ ir::Graph bucket_all_reduces(const ir::Graph& g, size_t bucket_bytes) {
     int earliest_user = std::numeric_limits<int>::max();
   };
   std::vector<Bucket> buckets;
-  // (axes, kind, element type) -> bucket: one packed buffer has one type.
-  std::map<std::tuple<std::vector<std::string>, int, int>, int> open;
+  // (axes, kind, element type, layer) -> bucket: one packed buffer has one
+  // type, and a bucket never spans two layers of a scanned Layers (whose
+  // code is written once for every layer).
+  std::map<std::tuple<std::vector<std::string>, int, int, int>, int> open;
   std::vector<int> bucket_of(count, -1);
   for (int i = 0; i < count; ++i) {
     const ir::Node& n = g.nodes[i];
     if (n.op != ir::Op::kAllReduce || !n.backward) continue;
     const size_t bytes = static_cast<size_t>(ir::num_elements(n.shape)) * ir::dtype_size(n.dtype);
-    const auto key = std::make_tuple(n.axes, static_cast<int>(n.reduce), static_cast<int>(n.dtype));
+    const bool scanned = n.repeat >= 0 && n.iteration >= 0 && g.repeats[n.repeat].scan;
+    const auto key =
+        std::make_tuple(n.axes, static_cast<int>(n.reduce), static_cast<int>(n.dtype), scanned ? n.iteration : -1);
     auto it = open.find(key);
     if (it != open.end()) {
       Bucket& b = buckets[it->second];

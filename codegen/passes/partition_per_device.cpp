@@ -32,13 +32,20 @@ class Partitioner {
     out_.name = g.name;
     out_.mesh = g.mesh;
     out_.pipeline = g.pipeline;
+    out_.repeats = g.repeats;
     out_.partitioned = true;
   }
 
   ir::Graph run() {
     map_.assign(g_.nodes.size(), -1);
-    std::map<std::tuple<Op, std::string, bool, bool>, int> seen;  // for Node::origin_rank
-    for (const Node& n : g_.nodes) rank_.push_back(seen[{n.op, n.name, n.backward, n.remat}]++);
+    // For Node::origin_rank. A scanned layer's values count within their
+    // layer, so that layer i's values are named as layer 0's (and the
+    // emitter can write their code once, codegen/emit_cpu.cpp).
+    std::map<std::tuple<Op, std::string, bool, bool, int>, int> seen;
+    for (const Node& n : g_.nodes) {
+      const bool scanned = n.repeat >= 0 && n.iteration >= 0 && g_.repeats[n.repeat].scan;
+      rank_.push_back(seen[{n.op, n.name, n.backward, n.remat, scanned ? n.iteration : -1}]++);
+    }
     for (size_t id = 0; id < g_.nodes.size(); ++id) lower(static_cast<int>(id));
     for (const ir::Output& o : g_.outputs) {
       cur_ = &g_.nodes[o.value];

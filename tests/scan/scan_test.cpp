@@ -271,7 +271,7 @@ TEST(ScanAutodiff, StackedGradientsMatchFiniteDifferences) {
   const std::vector<int> grads = append_gradients(g, loss, wrt, SrcLoc("scan_test.cpp", 1));
   int add_slices = 0;
   for (const ir::Node& n : g.nodes) add_slices += n.op == ir::Op::kAddSlice;
-  EXPECT_EQ(add_slices, 4 * (kResidualLayers - 1)) << "each stacked gradient is one buffer the layers add their rows into";
+  EXPECT_EQ(add_slices, 4 * kResidualLayers) << "each stacked gradient is one buffer every layer adds its row into";
   for (size_t i = 0; i < wrt.size(); ++i) g.outputs.push_back({"d/" + forward.nodes[wrt[i]].name, grads[i], SrcLoc(), {}, {}});
   ir::verify(g);
 
@@ -372,6 +372,27 @@ TEST(ScanErrors, AModuleThatMakesDifferentParametersPerLayer) {
   });
   EXPECT_THAT(what, HasSubstr("scanned Layers 'l': layer 0 asks for parameter \"l/kernel\" f32[4,8], but the stacked "
                               "one is f32[2,4,4]"));
+}
+
+}  // namespace
+}  // namespace sharc
+
+namespace sharc {
+namespace {
+
+// A scanned Layers has no PipelineLayer per layer to place on stages.
+TEST(ScanErrors, AScannedLayersInAPipelinedProgram) {
+  const ir::Graph g = trace("gpt2_train_pipelined", [](ProgramBuilder& b) {
+    b.set_pipeline(gpt2::pipeline());
+    gpt2::build_train(b, small_gpt(2, true), kBatch, test_optimizer());
+  });
+  ASSERT_EQ(g.repeats.size(), 1u);
+  const SrcLoc at = g.repeats[0].loc;
+  const std::string what = sharc::testing::error_at(at.file.c_str(), at.line, [&] {
+    lower(g, Mesh::parse("pipe=2,model=2"));
+  });
+  EXPECT_THAT(what, HasSubstr("Layers 'h' is scanned (its parameters stacked over one layer axis), which set_pipeline "
+                              "cannot place on stages yet"));
 }
 
 }  // namespace
