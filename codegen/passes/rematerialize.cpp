@@ -82,12 +82,20 @@ ir::Graph rematerialize(const ir::Graph& g) {
   out.nodes.clear();
   std::vector<int> remap(g.nodes.size(), -1);  // old id -> its value in out
   std::vector<int> copy(g.nodes.size(), -1);   // old id -> its recomputed copy in out
+  // Each layer of a scanned Layers is a block of its own: its copies start
+  // from what the previous layer passed it, which is kept (else the first
+  // backward layer would recompute every layer before it at once).
+  auto layer = [&](int v) {
+    const ir::Node& n = g.nodes[v];
+    return n.repeat >= 0 && n.iteration >= 0 && g.repeats[n.repeat].scan ? std::make_pair(n.repeat, n.iteration)
+                                                                          : std::make_pair(-1, -1);
+  };
   // The copy of old node v, made (with the copies it reads) where first needed.
   auto recomputed = [&](auto&& self, int v) -> int {
     if (!recompute[v]) return remap[v];
     if (copy[v] >= 0) return copy[v];
     ir::Node n = g.nodes[v];
-    for (int& a : n.args) a = self(self, a);
+    for (int& a : n.args) a = layer(a) == layer(v) ? self(self, a) : remap[a];
     n.remat = true;
     copy[v] = out.add(std::move(n));
     return copy[v];

@@ -8,7 +8,9 @@
 //   the values the policy saves (the block's inputs, parameters, and under
 //   kSaveDots its dots' outputs), each placed just before the first gradient
 //   node that needs it, so the buffer plan frees the forward originals after
-//   their last forward use. Copies keep their original's
+//   their last forward use. Each layer of a scanned Layers (Graph::repeats)
+//   is a block of its own under its Layers' rule ("h"): its copies start
+//   from the value the previous layer passed it, which is kept. Copies keep their original's
 //   attributes (a dropout mask's stream key too), layer and micro-batch, so
 //   they compute the same values bit for bit and partition alike; nothing
 //   else changes (node ids in outputs, updates, gradients and layout_of are

@@ -1,13 +1,15 @@
 // The GPT-2 sample's programs, registered for the generator: one training
 // step and the sampling forward pass. Which strategy they run is decided by
 // the MESH each sharc_add_program call gives (see model.h); the depth, by
-// the generation-time option "layers" (default kLayers); "scan" = 1 scans
-// the blocks (stacked parameters, model.h's config); training programs also
-// read "remat" (model.h's train_options; default 0, save everything).
+// the generation-time option "layers" (default kLayers); "scan" (default 1)
+// scans the blocks (stacked parameters, their code written once; 0 unrolls
+// them, model.h's config); training programs also read "remat" (model.h's
+// train_options; default 0, save everything). The pipelined step keeps its
+// blocks unrolled: its stages are whole blocks.
 #include "samples/gpt2/model.h"
 
 SHARC_PROGRAM(gpt2_train, b) {
-  const gpt2::GPTConfig c = gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 0));
+  const gpt2::GPTConfig c = gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 1));
   gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, b.option("remat", 0)));
 }
 
@@ -20,5 +22,5 @@ SHARC_PROGRAM(gpt2_train_pipelined, b) {
 }
 
 SHARC_PROGRAM(gpt2_logits, b) {
-  gpt2::build_logits(b, gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 0)), gpt2::kSampleBatch);
+  gpt2::build_logits(b, gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 1)), gpt2::kSampleBatch);
 }
