@@ -103,10 +103,6 @@ class Layers {
       detail::RepeatIteration layer(scope_, repeat_, i);
       std::optional<PipelineLayer> stage;
       if (!options_.scan) stage.emplace(static_cast<int>(i), loc);
-      // Scanned, the body's ops outside its modules (a residual add) are
-      // labelled with the Layers' scope, as its modules' are ("h/attn").
-      std::optional<LabelScope> label;
-      if (options_.scan && scope_.tracer()->label().empty()) label.emplace(*scope_.tracer(), scope_.path());
       Tensor y = options_.scan ? body(make_(scope_), x) : body(layers_[static_cast<size_t>(i)], x);
       detail::check_carry(scope_, repeat_, i, x, y, loc);
       x = y;
