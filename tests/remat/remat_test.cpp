@@ -1,6 +1,7 @@
 // Rematerialization (TrainOptions::remat, codegen/passes/rematerialize.h).
 //
-// The GPT-2 sample's training step on data=2,model=4 (ring TP on), generated
+// The GPT-2 sample's training step on data=2,model=4 (ring TP on; its blocks
+// scanned, the sample's default, so each layer is its own block), generated
 // three times: saving every activation, recomputing each block (option
 // remat=1) and saving only matmul outputs (remat=2). For each, the report's
 // predicted peak memory equals what the runtime measures, exactly; the f32
