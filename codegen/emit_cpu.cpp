@@ -1417,6 +1417,21 @@ class CpuEmitter {
     return buf;
   }
 
+  // A window of `in` along dimension d inside `out` (pad, add_slice): the
+  // elements after d (inner), the rows before it (outer), and one row's
+  // extent in `in` and in `out`.
+  struct Window {
+    int64_t inner = 1, outer = 1, run = 0, out_run = 0;
+  };
+  static Window window(const Shape& in, const Shape& out, int d) {
+    Window w;
+    for (size_t k = d + 1; k < in.size(); ++k) w.inner *= in[k];
+    for (int k = 0; k < d; ++k) w.outer *= in[k];
+    w.run = in[d] * w.inner;
+    w.out_run = out[d] * w.inner;
+    return w;
+  }
+
   void emit_stmt(CodeWriter& w, const Stmt& s) {
     const Node& v = g_[s.node];
     const int id = s.node;
@@ -1483,14 +1498,11 @@ class CpuEmitter {
       case Op::kPad: {
         // Local: the padded dimension is whole on every device. The buffer
         // starts zeroed; each outer row of the operand lands `before` rows in.
-        const Shape& in = g_[v.args[0]].shape;
         const int d = v.ints[0];
-        int64_t inner = 1, outer = 1;
-        for (size_t k = d + 1; k < in.size(); ++k) inner *= in[k];
-        for (int k = 0; k < d; ++k) outer *= in[k];
-        const std::string run = std::to_string(in[d] * inner);
-        const std::string out_run = std::to_string(v.shape[d] * inner);
-        const int64_t before = v.ints[1] * inner;
+        const Window win = window(g_[v.args[0]].shape, v.shape, d);
+        const int64_t outer = win.outer;
+        const std::string run = std::to_string(win.run), out_run = std::to_string(win.out_run);
+        const int64_t before = v.ints[1] * win.inner;
         const std::string at = before == 0 ? "" : " + " + std::to_string(before);
         w.line(describe(v, s.reads,
                         "pad dim=" + std::to_string(d) + " before=" + std::to_string(v.ints[1]) +
@@ -1510,10 +1522,8 @@ class CpuEmitter {
         // target's buffer where this is its last reader, else in a copy of it.
         const Shape& in = g_[v.args[1]].shape;
         const int d = v.ints[0];
-        int64_t inner = 1, outer = 1;
-        for (size_t k = d + 1; k < in.size(); ++k) inner *= in[k];
-        for (int k = 0; k < d; ++k) outer *= in[k];
-        const int64_t run = in[d] * inner, out_run = v.shape[d] * inner, before = v.ints[1] * inner;
+        const auto [inner, outer, run, out_run] = window(in, v.shape, d);
+        const int64_t before = v.ints[1] * inner;
         const bool row = layer_row(v);  // a scanned layer's row of a stacked gradient
         const std::string before_expr =
             row ? iter_int(v, v.ints[1]) + " * " + std::to_string(inner) : std::to_string(before);

@@ -30,47 +30,15 @@
 #include "remat_gpt2_recompute.h"
 #include "remat_gpt2_save_dots.h"
 #include "tests/common/expect_error.h"
+#include "tests/common/gpt2_steps.h"
 
 namespace sharc {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct StepsRun {
-  std::vector<float> losses;  // per step
-  Measured first;             // after construction, init and the first step
-};
-
-// Three steps of a generated GPT-2 training program on the same data.
-template <class Program>
-StepsRun run_steps() {
-  rt::ThreadWorld world(Program::mesh_shape());
-  Program prog(world);
-  prog.init(0);
-  world.reset_stats();
-  std::vector<float> tokens(Program::input_info("tokens").elements()), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<float>((i * 7 + 3) % 64);
-    targets[i] = static_cast<float>((i * 7 + 10) % 64);
-  }
-  StepsRun r;
-  for (int step = 0; step < 3; ++step) {
-    const float seed = static_cast<float>(step + 1);
-    float loss = 0, grad_norm = 0, lr = 0;
-    typename Program::Inputs in;
-    in.tokens = tokens.data();
-    in.targets = targets.data();
-    in.dropout_seed = &seed;
-    typename Program::Outputs out;
-    out.loss = &loss;
-    out.grad_norm = &grad_norm;
-    out.lr = &lr;
-    prog.step(in, out);
-    r.losses.push_back(loss);
-    if (step == 0) r.first = measure(world);
-  }
-  return r;
-}
+using sharc::testing::Gpt2Steps;
+using sharc::testing::run_gpt2_steps;
 
 Report predicted_gpt2(int remat) {
   const ProgramOptions o = {{"remat", std::to_string(remat)}};
@@ -86,14 +54,14 @@ uint64_t max_peak(const Measured& m) {
 }
 
 TEST(Remat, Gpt2PoliciesPredictTheirPeakAndKeepTheLossBitForBit) {
-  const StepsRun none = run_steps<sharc_gen::remat_gpt2_none::Program>();
-  const StepsRun full = run_steps<sharc_gen::remat_gpt2_recompute::Program>();
-  const StepsRun dots = run_steps<sharc_gen::remat_gpt2_save_dots::Program>();
-  const std::vector<std::pair<const char*, const StepsRun*>> runs = {
+  const Gpt2Steps none = run_gpt2_steps<sharc_gen::remat_gpt2_none::Program>(3);
+  const Gpt2Steps full = run_gpt2_steps<sharc_gen::remat_gpt2_recompute::Program>(3);
+  const Gpt2Steps dots = run_gpt2_steps<sharc_gen::remat_gpt2_save_dots::Program>(3);
+  const std::vector<std::pair<const char*, const Gpt2Steps*>> runs = {
       {"save_all", &none}, {"recompute_all", &full}, {"save_dots", &dots}};
   for (int policy = 0; policy < 3; ++policy) {
     SCOPED_TRACE(runs[policy].first);
-    const StepsRun& r = *runs[policy].second;
+    const Gpt2Steps& r = *runs[policy].second;
     const Report rep = predicted_gpt2(policy);
     ASSERT_EQ(rep.peak_bytes.size(), r.first.peak_bytes.size());
     for (size_t d = 0; d < rep.peak_bytes.size(); ++d)

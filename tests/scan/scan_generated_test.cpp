@@ -21,6 +21,7 @@
 #include "codegen/report.h"
 #include "dsl/sharc.h"
 #include "scan_gpt2_data2_model4.h"
+#include "tests/common/gpt2_steps.h"
 #include "scan_gpt2_data8.h"
 #include "scan_gpt2_fsdp8.h"
 #include "scan_gpt2_l4_data2_model4.h"
@@ -34,42 +35,7 @@ namespace {
 
 constexpr int kSteps = 5;
 
-float token(size_t i, bool target) { return static_cast<float>((i * 7 + (target ? 10 : 3)) % 64); }
-
-struct Run {
-  std::vector<double> losses;
-  Measured first;  // after the first step
-};
-
-template <class Program>
-Run run_steps() {
-  rt::ThreadWorld world(Program::mesh_shape());
-  Program prog(world);
-  prog.init(0);
-  world.reset_stats();
-  std::vector<float> tokens(Program::input_info("tokens").elements()), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = token(i, false);
-    targets[i] = token(i, true);
-  }
-  Run r;
-  for (int step = 0; step < kSteps; ++step) {
-    const float seed = static_cast<float>(step + 1);
-    float loss = 0, grad_norm = 0, lr = 0;
-    typename Program::Inputs in;
-    in.tokens = tokens.data();
-    in.targets = targets.data();
-    in.dropout_seed = &seed;
-    typename Program::Outputs out;
-    out.loss = &loss;
-    out.grad_norm = &grad_norm;
-    out.lr = &lr;
-    prog.step(in, out);
-    r.losses.push_back(loss);
-    if (step == 0) r.first = measure(world);
-  }
-  return r;
-}
+using sharc::testing::gpt2_token;
 
 ir::Graph traced(int layers, bool scan) {
   return trace("gpt2_train", ProgramRegistry::all().at("gpt2_train"),
@@ -82,7 +48,7 @@ std::vector<double> oracle(int layers) {
   for (const ir::Node& v : g.nodes)
     if (v.op == ir::Op::kInput && v.name != "dropout_seed") {
       std::vector<double> x(static_cast<size_t>(ir::num_elements(v.shape)));
-      for (size_t i = 0; i < x.size(); ++i) x[i] = token(i, v.name == "targets");
+      for (size_t i = 0; i < x.size(); ++i) x[i] = gpt2_token(i, v.name == "targets");
       in[v.name] = x;
     }
   std::vector<double> losses;
@@ -102,17 +68,19 @@ double worst(const std::vector<double>& want, const std::vector<double>& got) {
 template <class Scanned, class Unrolled>
 void expect_same(const char* what, int layers, const char* mesh, const std::vector<double>& want) {
   SCOPED_TRACE(what);
-  const Run scanned = run_steps<Scanned>();
-  const Run unrolled = run_steps<Unrolled>();
-  const double between = worst(unrolled.losses, scanned.losses);
+  const sharc::testing::Gpt2Steps scanned_run = sharc::testing::run_gpt2_steps<Scanned>(kSteps);
+  const std::vector<double> scanned(scanned_run.losses.begin(), scanned_run.losses.end());
+  const std::vector<float> unrolled_f = sharc::testing::run_gpt2_steps<Unrolled>(kSteps).losses;
+  const std::vector<double> unrolled(unrolled_f.begin(), unrolled_f.end());
+  const double between = worst(unrolled, scanned);
   EXPECT_LE(between, 1e-6);
-  EXPECT_LE(worst(want, scanned.losses), 1e-5);
-  EXPECT_LE(worst(want, unrolled.losses), 1e-5);
+  EXPECT_LE(worst(want, scanned), 1e-5);
+  EXPECT_LE(worst(want, unrolled), 1e-5);
   // The scanned program's memory is what its report predicts.
   const Report rep = predict(lower(traced(layers, true), Mesh::parse(mesh)).partitioned);
   std::string why;
-  EXPECT_TRUE(matches(rep, scanned.first, &why)) << why;
-  std::printf("%-28s scanned vs unrolled %.1e, scanned vs oracle %.1e\n", what, between, worst(want, scanned.losses));
+  EXPECT_TRUE(matches(rep, scanned_run.first, &why)) << why;
+  std::printf("%-28s scanned vs unrolled %.1e, scanned vs oracle %.1e\n", what, between, worst(want, scanned));
 }
 
 TEST(ScanGenerated, TwoLayersScannedEqualUnrolledAndTheOracle) {

@@ -1,0 +1,54 @@
+// The GPT-2 sample's generated training programs run on fixed data, for the
+// suites that compare two generated forms of it (remat policies, scanned and
+// unrolled blocks): the token windows, and `steps` steps of a Program on a
+// ThreadWorld with the memory measured after the first. Header-only.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "codegen/report.h"
+#include "runtime/thread_world.h"
+
+namespace sharc::testing {
+
+// Token i of the fixed windows, or of their targets.
+inline float gpt2_token(size_t i, bool target) { return static_cast<float>((i * 7 + (target ? 10 : 3)) % 64); }
+
+struct Gpt2Steps {
+  std::vector<float> losses;  // per step
+  Measured first;             // after construction, init(0) and the first step
+};
+
+// `steps` steps of Program from init(0); step s draws dropout with seed s + 1.
+template <class Program>
+Gpt2Steps run_gpt2_steps(int steps) {
+  rt::ThreadWorld world(Program::mesh_shape());
+  Program prog(world);
+  prog.init(0);
+  world.reset_stats();
+  std::vector<float> tokens(Program::input_info("tokens").elements()), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = gpt2_token(i, false);
+    targets[i] = gpt2_token(i, true);
+  }
+  Gpt2Steps r;
+  for (int step = 0; step < steps; ++step) {
+    const float seed = static_cast<float>(step + 1);
+    float loss = 0, grad_norm = 0, lr = 0;
+    typename Program::Inputs in;
+    in.tokens = tokens.data();
+    in.targets = targets.data();
+    in.dropout_seed = &seed;
+    typename Program::Outputs out;
+    out.loss = &loss;
+    out.grad_norm = &grad_norm;
+    out.lr = &lr;
+    prog.step(in, out);
+    r.losses.push_back(loss);
+    if (step == 0) r.first = measure(world);
+  }
+  return r;
+}
+
+}  // namespace sharc::testing
