@@ -1269,7 +1269,9 @@ class CpuEmitter {
   static std::string layer_ref(const Node& v, int64_t k = 0) {
     return "\x03" + std::to_string(v.iteration) + ":" + std::to_string(k) + "\x04";
   }
-  // A scanned layer's value name without its layer marker.
+  // Whether a value's name is an element of a scanned layer's member array,
+  // and that name without its layer marker.
+  static bool per_layer(const std::string& var) { return var.find('\x01') != std::string::npos; }
   static std::string base_name(const std::string& var) { return var.substr(0, var.find('\x01')); }
 
   // Rewrites the layer markers of `text`, written for layer `at`: relative
@@ -1831,7 +1833,7 @@ class CpuEmitter {
       for (int r : plan_.frees_after[k]) {
         // In a scanned layer, a value from outside the layers is freed by
         // the layer that reads it last only (fold_layers guards the line).
-        const bool outside = c.iteration >= 0 && var_[r].find('\x01') == std::string::npos;
+        const bool outside = c.iteration >= 0 && !per_layer(var_[r]);
         w.line((outside ? "\x05" : "") + var_[r] + " = " + buf_type(g_[r].dtype) + "();  // last use of " + var_[r]);
       }
       c.text = w.str();
@@ -1985,7 +1987,6 @@ class CpuEmitter {
       }
     const size_t from = relative(0) == body ? 0 : 1;
     Loop loop;
-    loop.repeat = chunks[segs[from].first].repeat;
     loop.first = chunks[segs[from].first].iteration;
     loop.last = chunks[segs.back().first].iteration;
     loop.step = step;
@@ -2088,28 +2089,21 @@ class CpuEmitter {
       }
       raw[p] = w.str();
     }
-    std::vector<std::pair<int, int>> declared;  // (value, part)
-    for (size_t p = 0; p < parts.size(); ++p)
-      for (int k : parts[p].chunks)
-        for (int v : chunks[k].declares) declared.emplace_back(v, static_cast<int>(p));
-    // A scanned layer's values: one member array each, made by the part of
-    // its first layer.
+    // (value, part), in the order the step makes them. A scanned layer's
+    // values are one member array each, named by the part that makes its
+    // first element (a folded-away statement's: its loop's first part).
     std::vector<int> part_of_chunk(chunks.size(), -1);
-    for (size_t p = 0; p < parts.size(); ++p)
+    std::map<int, int> part_of_loop;
+    for (size_t p = 0; p < parts.size(); ++p) {
       for (int k : parts[p].chunks) part_of_chunk[k] = static_cast<int>(p);
-    {
-      std::set<std::string> arrays;
-      std::vector<std::pair<int, int>> all;
-      for (size_t k = 0; k < chunks.size(); ++k) {
-        int p = part_of_chunk[k];
-        if (p < 0)  // folded away: its loop's part
-          for (size_t q = 0; q < parts.size(); ++q)
-            if (parts[q].loop == chunks[k].loop && chunks[k].loop >= 0) p = static_cast<int>(q);
-        for (int v : chunks[k].declares)
-          if (var_[v].find('\x01') == std::string::npos || arrays.insert(base_name(var_[v])).second)
-            all.emplace_back(v, p);
-      }
-      declared = std::move(all);
+      if (parts[p].loop >= 0) part_of_loop.try_emplace(parts[p].loop, static_cast<int>(p));
+    }
+    std::vector<std::pair<int, int>> declared;
+    std::set<std::string> arrays;
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const int p = chunks[k].dropped ? part_of_loop.at(chunks[k].loop) : part_of_chunk[k];
+      for (int v : chunks[k].declares)
+        if (!per_layer(var_[v]) || arrays.insert(base_name(var_[v])).second) declared.emplace_back(v, p);
     }
 
     const std::string type = stage_ >= 0 ? "Stage" + std::to_string(stage_) : "Step";
@@ -2146,7 +2140,7 @@ class CpuEmitter {
       if (const int param = plan_.in_place_of[v]; param >= 0)
         st.line("rt::Buffer& " + var_[v] + " = dev." + var_[param] + ";  // the new \"" + g_[param].name +
                 "\" computed in place, " + from);
-      else if (var_[v].find('\x01') != std::string::npos)
+      else if (per_layer(var_[v]))
         st.line(buf_type(g_[v].dtype) + " " + base_name(var_[v]) + "[" + std::to_string(g_.repeats[g_[v].repeat].length) +
                 "];  // per layer, " + from);
       else
@@ -2250,14 +2244,6 @@ class CpuEmitter {
     w.line("default: break;");
     w.close("switch");
     step_struct_ = st.str();
-    if (!layer_keys_.empty()) {
-      CodeWriter keys(0);
-      keys.line("// The random streams of the scanned layers' random_uniform calls, by layer.");
-      for (const auto& [table, ks] : layer_keys_)
-        keys.line("constexpr uint64_t " + table + "[] = {" + join(ks, ", ") + "};");
-      keys.line();
-      step_struct_ = keys.str() + step_struct_;
-    }
     step_parts_ = parts;
     return w.str();
   }
@@ -2338,7 +2324,6 @@ class CpuEmitter {
   std::map<std::string, std::vector<std::string>> layer_keys_;
   // The loops fold_layers made (Chunk::loop indexes them).
   struct Loop {
-    int repeat = -1;
     int first = 0, last = 0, step = 1;  // the layers the loop runs, in order
   };
   std::vector<Loop> loops_;
