@@ -1,19 +1,25 @@
 // bench_compile: what a model's depth costs at build time. For each layer
 // count and mesh it runs the GPT sample's generator (the generation-time
-// option "layers") into a scratch folder and compiles the generated .cpp
-// the way sharc_add_program would, on one core at -O2, then prints per run:
+// option "layers") into a scratch folder, the step spread over --cpp-files
+// sources as sharc_add_program does (CPP_FILES, 4 by default), and compiles
+// each source the way sharc_add_program would, one at a time on one core at
+// -O2, then prints per run:
 //   generator s      the generator's wall time
-//   lines            lines of the generated .cpp
-//   longest fn       lines of its longest function (the step's SPMD body)
-//   compile s        the compiler's wall time
-//   compiler MiB     the compiler's peak resident memory (getrusage)
+//   lines            lines of the generated sources and private header
+//   longest fn       lines of the longest generated function
+//   files            the sources that hold code (the others are empty)
+//   compile s        the compilers' wall time, all sources one after another
+//   slowest s        the slowest source's: the build's wall time with a core
+//                    per source
+//   compiler MiB     the largest compiler's peak resident memory (getrusage)
 // A compile still running after --timeout seconds is stopped and reported as
 // "> N". Nothing is checked: the numbers are the output (issue 17 tracks
 // them, README "Benchmarks" shows a run).
 //
 //   bench_compile --generator G --templates DIR --cxx C++ --include DIR...
 //                 [--program gpt2_train] [--layers 2,4,8] [--mesh data=2,model=4]...
-//                 [--option scan=1]... [--flags "-O2 -std=c++20"] [--timeout 900] [--work DIR]
+//                 [--option scan=1]... [--cpp-files 4] [--flags "-O2 -std=c++20"] [--timeout 900]
+//                 [--work DIR]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +45,7 @@ struct Args {
   std::string generator, templates, cxx, program = "gpt2_train", flags = "-O2 -std=c++20", work;
   std::vector<std::string> includes, meshes, options;  // options: the generator's --option NAME=VALUE
   std::vector<int> layers = {2, 4, 8};
+  int cpp_files = 4;
   double timeout_s = 900;
 };
 
@@ -53,8 +60,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void usage(const char* argv0, const std::string& why) {
   std::fprintf(stderr,
                "%s: %s\nusage: %s --generator G --templates DIR --cxx C++ --include DIR... [--program P]\n"
-               "          [--layers 2,4,8] [--mesh M]... [--option NAME=VALUE]... [--flags F] [--timeout S]\n"
-               "          [--work DIR]\n",
+               "          [--layers 2,4,8] [--mesh M]... [--option NAME=VALUE]... [--cpp-files N] [--flags F]\n"
+               "          [--timeout S] [--work DIR]\n",
                argv0, why.c_str(), argv0);
   std::exit(2);
 }
@@ -75,6 +82,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--flags") a.flags = v;
     else if (flag == "--work") a.work = v;
     else if (flag == "--timeout") a.timeout_s = std::atof(v.c_str());
+    else if (flag == "--cpp-files") a.cpp_files = std::max(1, std::atoi(v.c_str()));
     else if (flag == "--layers") {
       a.layers.clear();
       for (const std::string& l : split(v, ',')) a.layers.push_back(std::atoi(l.c_str()));
@@ -133,21 +141,26 @@ Run run(const std::vector<std::string>& argv, const std::string& log, double tim
   }
 }
 
-// Lines of the .cpp and of its longest function: a definition starts at a line
-// "<type> Program::<name>(" in column 0 and ends at the first "}" in column 0.
-void count_lines(const fs::path& file, long& lines, long& longest) {
+// Adds the lines of `file` to `lines`, and raises `longest` to its longest
+// function's: a definition starts at a line "<type> Program::<name>(" in
+// column 0 and ends at the first "}" in column 0. True when it holds code
+// (a source the step does not need is comments only).
+bool count_lines(const fs::path& file, long& lines, long& longest) {
   std::ifstream in(file);
-  lines = longest = 0;
-  long start = -1;
+  long n = 0, start = -1;
+  bool code = false;
   for (std::string l; std::getline(in, l);) {
-    ++lines;
+    ++n;
+    code = code || (!l.empty() && l.rfind("//", 0) != 0);
     if (start < 0 && !l.empty() && l[0] != ' ' && l.find("Program::") != std::string::npos && l.find('(') != std::string::npos)
-      start = lines;
+      start = n;
     if (start >= 0 && !l.empty() && l[0] == '}') {
-      longest = std::max(longest, lines - start + 1);
+      longest = std::max(longest, n - start + 1);
       start = -1;
     }
   }
+  lines += n;
+  return code;
 }
 
 }  // namespace
@@ -159,8 +172,8 @@ int main(int argc, char** argv) {
   for (const std::string& o : a.options) options += " " + o;
   std::printf("bench_compile: program %s%s%s, compiled with %s %s, one compiler process at a time\n",
               a.program.c_str(), options.empty() ? "" : " with options", options.c_str(), a.cxx.c_str(), a.flags.c_str());
-  std::printf("%-16s %6s %12s %9s %11s %10s %13s\n", "mesh", "layers", "generator s", "lines", "longest fn",
-              "compile s", "compiler MiB");
+  std::printf("%-16s %6s %12s %9s %11s %6s %10s %10s %13s\n", "mesh", "layers", "generator s", "lines", "longest fn",
+              "files", "compile s", "slowest s", "compiler MiB");
   for (const std::string& mesh : a.meshes) {
     for (int layers : a.layers) {
       const fs::path dir = fs::path(a.work) / (std::to_string(layers) + "_" + std::to_string(std::hash<std::string>{}(mesh) % 100000));
@@ -168,6 +181,7 @@ int main(int argc, char** argv) {
       fs::create_directories(dir);
       std::vector<std::string> gen_argv = {a.generator, "--program", a.program, "--mesh", mesh, "--name", "prog",
                                            "--out-dir", dir.string(), "--templates", a.templates,
+                                           "--cpp-files", std::to_string(a.cpp_files),
                                            "--option", "layers=" + std::to_string(layers)};
       for (const std::string& o : a.options) {
         gen_argv.push_back("--option");
@@ -180,21 +194,35 @@ int main(int argc, char** argv) {
         continue;
       }
       long lines = 0, longest = 0;
-      count_lines(dir / "prog.cpp", lines, longest);
-      std::vector<std::string> cc = {a.cxx};
-      for (const std::string& f : split(a.flags, ' ')) cc.push_back(f);
-      for (const std::string& inc : a.includes) cc.push_back("-I" + inc);
-      cc.insert(cc.end(), {"-I" + dir.string(), "-c", (dir / "prog.cpp").string(), "-o", (dir / "prog.o").string()});
-      const Run comp = run(cc, (dir / "compile.log").string(), a.timeout_s);
-      char compile[32];
-      if (comp.status == -1)
-        std::snprintf(compile, sizeof compile, "> %.0f", a.timeout_s);
-      else if (comp.status != 0)
-        std::snprintf(compile, sizeof compile, "failed %d", comp.status);
-      else
-        std::snprintf(compile, sizeof compile, "%.1f", comp.seconds);
-      std::printf("%-16s %6d %12.2f %9ld %11ld %10s %13.0f\n", mesh.c_str(), layers, gen.seconds, lines, longest, compile,
-                  comp.max_rss_kib / 1024.0);
+      count_lines(dir / "prog_step.h", lines, longest);
+      std::vector<fs::path> sources;
+      for (int k = 1; k <= a.cpp_files; ++k) {
+        const fs::path src = dir / (k == 1 ? "prog.cpp" : "prog_part" + std::to_string(k) + ".cpp");
+        if (count_lines(src, lines, longest)) sources.push_back(src);
+      }
+      std::string failed;
+      double total = 0, slowest = 0;
+      long rss = 0;
+      for (const fs::path& src : sources) {
+        std::vector<std::string> cc = {a.cxx};
+        for (const std::string& f : split(a.flags, ' ')) cc.push_back(f);
+        for (const std::string& inc : a.includes) cc.push_back("-I" + inc);
+        cc.insert(cc.end(), {"-I" + dir.string(), "-c", src.string(), "-o", (dir / "prog.o").string()});
+        const Run comp = run(cc, (dir / "compile.log").string(), a.timeout_s);
+        if (comp.status == -1)
+          failed = "> " + std::to_string(static_cast<int>(a.timeout_s));
+        else if (comp.status != 0)
+          failed = "failed " + std::to_string(comp.status);
+        if (!failed.empty()) break;
+        total += comp.seconds;
+        slowest = std::max(slowest, comp.seconds);
+        rss = std::max(rss, comp.max_rss_kib);
+      }
+      char compile[32], slow[32];
+      std::snprintf(compile, sizeof compile, "%.1f", total);
+      std::snprintf(slow, sizeof slow, "%.1f", slowest);
+      std::printf("%-16s %6d %12.2f %9ld %11ld %6zu %10s %10s %13.0f\n", mesh.c_str(), layers, gen.seconds, lines, longest,
+                  sources.size(), failed.empty() ? compile : failed.c_str(), failed.empty() ? slow : "-", rss / 1024.0);
       std::fflush(stdout);
       fs::remove_all(dir);
     }

@@ -4,7 +4,7 @@
 #
 #   sharc_add_program(NAME SOURCE model.cpp [PROGRAM registered-name]
 #                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR]
-#                     [OPTIONS name=value...])
+#                     [CPP_FILES n] [OPTIONS name=value...])
 #
 #  0. when SOURCE marks functions SHARC_ELEMENTWISE (dsl/lift.h), or LIFT is
 #     given (for marked functions in a header SOURCE includes), runs sharc-lift
@@ -14,10 +14,16 @@
 #     registers programs with SHARC_PROGRAM) linked with sharc::generator_main.
 #     Calls with the same SOURCE share one generator (named after the first
 #     call: NAME.generator), so four meshes of one model build it once;
-#  2. runs it at build time (add_custom_command) to write
-#     <build>/sharc_generated/NAME/NAME.h and NAME.cpp, and NAME_explain.txt:
-#     each model line with the kernels and collectives it became and their
-#     lines in NAME.cpp (codegen/explain.h); it re-runs when the generator
+#  2. runs it at build time (add_custom_command) to write, in
+#     <build>/sharc_generated/NAME/, the API NAME.h, the sources' private
+#     header NAME_step.h, the sources NAME.cpp and NAME_part2.cpp ..
+#     NAME_part<CPP_FILES>.cpp, and NAME_explain.txt: each model line with the
+#     kernels and collectives it became and their lines in the sources
+#     (codegen/explain.h). A large program's step is spread over the part
+#     files, about 2,000 lines to a file (codegen/emit_cpu.h kLinesPerFile),
+#     so the build compiles them in parallel; a program that needs fewer
+#     files leaves the rest empty (a comment, nothing to compile). CPP_FILES
+#     defaults to 4. It re-runs when the generator
 #     (so the model) or anything in sharc's templates/ changes, and a file
 #     that comes out the same keeps its time stamp, so it is not compiled
 #     again;
@@ -195,7 +201,7 @@ endfunction()
 
 function(sharc_add_program NAME)
   set(options DUMP_IR LIFT)
-  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE)
+  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "OPTIONS")
   set(keywords "${one_value};OPTIONS;${options}")
   string(REPLACE ";" ", " keywords "${keywords}")
@@ -240,6 +246,13 @@ function(sharc_add_program NAME)
   endif()
   if(NOT DEFINED ARG_NAMESPACE)
     set(ARG_NAMESPACE "sharc_gen::${NAME}")
+  endif()
+  if(NOT DEFINED ARG_CPP_FILES)
+    set(ARG_CPP_FILES 4)
+  endif()
+  if(NOT ARG_CPP_FILES MATCHES "^[1-9][0-9]*$" OR ARG_CPP_FILES GREATER 1000)
+    _sharc_fail(${NAME} "CPP_FILES ${ARG_CPP_FILES} is not a number of files from 1 to 1000 (the most "
+                        ".cpp files the generated step is spread over, e.g. CPP_FILES 8)")
   endif()
   set(option_args "")
   foreach(option IN LISTS ARG_OPTIONS)
@@ -292,11 +305,16 @@ function(sharc_add_program NAME)
   endif()
 
   set(out_dir ${CMAKE_BINARY_DIR}/sharc_generated/${NAME})
-  set(outputs ${out_dir}/${NAME}.h ${out_dir}/${NAME}.cpp)
+  set(outputs ${out_dir}/${NAME}.h ${out_dir}/${NAME}_step.h ${out_dir}/${NAME}.cpp)
+  if(ARG_CPP_FILES GREATER 1)
+    foreach(part RANGE 2 ${ARG_CPP_FILES})
+      list(APPEND outputs ${out_dir}/${NAME}_part${part}.cpp)
+    endforeach()
+  endif()
   set(common_args --program ${ARG_PROGRAM} --mesh ${ARG_MESH} --devices ${devices}
                   --name ${NAME} --source-root ${CMAKE_SOURCE_DIR} ${option_args})
-  set(args ${common_args} --namespace ${ARG_NAMESPACE} --out-dir ${out_dir}
-           --templates ${templates_dir})
+  set(args ${common_args} --namespace ${ARG_NAMESPACE} --cpp-files ${ARG_CPP_FILES}
+           --out-dir ${out_dir} --templates ${templates_dir})
   if(ARG_DUMP_IR)
     list(APPEND args --dump-ir ${out_dir}/ir)
   endif()
@@ -322,7 +340,7 @@ function(sharc_add_program NAME)
     COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     USES_TERMINAL VERBATIM)
   add_custom_target(${NAME}_explain
-    COMMAND ${generator} ${common_args} --templates ${templates_dir} --explain
+    COMMAND ${generator} ${common_args} --cpp-files ${ARG_CPP_FILES} --templates ${templates_dir} --explain
     DEPENDS ${generator}
     COMMENT "sharc: what each model line of ${NAME} became in ${NAME}.cpp"
     USES_TERMINAL VERBATIM)
@@ -333,7 +351,7 @@ function(sharc_add_program NAME)
   set_target_properties(${NAME} PROPERTIES
     SHARC_GENERATED_DIR ${out_dir}
     SHARC_GENERATOR ${generator}
-    SHARC_GENERATOR_ARGS "${common_args};--namespace;${ARG_NAMESPACE};--templates;${templates_dir}"
+    SHARC_GENERATOR_ARGS "${common_args};--namespace;${ARG_NAMESPACE};--cpp-files;${ARG_CPP_FILES};--templates;${templates_dir}"
     SHARC_REPORT_ARGS "${common_args}"
     SHARC_TEMPLATE_FILES "${templates}")
 endfunction()

@@ -90,6 +90,7 @@ class CpuEmitter {
 
   EmittedFiles run() {
     const std::string body = forward_body(1);  // before the Step's struct and parts, which it makes
+    const std::string stem = o_.header_name.substr(0, o_.header_name.rfind('.'));
     std::vector<std::pair<std::string, std::string>> common = {
         {"SHARC_BANNER", banner()},
         {"SHARC_NAMESPACE", o_.cpp_namespace},
@@ -108,48 +109,147 @@ class CpuEmitter {
                                    {"SHARC_INPUT_FIELDS", io_fields(true)},
                                    {"SHARC_OUTPUT_FIELDS", io_fields(false)}}),
                              "templates/program.h");
-    f.source = fill_template(o_.templates.source,
-                             with({{"SHARC_HEADER_NAME", o_.header_name},
-                                   {"SHARC_INIT_SPECS", init_specs()},
-                                   {"SHARC_DEVICE_FIELDS", device_fields()},
-                                   {"SHARC_DEVICE_SETUP", device_setup()},
-                                   {"SHARC_INIT_BODY", init_body()},
-                                   {"SHARC_STEP_STRUCT", step_struct_},
-                                   {"SHARC_FORWARD_BODY", body},
-                                   {"SHARC_STEP_PARTS", step_parts_},
-                                   {"SHARC_PARAMETER_SHARD", parameter_lookup(false)},
-                                   {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)},
-                                   {"SHARC_INPUTS_SET", io_set(true)},
-                                   {"SHARC_INPUTS_SET_I32", io_set(true, ir::DType::kI32)},
-                                   {"SHARC_OUTPUTS_SET", io_set(false)},
-                                   {"SHARC_IO_CHECKS", io_checks()},
-                                   {"SHARC_COMPLETE_OUTPUTS", complete_outputs()},
-                                   {"SHARC_HOLDS_PARAMETER", holds_parameter()},
-                                   {"SHARC_SET_PARAMETER", parameter_transfer(true)},
-                                   {"SHARC_GET_PARAMETER", parameter_transfer(false)}}),
-                             "templates/program.cpp");
+    f.step_header = fill_template(o_.templates.step_header,
+                                  with({{"SHARC_HEADER_NAME", o_.header_name},
+                                        {"SHARC_SOURCE_NAME", source_file_name(stem, 0)},
+                                        {"SHARC_DEVICE_FIELDS", device_fields()},
+                                        {"SHARC_STEP_STRUCT", step_struct_}}),
+                                  "templates/program_step.h");
+    auto source = [&](const std::string& fns, const std::string& where) {
+      return fill_template(o_.templates.source,
+                           with({{"SHARC_STEP_HEADER_NAME", step_header_name(stem)},
+                                 {"SHARC_PARTS_WHERE", where},
+                                 {"SHARC_TENSOR_DEFINITIONS", tensor_definitions()},
+                                 {"SHARC_INIT_SPECS", init_specs()},
+                                 {"SHARC_DEVICE_SETUP", device_setup()},
+                                 {"SHARC_INIT_BODY", init_body()},
+                                 {"SHARC_FORWARD_BODY", body},
+                                 {"SHARC_STEP_PARTS", fns},
+                                 {"SHARC_PARAMETER_SHARD", parameter_lookup(false)},
+                                 {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)},
+                                 {"SHARC_INPUTS_SET", io_set(true)},
+                                 {"SHARC_INPUTS_SET_I32", io_set(true, ir::DType::kI32)},
+                                 {"SHARC_OUTPUTS_SET", io_set(false)},
+                                 {"SHARC_IO_CHECKS", io_checks()},
+                                 {"SHARC_COMPLETE_OUTPUTS", complete_outputs()},
+                                 {"SHARC_HOLDS_PARAMETER", holds_parameter()},
+                                 {"SHARC_SET_PARAMETER", parameter_transfer(true)},
+                                 {"SHARC_GET_PARAMETER", parameter_transfer(false)}}),
+                           "templates/program.cpp");
+    };
+
+    // The step's functions, in the order they run, fill the files in turn:
+    // as many files as the lines need (kLinesPerFile each, the main
+    // source's own lines counted), at most o_.files, about equally full.
+    const int files = std::max(1, o_.files);
+    std::vector<int> file_of(step_fns_.size(), 0);
+    std::vector<std::vector<size_t>> in_file(files);
+    {
+      auto lines = [](const std::string& t) { return static_cast<double>(std::count(t.begin(), t.end(), '\n') + 1); };
+      double total = lines(source("", ""));
+      for (const StepFn& fn : step_fns_) total += lines(fn.text) + 1;
+      const int used = std::clamp(static_cast<int>(std::ceil(total / kLinesPerFile)), 1, files);
+      const double share = total / used;
+      double before = lines(source("", ""));
+      for (size_t i = 0; i < step_fns_.size(); ++i) {
+        const double n = lines(step_fns_[i].text) + 1;
+        file_of[i] = std::min(used - 1, static_cast<int>((before + n / 2) / share));
+        in_file[file_of[i]].push_back(i);
+        before += n;
+      }
+    }
+    auto definitions = [&](int k) {
+      std::string t;
+      for (size_t i : in_file[k]) t += "\n\n" + step_fns_[i].text;
+      return t;
+    };
+    auto range = [&](int k) {
+      const std::string& a = step_fns_[in_file[k].front()].name;
+      const std::string& b = step_fns_[in_file[k].back()].name;
+      return a == b ? a + "()" : a + "() to " + b + "()";
+    };
+    std::vector<std::string> elsewhere;
+    for (int k = 1; k < files; ++k)
+      if (!in_file[k].empty()) elsewhere.push_back(source_file_name(stem, k) + " (" + range(k) + ")");
+    std::string where;
+    if (elsewhere.empty())
+      where = "all of them are below, after forward_device().";
+    else
+      where = std::string(in_file[0].empty() ? "none is below: they are in " : "the first ones are below, after forward_device(), the others in ") +
+              (elsewhere.size() == 1 ? elsewhere[0]
+                                     : join(std::vector<std::string>(elsewhere.begin(), elsewhere.end() - 1), ", ") +
+                                           " and " + elsewhere.back()) +
+              ".";
+    f.source = source(definitions(0), comment_lines(where, "// ", "// Program::Step; ").substr(std::string("// Program::Step; ").size()));
+    for (int k = 1; k < files; ++k) {
+      const std::string head =
+          "Part " + std::to_string(k + 1) + " of " + std::to_string(files) + " of program " + o_.program + "'s step: ";
+      if (in_file[k].empty()) {  // nothing to compile, not even the headers
+        f.parts.push_back(banner() + "\n//\n" +
+                          comment_lines(head + "empty. The step fits in fewer files (" + source_file_name(stem, 0) +
+                                            " says where it is).",
+                                        "// ", "// ") +
+                          "\n");
+        continue;
+      }
+      const std::string title = head + range(k) + ".";
+      f.parts.push_back(fill_template(o_.templates.part,
+                                      with({{"SHARC_PART_TITLE", comment_lines(title, "// ", "// ").substr(3)},
+                                            {"SHARC_SOURCE_NAME", source_file_name(stem, 0)},
+                                            {"SHARC_STEP_HEADER_NAME", step_header_name(stem)},
+                                            {"SHARC_STEP_PARTS", definitions(k)}}),
+                                      "templates/program_part.cpp"));
+    }
     f.marks = std::move(*marks_);
     place_marks(f);
     return f;
   }
 
-  // Gives each mark its line in the source: marks were recorded in the order
-  // they were written, one per line that starts (after its indentation) with
-  // "timeline.op(" or "timeline.comm_op(", and each such line names its label.
+  // `text` as comment lines of at most 80 columns, the first starting with
+  // `first` and the others with `prefix`; words are not broken.
+  static std::string comment_lines(const std::string& text, const std::string& prefix, const std::string& first) {
+    std::istringstream words(text);
+    std::string out = first, word;
+    size_t col = first.size();
+    bool fresh = true;
+    while (words >> word) {
+      if (!fresh && col + 1 + word.size() > 80) {
+        out += "\n" + prefix;
+        col = prefix.size();
+        fresh = true;
+      }
+      if (!fresh) {
+        out += ' ';
+        ++col;
+      }
+      out += word;
+      col += word.size();
+      fresh = false;
+    }
+    return out;
+  }
+
+  // Gives each mark its file and line: marks were recorded in the order
+  // they were written, which is the order of the files and of their lines,
+  // one per line that starts (after its indentation) with "timeline.op(" or
+  // "timeline.comm_op(", and each such line names its label.
   static void place_marks(EmittedFiles& f) {
-    std::istringstream in(f.source);
-    std::string text;
     size_t next = 0;
-    for (int line = 1; std::getline(in, text); ++line) {
-      const size_t at = text.find_first_not_of(' ');
-      if (at == std::string::npos ||
-          (text.compare(at, 12, "timeline.op(") != 0 && text.compare(at, 17, "timeline.comm_op(") != 0))
-        continue;
-      if (next == f.marks.size())
-        internal_error("emit_cpu: line " + std::to_string(line) + " marks the timeline, but no mark was recorded for it");
-      if (text.find(quoted(f.marks[next].label)) == std::string::npos)
-        internal_error("emit_cpu: line " + std::to_string(line) + " is not the mark of " + f.marks[next].label);
-      f.marks[next++].line = line;
+    for (int file = 0; file <= static_cast<int>(f.parts.size()); ++file) {
+      std::istringstream in(f.file(file));
+      std::string text;
+      for (int line = 1; std::getline(in, text); ++line) {
+        const size_t at = text.find_first_not_of(' ');
+        if (at == std::string::npos ||
+            (text.compare(at, 12, "timeline.op(") != 0 && text.compare(at, 17, "timeline.comm_op(") != 0))
+          continue;
+        const std::string where = "emit_cpu: line " + std::to_string(line) + " of file " + std::to_string(file);
+        if (next == f.marks.size()) internal_error(where + " marks the timeline, but no mark was recorded for it");
+        if (text.find(quoted(f.marks[next].label)) == std::string::npos)
+          internal_error(where + " is not the mark of " + f.marks[next].label);
+        f.marks[next].file = file;
+        f.marks[next++].line = line;
+      }
     }
     if (next != f.marks.size())
       internal_error("emit_cpu: " + std::to_string(f.marks.size() - next) + " recorded marks are not in the source");
@@ -251,6 +351,11 @@ class CpuEmitter {
   using Io = EmissionPlan::Io;
   const std::vector<Io>& ios(bool inputs) const { return inputs ? ep_.inputs : ep_.outputs; }
 
+  // The header's shapes and layouts. The layouts and the tables are built at
+  // run time (vectors of strings), so the header only declares them and
+  // NAME.cpp defines them (tensor_definitions): an inline variable would be
+  // compiled again in every file that includes the header, seconds each for
+  // a model with hundreds of parameters.
   std::string tensor_info() const {
     CodeWriter w;
     auto shape_array = [&](const std::string& name, const Shape& s) {
@@ -264,8 +369,7 @@ class CpuEmitter {
       for (const Io& io : ios(inputs)) {
         w.line("// \"" + io.name + "\", declared at " + io.loc.str());
         shape_array(prefix + io.field + "_shape", global_shape(g_[io.value]));
-        w.line("inline const Spec " + prefix + io.field +
-               "_spec = " + spec_literal(*g_[io.value].sharding) + ";");
+        w.line("extern const Spec " + prefix + io.field + "_spec;  // " + spec_literal(*g_[io.value].sharding));
       }
       w.line();
     }
@@ -283,24 +387,45 @@ class CpuEmitter {
       w.line("// \"" + v.name + "\": " + v.init.str() + ", declared at " + v.loc.str() +
              training_note(static_cast<int>(i)));
       shape_array("kParam_" + var_[i] + "_shape", global_shape(v));
-      w.line("inline const Spec kParam_" + var_[i] + "_spec = " + spec_literal(*v.sharding) + ";");
+      w.line("extern const Spec kParam_" + var_[i] + "_spec;  // " + spec_literal(*v.sharding));
     }
     w.line();
-    tables(w);
+    tables(w, false);
+    return w.str();
+  }
+
+  // NAME.cpp's definitions of what tensor_info declares.
+  std::string tensor_definitions() const {
+    CodeWriter w;
+    w.line("// The layouts and tables " + o_.header_name + " declares, with their comments.");
+    for (const bool inputs : {true, false})
+      for (const Io& io : ios(inputs))
+        w.line("const Spec " + std::string(inputs ? "kInput_" : "kOutput_") + io.field +
+               "_spec = " + spec_literal(*g_[io.value].sharding) + ";");
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      if (g_.nodes[i].op == Op::kParameter)
+        w.line("const Spec kParam_" + var_[i] + "_spec = " + spec_literal(*g_.nodes[i].sharding) + ";");
+    tables(w, true);
     return w.str();
   }
 
   // kParameters, kInputs, kOutputs (sharc::rt::TensorInfo rows) and their
   // checked lookups: what a driver iterates instead of hard-coding shapes.
-  void tables(CodeWriter& w) const {
+  // The header declares them and their lookups (`define` false); NAME.cpp
+  // defines them.
+  void tables(CodeWriter& w, bool define) const {
     auto row = [&](const std::string& name, const Node& v, const SrcLoc& loc) {
       return "{" + quoted(name) + ", \"" + std::string(ir::dtype_name(v.dtype)) + "\", " +
              braced(global_shape(v)) + ", " +
              spec_literal(*v.sharding) + ", " + braced(v.shape) + ", " + quoted(loc.str()) + "}";
     };
     auto table = [&](const std::string& name, const std::vector<std::string>& rows) {
-      const std::string type = "inline const std::array<sharc::rt::TensorInfo, " +
+      const std::string type = std::string(define ? "" : "extern ") + "const std::array<sharc::rt::TensorInfo, " +
                                std::to_string(rows.size()) + "> " + name;
+      if (!define) {
+        w.line(type + ";  // " + std::to_string(rows.size()) + (rows.size() == 1 ? " row" : " rows"));
+        return;
+      }
       if (rows.empty()) {
         w.line(type + " = {};");
         return;
@@ -314,13 +439,16 @@ class CpuEmitter {
       if (v.op == Op::kParameter) params.push_back(row(v.name, v, v.loc));
     for (const Io& io : ios(true)) inputs.push_back(row(io.name, g_[io.value], io.loc));
     for (const Io& io : ios(false)) outputs.push_back(row(io.name, g_[io.value], io.loc));
-    w.line("// ---- tables: one row per parameter, input and output");
-    w.line("// {name, dtype, global shape, spec, local shape (the block each device holds),");
-    w.line("//  declared at}; see runtime/program_info.h. Parameters come in the order the");
-    w.line("// model created them, optimizer state included.");
+    if (!define) {
+      w.line("// ---- tables: one row per parameter, input and output");
+      w.line("// {name, dtype, global shape, spec, local shape (the block each device holds),");
+      w.line("//  declared at}; see runtime/program_info.h. Parameters come in the order the");
+      w.line("// model created them, optimizer state included. The rows are in the .cpp.");
+    }
     table("kParameters", params);
     table("kInputs", inputs);
     table("kOutputs", outputs);
+    if (define) return;
     w.line();
     w.line("// The row of a parameter path or an input or output name; throw");
     w.line("// std::out_of_range naming the ones there are.");
@@ -2160,15 +2288,14 @@ class CpuEmitter {
       step_struct_ = keys.str() + step_struct_;
     }
 
-    CodeWriter fns(0);
     for (size_t p = 0; p < parts.size(); ++p) {
-      if (p) fns.line();
-      fns.line("// " + parts[p].what);
-      fns.open("void " + qualified + "::" + parts[p].name + (parts[p].loop >= 0 ? "(int64_t l)" : "()"));
-      fns.text(raw[p]);
-      fns.close(qualified + "::" + parts[p].name);
+      CodeWriter fn(0);
+      fn.line("// " + parts[p].what);
+      fn.open("void " + qualified + "::" + parts[p].name + (parts[p].loop >= 0 ? "(int64_t l)" : "()"));
+      fn.text(raw[p]);
+      fn.close(qualified + "::" + parts[p].name);
+      step_fns_.push_back({qualified + "::" + parts[p].name, fn.str()});
     }
-    step_parts_ = "\n\n" + fns.str();  // after forward_device's closing line
 
     CodeWriter w(indent);
     w.line((stage_ >= 0 ? "Step::" : "") + type + " step(world_, dev, comm, mem, timeline, in, out, rank);");
@@ -2213,7 +2340,6 @@ class CpuEmitter {
     for (int s = 0; s < plan.stages; ++s) st.line("struct Stage" + std::to_string(s) + ";");
     --st;
     st.line("};  // struct Program::Step");
-    std::string parts;
     CodeWriter w(1);
     w.line("// Pipeline over " + quoted(plan.axis) + ": " + std::to_string(plan.stages) + " stages x " +
            std::to_string(plan.chunks_per_stage) + (plan.chunks_per_stage == 1 ? " model chunk, " : " model chunks, ") +
@@ -2239,12 +2365,11 @@ class CpuEmitter {
       w.close();
       st.line();
       st.text(stage.step_struct_);
-      parts += stage.step_parts_;
+      step_fns_.insert(step_fns_.end(), stage.step_fns_.begin(), stage.step_fns_.end());
     }
     w.line("default: break;");
     w.close("switch");
     step_struct_ = st.str();
-    step_parts_ = parts;
     return w.str();
   }
 
@@ -2317,9 +2442,14 @@ class CpuEmitter {
   int chunks_per_stage_ = 1;  // a stage's emitter: the stage plan's
   std::optional<Report> report_;
   std::vector<int> node_unit_;
-  // The step (split_step): its struct and its parts' definitions, and the
-  // values declare() has made buffers for so far, in order.
-  std::string step_struct_, step_parts_;
+  // The step (split_step): its struct, its parts' definitions (qualified
+  // name, text) in the order they run, and the values declare() has made
+  // buffers for so far, in order.
+  std::string step_struct_;
+  struct StepFn {
+    std::string name, text;
+  };
+  std::vector<StepFn> step_fns_;
   // Scanned layers' random streams: table name -> key literal per layer.
   std::map<std::string, std::vector<std::string>> layer_keys_;
   // The loops fold_layers made (Chunk::loop indexes them).
@@ -2375,6 +2505,12 @@ std::string fill_template(const std::string& text,
   return out;
 }
 
+std::string step_header_name(const std::string& stem) { return stem + "_step.h"; }
+
+std::string source_file_name(const std::string& stem, int file) {
+  return file == 0 ? stem + ".cpp" : stem + "_part" + std::to_string(file + 1) + ".cpp";
+}
+
 EmitTemplates load_templates(const std::string& dir) {
   auto read = [&](const std::string& file) {
     const std::string path = dir + "/" + file;
@@ -2384,7 +2520,7 @@ EmitTemplates load_templates(const std::string& dir) {
     os << f.rdbuf();
     return os.str();
   };
-  return {read("program.h"), read("program.cpp")};
+  return {read("program.h"), read("program_step.h"), read("program.cpp"), read("program_part.cpp")};
 }
 
 namespace {

@@ -25,14 +25,16 @@
 
 namespace sharc {
 
-// The text of the two template files (see load_templates).
+// The text of the template files (see load_templates).
 struct EmitTemplates {
-  std::string header;  // templates/program.h
-  std::string source;  // templates/program.cpp
+  std::string header;       // templates/program.h: the API
+  std::string step_header;  // templates/program_step.h: Program::Device and Program::Step
+  std::string source;       // templates/program.cpp: the API's and the step's definitions
+  std::string part;         // templates/program_part.cpp: more of the step's parts
 };
 
-// Reads program.h and program.cpp from `dir`; throws sharc::Error naming the
-// missing file.
+// Reads the four templates from `dir`; throws sharc::Error naming a missing
+// file.
 EmitTemplates load_templates(const std::string& dir);
 
 struct EmitOptions {
@@ -41,8 +43,23 @@ struct EmitOptions {
   std::string header_name;    // how the source includes the header: "dot_relu_dot.h"
   std::string model_file;     // repo-relative model file for the banner ("" = unknown)
   std::string options;        // the generation-time options, "layers=12" ("" = none), for the banner
+  // The most .cpp files the program's step is spread over (>= 1): the step's
+  // member functions fill the main source and then part files, about
+  // kLinesPerFile lines to a file, in order; the files a small program does
+  // not need are written empty (the build names them all in advance).
+  int files = 1;
   EmitTemplates templates;
 };
+
+// A generated file holds about this many lines before the step moves on to
+// the next part file (EmitOptions::files allowing).
+inline constexpr int kLinesPerFile = 2000;
+
+// The generated files of a program whose header is STEM.h: the private header
+// STEM_step.h, and file k of the step's sources (0: STEM.cpp, else
+// STEM_part<k+1>.cpp).
+std::string step_header_name(const std::string& stem);
+std::string source_file_name(const std::string& stem, int file);
 
 // One mark on a device's timeline in the generated source: a line
 // `timeline.op(...)` before a kernel or `timeline.comm_op(...)` before a
@@ -52,7 +69,8 @@ struct EmitOptions {
 struct EmittedMark {
   enum class Kind { kKernel, kCollective, kRingGemm, kRingAdd };
   Kind kind = Kind::kKernel;
-  int line = 0;       // 1-based, in EmittedFiles::source
+  int file = 0;       // the source file it is in: 0 EmittedFiles::source, k parts[k - 1]
+  int line = 0;       // 1-based, in that file
   int stage = -1;     // a pipelined program: the stage whose program it is in
   int node = -1;      // the statement's node in its (stage) graph
   std::string label;  // the timeline label: "dot  model.h:21 dot1"
@@ -69,8 +87,13 @@ struct EmittedMark {
 };
 
 struct EmittedFiles {
-  std::string header, source;
-  std::vector<EmittedMark> marks;  // in source order
+  std::string header;       // STEM.h, the API
+  std::string step_header;  // STEM_step.h, the private header of the sources
+  std::string source;       // STEM.cpp
+  std::vector<std::string> parts;  // STEM_part2.cpp ...: EmitOptions::files - 1 of them, maybe empty
+  std::vector<EmittedMark> marks;  // in the order of the files, then of their lines
+  // The text of source file k (source_file_name).
+  const std::string& file(int k) const { return k == 0 ? source : parts.at(static_cast<size_t>(k) - 1); }
 };
 
 // Emits the program. `partitioned` must be the output of lower() (verified,

@@ -34,9 +34,11 @@ Line line_of(const SrcLoc& loc) { return {loc.file, loc.line}; }
 
 // One generated line under a model line.
 struct Entry {
-  int line = 0;  // in the generated source
+  int file = 0, line = 0;  // in the generated source file (source_file_name)
   std::string kind, text;
-  bool operator<(const Entry& o) const { return std::tie(line, kind, text) < std::tie(o.line, o.kind, o.text); }
+  bool operator<(const Entry& o) const {
+    return std::tie(file, line, kind, text) < std::tie(o.file, o.line, o.kind, o.text);
+  }
 };
 
 // What a model line made, for its heading: op names in order of first
@@ -140,7 +142,14 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
     for (int d = 0; d < mesh.num_devices(); ++d) stage_of_device[d] = mesh.coords(d)[axis];
   }
   const std::vector<std::string> source = lines_of(files.source);
-  const std::string src = o.source_name;
+  // The source files that hold code: STEM.cpp, and the part files a large
+  // program's step is spread over.
+  std::vector<int> used = {0};
+  for (const EmittedMark& m : files.marks)
+    if (m.file != used.back()) used.push_back(m.file);
+  std::vector<std::string> names;
+  for (int k : used) names.push_back(source_file_name(o.stem, k));
+  const std::string src = names.size() == 1 ? names[0] : "the sources (" + cpp::join(names, ", ") + ")";
 
   std::map<Line, Made> made;
   std::map<Line, std::vector<Entry>> entries;
@@ -173,13 +182,13 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
     }
     if (m.stage >= 0) text += "  [stage " + std::to_string(m.stage) + "]";
     const Line at = m.loc.known() ? line_of(m.loc) : Line{"<no model line>", 0};
-    entries[at].push_back({m.line, kind_name(m.kind), text});
+    entries[at].push_back({m.file, m.line, kind_name(m.kind), text});
     // Ops of other lines computed in this fused loop, by line.
     std::map<Line, std::vector<std::string>> others;
     for (auto& [loc, op] : m.fused)
       if (loc.known() && !(line_of(loc) == at)) others[line_of(loc)].push_back(op);
     for (const auto& [l, ops] : others)
-      entries[l].push_back({m.line, "fused", cpp::join(ops, ", ") + " in the loop of " + m.op +
+      entries[l].push_back({m.file, m.line, "fused", cpp::join(ops, ", ") + " in the loop of " + m.op +
                                                     (m.loc.known() ? " (" + m.loc.str() + ")" : "")});
   }
 
@@ -192,16 +201,22 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
     if (!at) internal_error("explain: the source initialises no parameter \"" + n.name + "\"");
     const Node* g = global.find(n.name, Op::kParameter);
     entries[line_of(n.loc)].push_back(
-        {at, "parameter", "\"" + n.name + "\" " + ir::shape_str(n.shape) + " " + n.sharding->str() +
+        {0, at, "parameter", "\"" + n.name + "\" " + ir::shape_str(n.shape) + " " + n.sharding->str() +
                               (g ? " of " + ir::shape_str(g->shape) : "") + ", initialised"});
     ++parameters;
   }
-  // Outputs: where the step writes them for the caller.
+  // Outputs: where the step writes them for the caller (after
+  // forward_device in STEM.cpp, or in a part file).
   const int step = find_line(source, "::forward_device(");
   for (const ir::Output& out : whole.outputs) {
     if (!out.loc.known()) continue;
-    const int at = step ? find_line(source, "// \"" + out.name + "\" (" + out.loc.str() + "): block", step) : 0;
-    if (at) entries[line_of(out.loc)].push_back({at, "output", "\"" + out.name + "\" to the caller's array"});
+    const std::string needle = "// \"" + out.name + "\" (" + out.loc.str() + "): block";
+    for (int k = 0; k <= static_cast<int>(files.parts.size()); ++k) {
+      const int at = k == 0 ? (step ? find_line(source, needle, step) : 0) : find_line(lines_of(files.file(k)), needle);
+      if (!at) continue;
+      entries[line_of(out.loc)].push_back({k, at, "output", "\"" + out.name + "\" to the caller's array"});
+      break;
+    }
   }
   for (auto& [line, e] : entries) made[line];  // shard_map bodies: lines the global program has not
 
@@ -215,7 +230,7 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
      << "//   ring gemm/add the steps of a ring-overlapped dot\n"
      << "//   fused        this line's elementwise ops inside another line's loop\n"
      << "//   parameter    where its shard is initialised; output: where it is written\n"
-     << "// " << src << " has " << marks << " timeline marks (" << counts[0] << " kernels, " << counts[1]
+     << "// " << src << (names.size() == 1 ? " has " : " have ") << marks << " timeline marks (" << counts[0] << " kernels, " << counts[1]
      << " collectives, " << counts[2] + counts[3] << " ring steps), each listed once below.\n";
   if (unlocated) os << "// " << unlocated << " ops of the program have no model line.\n";
   for (auto& [line, m] : made) {
@@ -228,9 +243,10 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
     std::vector<Entry> e = it->second;
     std::sort(e.begin(), e.end());
     for (const Entry& x : e) {
-      char head[96];
-      std::snprintf(head, sizeof head, "  %s:%-6d %-11s ", src.c_str(), x.line, x.kind.c_str());
-      os << head << x.text << "\n";
+      std::string line = std::to_string(x.line), kind = x.kind;
+      line.resize(std::max<size_t>(line.size(), 6), ' ');
+      kind.resize(std::max<size_t>(kind.size(), 11), ' ');
+      os << "  " << source_file_name(o.stem, x.file) << ":" << line << " " << kind << " " << x.text << "\n";
     }
   }
   os << "\n// " << made.size() << " model lines, " << marks << " marks, " << parameters << " parameters.\n";

@@ -5,7 +5,8 @@
 //
 // For every line of the model that made an op (the global program's nodes,
 // gradients included, and the outputs), in file and line order, it lists
-// what that line became in the generated source, each with its line there:
+// what that line became in the generated sources, each with its file and line
+// there (a large program's step is spread over part files, emit_cpu.h):
 //   kernel       a statement's timeline mark, with its modelled flops and
 //                bytes moved per device (op_cost.h);
 //   collective   a collective's mark, with the bytes each device sends per
@@ -32,7 +33,8 @@ namespace sharc {
 struct ExplainOptions {
   std::string program;      // the registered program name
   std::string model_file;   // the model file, as the banner names it
-  std::string source_name;  // the generated source's file name, "dot_relu_dot.cpp"
+  std::string stem;         // the generated files' stem: "dot_relu_dot" for dot_relu_dot.cpp
+                            // and its part files (source_file_name)
 };
 
 // `files`: emit_cpu(lowered, ...)'s output for the same program.

@@ -4,13 +4,17 @@
 //
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 [--devices 8]
 //                   --out-dir DIR --templates DIR [--name STEM] [--namespace NS]
-//                   [--dump-ir DIR] [--source-root DIR]...
+//                   [--cpp-files N] [--dump-ir DIR] [--source-root DIR]...
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --report
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --explain --templates DIR
 //
-// It traces the program, lowers it for the mesh and writes DIR/STEM.h,
-// DIR/STEM.cpp and DIR/STEM_explain.txt (STEM defaults to the program name,
-// NS to sharc_gen::STEM), plus numbered per-pass IR dumps with --dump-ir. A
+// It traces the program, lowers it for the mesh and writes DIR/STEM.h (the
+// API), DIR/STEM_step.h (the private header of the sources), DIR/STEM.cpp and,
+// with --cpp-files N > 1, DIR/STEM_part2.cpp .. STEM_partN.cpp (the step's
+// functions spread over N files to compile in parallel, those a small
+// program does not need written empty; codegen/emit_cpu.h), and
+// DIR/STEM_explain.txt (STEM defaults to the program name, NS to
+// sharc_gen::STEM), plus numbered per-pass IR dumps with --dump-ir. A
 // file whose bytes are already what it would write is left alone, so the
 // build (which restats generated files) does not compile it again. With
 // --report it writes nothing: it prints the predicted costs of the program on
@@ -18,7 +22,7 @@
 // its bytes per device, each device's peak memory; codegen/report.h) and
 // exits. With --explain it writes nothing either: it prints what STEM_explain.txt
 // holds, each model line with the kernels and collectives it became and
-// their lines in STEM.cpp (codegen/explain.h). A mistake in the model
+// their lines in the sources (codegen/explain.h). A mistake in the model
 // (sharc::Error) prints `file:line:col: error: ...` to stderr, with the model's
 // line and a caret under the call when the file is found (as recorded, or
 // under a --source-root: sharc_add_program passes the project's root, since
@@ -48,7 +52,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
-    "          [--devices N] [--name FILE_STEM] [--namespace NS] [--dump-ir DIR]\n"
+    "          [--devices N] [--name FILE_STEM] [--namespace NS] [--cpp-files N] [--dump-ir DIR]\n"
     "          [--source-root DIR]... [--option NAME=VALUE]...\n"
     "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name TARGET] --report\n"
     "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name STEM] --templates DIR --explain\n";
@@ -58,6 +62,7 @@ struct Args {
   std::vector<std::string> source_roots;  // where relative DSL file names are found
   std::vector<std::string> options;       // NAME=VALUE, for ProgramBuilder::option
   int devices = 0;  // 0: the product of the mesh
+  int cpp_files = 1;  // the most .cpp files the step is spread over
   bool report = false;  // print the predicted costs instead of generating
   bool explain = false;  // print the model-line map instead of generating
   std::string schedule_svg;  // with --report, a pipelined program's schedule picture goes here
@@ -100,13 +105,14 @@ Args parse_args(int argc, char** argv) {
       a.explain = true;
     else if (flag == "--schedule-svg")
       a.schedule_svg = value();
-    else if (flag == "--devices") {
+    else if (flag == "--devices" || flag == "--cpp-files") {
       const std::string v = value();
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1)
-        throw UsageError{"--devices wants a positive integer, not '" + v + "'"};
-      a.devices = static_cast<int>(n);
+      if (v.empty() || *end != '\0' || n < 1 || (flag == "--cpp-files" && n > 1000))
+        throw UsageError{flag + (flag == "--cpp-files" ? " wants a number of files from 1 to 1000" : " wants a positive integer") +
+                         ", not '" + v + "'"};
+      (flag == "--devices" ? a.devices : a.cpp_files) = static_cast<int>(n);
     } else if (flag == "--help" || flag == "-h") {
       throw UsageError{""};
     } else {
@@ -148,8 +154,11 @@ void write_file(const fs::path& path, const std::string& text) {
 // The outputs of one run, and how to publish or discard them together.
 class Outputs {
  public:
-  Outputs(const fs::path& dir, const std::string& stem)
-      : finals_{dir / (stem + ".h"), dir / (stem + ".cpp"), dir / (stem + "_explain.txt")} {
+  // STEM.h, STEM_step.h, the `cpp_files` sources and STEM_explain.txt.
+  Outputs(const fs::path& dir, const std::string& stem, int cpp_files)
+      : finals_{dir / (stem + ".h"), dir / sharc::step_header_name(stem)} {
+    for (int k = 0; k < cpp_files; ++k) finals_.push_back(dir / sharc::source_file_name(stem, k));
+    finals_.push_back(dir / (stem + "_explain.txt"));
     for (auto& f : finals_) temps_.push_back(fs::path(f.string() + ".tmp"));
   }
   // All written, or none: each goes to a temporary first. A file that is
@@ -220,18 +229,22 @@ int run(const Args& a) {
   eo.header_name = a.name + ".h";
   eo.model_file = where.file;
   eo.options = option_text;
+  eo.files = a.cpp_files;
   eo.templates = sharc::load_templates(a.templates);
   const sharc::EmittedFiles files = sharc::emit_cpu(lowered, eo);
   const std::string map =
-      sharc::explain(lowered, files, {.program = a.program, .model_file = where.file, .source_name = a.name + ".cpp"});
+      sharc::explain(lowered, files, {.program = a.program, .model_file = where.file, .stem = a.name});
   if (a.explain) {
     std::cout << map;
     return 0;
   }
 
-  Outputs out(a.out_dir, a.name);
+  Outputs out(a.out_dir, a.name, a.cpp_files);
+  std::vector<std::string> texts = {files.header, files.step_header, files.source};
+  texts.insert(texts.end(), files.parts.begin(), files.parts.end());
+  texts.push_back(map);
   try {
-    out.write({files.header, files.source, map});
+    out.write(texts);
   } catch (...) {
     out.discard();
     throw;
@@ -250,7 +263,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, kUsage, argv[0], argv[0], argv[0]);
     return e.message.empty() ? 0 : 2;
   }
-  Outputs outputs(args.out_dir, args.name);
+  Outputs outputs(args.out_dir, args.name, args.cpp_files);
   try {
     return run(args);
   } catch (const sharc::Error& e) {

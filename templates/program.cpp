@@ -11,38 +11,26 @@
 // (codegen/execute.cpp) call for call, except that elementwise ops are
 // fused into loops (a loop may also keep values that later statements read).
 //
+// The per-device state (Program::Device) and the step's struct (Program::Step)
+// are in @SHARC_STEP_HEADER_NAME@. The step's parts are member functions of
+// Program::Step; @SHARC_PARTS_WHERE@
+//
 // The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
 // the program-specific parts.
-#include "@SHARC_HEADER_NAME@"
+#include "@SHARC_STEP_HEADER_NAME@"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
-#include "runtime/communicator.h"
-#include "runtime/elementwise.h"
-#include "runtime/init.h"
-#include "runtime/kernels.h"
-#include "runtime/memory.h"
-#include "runtime/philox.h"
-#include "runtime/team.h"
-#include "runtime/tensor_collectives.h"
-
 namespace @SHARC_NAMESPACE@ {
 
-namespace rt = sharc::rt;
+@SHARC_TENSOR_DEFINITIONS@
 
 namespace {
 
 @SHARC_INIT_SPECS@
 
 }  // namespace
-
-struct Program::Device {
-@SHARC_DEVICE_FIELDS@
-};  // struct Program::Device
 
 Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ranks()) {
   if (world.mesh().to_string() != kMesh)
@@ -115,8 +103,6 @@ void Program::forward(const Inputs& in, Outputs& out) {
   // on the other processes.
 @SHARC_COMPLETE_OUTPUTS@
 }
-
-@SHARC_STEP_STRUCT@
 
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,

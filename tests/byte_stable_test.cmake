@@ -1,7 +1,7 @@
 # Generates every program in LIST (tests/CMakeLists.txt writes it: the
 # samples' programs, all meshes) twice more, into WORK/a and WORK/b, and
-# checks that both copies are byte for byte the .h, .cpp and _explain.txt the build
-# compiled: no output folder, absolute path, time or hash order leaks into
+# checks that both copies are byte for byte the headers, sources and _explain.txt
+# the build compiled: no output folder, absolute path, time or hash order leaks into
 # generated code. Fails listing each file that differs, with the start of
 # its diff.
 #   cmake -DLIST=<file> -DWORK=<dir> -P this

@@ -15,12 +15,32 @@ macro(sharc_read_program_list)
   find_program(DIFF diff)
 endmacro()
 
-# Compares <program>.h, .cpp and _explain.txt in `dir` with the build's
-# (BUILT_<program>); appends "<tag><file>" to the list named `out_list` for each that
-# differs and prints the start of its diff.
+# The files sharc_add_program generates for `program` (ARGS_<program> has
+# its --cpp-files): <program>.h, _step.h, .cpp, _part2.cpp .. and _explain.txt.
+function(sharc_generated_files program out_list)
+  list(FIND ARGS_${program} --cpp-files at)
+  if(at LESS 0)
+    message(FATAL_ERROR "the generator arguments of ${program} have no --cpp-files: ${ARGS_${program}}")
+  endif()
+  math(EXPR at "${at} + 1")
+  list(GET ARGS_${program} ${at} files)
+  set(names ${program}.h ${program}_step.h ${program}.cpp)
+  if(files GREATER 1)
+    foreach(k RANGE 2 ${files})
+      list(APPEND names ${program}_part${k}.cpp)
+    endforeach()
+  endif()
+  list(APPEND names ${program}_explain.txt)
+  set(${out_list} ${names} PARENT_SCOPE)
+endfunction()
+
+# Compares the files of `program` (sharc_generated_files) in `dir` with the
+# build's (BUILT_<program>); appends "<tag><file>" to the list named `out_list`
+# for each that differs and prints the start of its diff.
 function(sharc_compare_generated program dir tag out_list)
   set(found ${${out_list}})
-  foreach(file ${program}.h ${program}.cpp ${program}_explain.txt)
+  sharc_generated_files(${program} names)
+  foreach(file IN LISTS names)
     if(NOT EXISTS "${dir}/${file}")
       message(FATAL_ERROR "${dir}/${file} was not generated")
     endif()

@@ -1,7 +1,7 @@
 # Two build trees, one source: configures sharc's source once more into TREE
 # (another folder, at another depth than the build running this test) with
 # the samples on and the tests and benchmarks off, builds only the sample
-# programs' generated files there (.h, .cpp and _explain.txt), and checks
+# programs' generated files there (headers, sources and _explain.txt), and checks
 # that each is byte for byte the first build's. What the generators read from their build
 # tree (output folders, the compiler's working directory, --source-root) must
 # not reach generated code.
@@ -27,7 +27,10 @@ endif()
 # their outputs, not the programs' libraries or the samples.
 set(targets "")
 foreach(program IN LISTS PROGRAMS)
-  list(APPEND targets sharc_generated/${program}/${program}.h sharc_generated/${program}/${program}.cpp)
+  sharc_generated_files(${program} names)
+  list(FILTER names EXCLUDE REGEX "_explain[.]txt$")  # a byproduct of the same command
+  list(TRANSFORM names PREPEND sharc_generated/${program}/)
+  list(APPEND targets ${names})
 endforeach()
 execute_process(COMMAND "${CMAKE_COMMAND}" --build "${TREE}" --target ${targets}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE log)

@@ -24,6 +24,17 @@ inline std::string read_file(const fs::path& p) {
   return os.str();
 }
 
+// A generated program's code as one text: STEM_step.h, STEM.cpp and its part
+// files STEM_part2.cpp ... (those that exist), in that order. Empty when
+// STEM.cpp is missing.
+inline std::string read_generated(const fs::path& dir, const std::string& stem) {
+  if (!fs::exists(dir / (stem + ".cpp"))) return "";
+  std::string text = read_file(dir / (stem + "_step.h")) + read_file(dir / (stem + ".cpp"));
+  for (int k = 2; fs::exists(dir / (stem + "_part" + std::to_string(k) + ".cpp")); ++k)
+    text += read_file(dir / (stem + "_part" + std::to_string(k) + ".cpp"));
+  return text;
+}
+
 inline bool updating() {
   const char* e = std::getenv("SHARC_UPDATE_GOLDENS");
   return e != nullptr && *e != '\0' && std::string(e) != "0";

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
         sharc::emit_cpu(sharc::test::bucketed_all_reduce_graph(/*bucketed=*/true), o);
     std::filesystem::create_directories(out_dir);
     std::ofstream(std::filesystem::path(out_dir) / "bucketed_all_reduce.h") << f.header;
+    std::ofstream(std::filesystem::path(out_dir) / "bucketed_all_reduce_step.h") << f.step_header;
     std::ofstream(std::filesystem::path(out_dir) / "bucketed_all_reduce.cpp") << f.source;
   } catch (const std::exception& e) {
     std::cerr << e.what() << "\n";

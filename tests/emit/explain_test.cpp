@@ -49,7 +49,7 @@ Explained explain_program(const std::string& program, const std::string& mesh, c
   o.model_file = ProgramRegistry::locations().at(program).file;
   o.templates = load_templates(SHARC_TEMPLATES_DIR);
   e.files = emit_cpu(e.lowered, o);
-  e.map = explain(e.lowered, e.files, {.program = program, .model_file = o.model_file, .source_name = stem + ".cpp"});
+  e.map = explain(e.lowered, e.files, {.program = program, .model_file = o.model_file, .stem = stem});
   return e;
 }
 

@@ -38,6 +38,11 @@ TEST(EmitGolden, DotReluDot2x4Header) {
   check_golden(kGolden / "dot_relu_dot.h", read_file(kGenerated / "dot_relu_dot.h"));
 }
 
+TEST(EmitGolden, DotReluDot2x4StepHeader) {
+  ASSERT_TRUE(fs::exists(kGenerated / "dot_relu_dot_step.h")) << "build the dot_relu_dot target first";
+  check_golden(kGolden / "dot_relu_dot_step.h", read_file(kGenerated / "dot_relu_dot_step.h"));
+}
+
 TEST(EmitGolden, DotReluDot2x4Source) {
   ASSERT_TRUE(fs::exists(kGenerated / "dot_relu_dot.cpp")) << "build the dot_relu_dot target first";
   check_golden(kGolden / "dot_relu_dot.cpp", read_file(kGenerated / "dot_relu_dot.cpp"));
@@ -59,11 +64,14 @@ TEST(EmitGolden, EmitIsDeterministicAndMatchesTheGenerator) {
   o.templates = load_templates(SHARC_TEMPLATES_DIR);
   const EmittedFiles a = emit_cpu(l.partitioned, o), b = emit_cpu(l.partitioned, o);
   EXPECT_EQ(a.header, b.header);
+  EXPECT_EQ(a.step_header, b.step_header);
   EXPECT_EQ(a.source, b.source);
   EXPECT_EQ(a.header, read_file(kGenerated / "dot_relu_dot.h"));
+  EXPECT_EQ(a.step_header, read_file(kGenerated / "dot_relu_dot_step.h"));
   EXPECT_EQ(a.source, read_file(kGenerated / "dot_relu_dot.cpp"));
   const std::string root = fs::path(SHARC_GOLDEN_DIR).parent_path().parent_path().string();
   EXPECT_EQ(a.header.find(root), std::string::npos) << "absolute path in the generated header";
+  EXPECT_EQ(a.step_header.find(root), std::string::npos) << "absolute path in the generated step header";
   EXPECT_EQ(a.source.find(root), std::string::npos) << "absolute path in the generated source";
 }
 

@@ -27,6 +27,7 @@
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
 #include "dsl/program.h"
+#include "tests/common/golden.h"
 #include "emit_classifier_i32_2x2.h"
 #include "emit_mixed_mlp_data2_model2.h"
 #include "emit_mixed_mlp_data4.h"
@@ -171,12 +172,9 @@ TEST(I32Inputs, LabelsAsInt32MatchInterpreterAndOracle) {
 TEST(MixedPrecisionSource, ActivationsAreBF16BuffersAndParametersF32) {
   for (const rt::TensorInfo& p : sharc_gen::emit_mixed_mlp_data2_model2::kParameters)
     EXPECT_EQ(p.dtype, "f32") << p.name;
-  std::ifstream f(std::string(SHARC_GENERATED_DIR) +
-                  "/emit_mixed_mlp_data2_model2/emit_mixed_mlp_data2_model2.cpp");
-  ASSERT_TRUE(f) << "generated source not found";
-  std::stringstream text;
-  text << f.rdbuf();
-  const std::string src = text.str();
+  const std::string src = sharc::testing::read_generated(
+      std::string(SHARC_GENERATED_DIR) + "/emit_mixed_mlp_data2_model2", "emit_mixed_mlp_data2_model2");
+  ASSERT_FALSE(src.empty()) << "generated source not found";
   for (const char* want : {"rt::BufferBF16 ", "rt::bf16(", "static_cast<float>("})
     EXPECT_NE(src.find(want), std::string::npos) << want;
 }

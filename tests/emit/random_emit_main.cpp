@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
       o.header_name = p.name + ".h";
       const sharc::EmittedFiles f = sharc::emit_cpu(l.partitioned, o);
       write_file(std::filesystem::path(out_dir) / (p.name + ".h"), f.header);
+      write_file(std::filesystem::path(out_dir) / sharc::step_header_name(p.name), f.step_header);
       write_file(std::filesystem::path(out_dir) / (p.name + ".cpp"), f.source);
 
       const std::string ns = "sharc_gen::" + p.name;

@@ -28,6 +28,12 @@ TEST(PipelineGolden, TinyPipeHeader) {
   check_golden(kGolden / "pipeline_tiny_2x2" / "pipeline_tiny_2x2.h", read_file(kGenerated / "pipeline_tiny_2x2.h"));
 }
 
+TEST(PipelineGolden, TinyPipeStepHeader) {
+  ASSERT_TRUE(fs::exists(kGenerated / "pipeline_tiny_2x2_step.h")) << "build the pipeline_tiny_2x2 target first";
+  check_golden(kGolden / "pipeline_tiny_2x2" / "pipeline_tiny_2x2_step.h",
+               read_file(kGenerated / "pipeline_tiny_2x2_step.h"));
+}
+
 TEST(PipelineGolden, TinyPipeSource) {
   ASSERT_TRUE(fs::exists(kGenerated / "pipeline_tiny_2x2.cpp")) << "build the pipeline_tiny_2x2 target first";
   check_golden(kGolden / "pipeline_tiny_2x2" / "pipeline_tiny_2x2.cpp",

@@ -11,28 +11,34 @@
 // (codegen/execute.cpp) call for call, except that elementwise ops are
 // fused into loops (a loop may also keep values that later statements read).
 //
+// The per-device state (Program::Device) and the step's struct (Program::Step)
+// are in dot_relu_dot_step.h. The step's parts are member functions of
+// Program::Step; all of them are below, after forward_device().
+//
 // The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
 // the program-specific parts.
-#include "dot_relu_dot.h"
+#include "dot_relu_dot_step.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
-#include "runtime/communicator.h"
-#include "runtime/elementwise.h"
-#include "runtime/init.h"
-#include "runtime/kernels.h"
-#include "runtime/memory.h"
-#include "runtime/philox.h"
-#include "runtime/team.h"
-#include "runtime/tensor_collectives.h"
-
 namespace sharc_gen::dot_relu_dot {
 
-namespace rt = sharc::rt;
+// The layouts and tables dot_relu_dot.h declares, with their comments.
+const Spec kInput_x_spec = {{"data"}, {}};
+const Spec kOutput_y_spec = {{"data"}, {}};
+const Spec kParam_dot1_kernel_spec = {{}, {"model"}};
+const Spec kParam_w2_spec = {{"model"}, {}};
+const std::array<sharc::rt::TensorInfo, 2> kParameters = {{
+    {"dot1/kernel", "f32", {1024, 1024}, {{}, {"model"}}, {1024, 256}, "samples/dot_relu_dot/model.h:16"},
+    {"w2", "f32", {1024, 1024}, {{"model"}, {}}, {256, 1024}, "samples/dot_relu_dot/model.h:18"},
+}};
+const std::array<sharc::rt::TensorInfo, 1> kInputs = {{
+    {"x", "f32", {8, 1024}, {{"data"}, {}}, {4, 1024}, "samples/dot_relu_dot/model.h:53"},
+}};
+const std::array<sharc::rt::TensorInfo, 1> kOutputs = {{
+    {"y", "f32", {8, 1024}, {{"data"}, {}}, {4, 1024}, "samples/dot_relu_dot/model.h:53"},
+}};
 
 namespace {
 
@@ -56,18 +62,6 @@ constexpr rt::InitSpec kInit_w2 = {
 };
 
 }  // namespace
-
-struct Program::Device {
-  // This device's coordinates on the mesh axes.
-  int64_t data_index = 0;  // on "data", of 2
-  int64_t model_index = 0;  // on "model", of 4
-  // Collective groups: the devices that differ from this one only on the listed
-  // axes, ordered by them (the order decides which block each member holds).
-  rt::Group group_model;  // over "model"
-  // Parameter shards, persistent.
-  rt::Buffer dot1_kernel;  // f32[1024,256] [{}, {"model"}] of "dot1/kernel" f32[1024,1024]
-  rt::Buffer w2;  // f32[256,1024] [{"model"}, {}] of "w2" f32[1024,1024]
-};  // struct Program::Device
 
 Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ranks()) {
   if (world.mesh().to_string() != kMesh)
@@ -170,35 +164,6 @@ void Program::forward(const Inputs& in, Outputs& out) {
   if (out.y)
     rt::complete_global(world_, kOutputs[0], {out.y, 8192}, out.blocks.marks(0));
 }
-
-// One step on one device: the device's state, the step's inputs and outputs,
-// every buffer of the step (empty until the part that makes it, freed after its
-// last use), and the parts, one member function each (a block's forward, its
-// backward, the optimizer), so that the compiler takes one part at a time.
-struct Program::Step {
-  rt::World& world_;
-  Device& dev;
-  rt::Communicator& comm;
-  rt::DeviceMemory& mem;
-  rt::Timeline& timeline;
-  const Inputs& in;
-  Outputs& out;
-  int rank;
-  Step(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
-       rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
-      : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
-
-  rt::Buffer x;  // from forward()
-  rt::Buffer dot1_dot;  // from forward_dot1()
-  rt::Buffer relu;  // from forward_dot1()
-  rt::Buffer dot;  // from forward_dot1()
-  rt::Buffer reduce_scatter;  // from forward_dot1()
-  rt::Buffer all_gather;  // from forward_dot1()
-
-  void forward();  // forward, from inputs
-  void forward_dot1();  // dot1 in forward
-  void outputs();  // the outputs
-};  // struct Program::Step
 
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,

@@ -45,12 +45,12 @@ using Spec = sharc::rt::Spec;
 // ---- inputs: global shapes and layouts
 // "x", declared at samples/dot_relu_dot/model.h:53
 inline constexpr std::array<int64_t, 2> kInput_x_shape = {8, 1024};
-inline const Spec kInput_x_spec = {{"data"}, {}};
+extern const Spec kInput_x_spec;  // {{"data"}, {}}
 
 // ---- outputs: global shapes and layouts
 // "y", declared at samples/dot_relu_dot/model.h:53
 inline constexpr std::array<int64_t, 2> kOutput_y_shape = {8, 1024};
-inline const Spec kOutput_y_spec = {{"data"}, {}};
+extern const Spec kOutput_y_spec;  // {{"data"}, {}}
 
 // ---- parameters: paths, global shapes and layouts
 inline constexpr std::array<std::string_view, 2> kParameterPaths = {
@@ -59,25 +59,18 @@ inline constexpr std::array<std::string_view, 2> kParameterPaths = {
 };
 // "dot1/kernel": lecun_normal(), declared at samples/dot_relu_dot/model.h:16
 inline constexpr std::array<int64_t, 2> kParam_dot1_kernel_shape = {1024, 1024};
-inline const Spec kParam_dot1_kernel_spec = {{}, {"model"}};
+extern const Spec kParam_dot1_kernel_spec;  // {{}, {"model"}}
 // "w2": lecun_normal(), declared at samples/dot_relu_dot/model.h:18
 inline constexpr std::array<int64_t, 2> kParam_w2_shape = {1024, 1024};
-inline const Spec kParam_w2_spec = {{"model"}, {}};
+extern const Spec kParam_w2_spec;  // {{"model"}, {}}
 
 // ---- tables: one row per parameter, input and output
 // {name, dtype, global shape, spec, local shape (the block each device holds),
 //  declared at}; see runtime/program_info.h. Parameters come in the order the
-// model created them, optimizer state included.
-inline const std::array<sharc::rt::TensorInfo, 2> kParameters = {{
-    {"dot1/kernel", "f32", {1024, 1024}, {{}, {"model"}}, {1024, 256}, "samples/dot_relu_dot/model.h:16"},
-    {"w2", "f32", {1024, 1024}, {{"model"}, {}}, {256, 1024}, "samples/dot_relu_dot/model.h:18"},
-}};
-inline const std::array<sharc::rt::TensorInfo, 1> kInputs = {{
-    {"x", "f32", {8, 1024}, {{"data"}, {}}, {4, 1024}, "samples/dot_relu_dot/model.h:53"},
-}};
-inline const std::array<sharc::rt::TensorInfo, 1> kOutputs = {{
-    {"y", "f32", {8, 1024}, {{"data"}, {}}, {4, 1024}, "samples/dot_relu_dot/model.h:53"},
-}};
+// model created them, optimizer state included. The rows are in the .cpp.
+extern const std::array<sharc::rt::TensorInfo, 2> kParameters;  // 2 rows
+extern const std::array<sharc::rt::TensorInfo, 1> kInputs;  // 1 row
+extern const std::array<sharc::rt::TensorInfo, 1> kOutputs;  // 1 row
 
 // The row of a parameter path or an input or output name; throw
 // std::out_of_range naming the ones there are.

@@ -11,28 +11,40 @@
 // (codegen/execute.cpp) call for call, except that elementwise ops are
 // fused into loops (a loop may also keep values that later statements read).
 //
+// The per-device state (Program::Device) and the step's struct (Program::Step)
+// are in pipeline_tiny_2x2_step.h. The step's parts are member functions of
+// Program::Step; all of them are below, after forward_device().
+//
 // The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
 // the program-specific parts.
-#include "pipeline_tiny_2x2.h"
+#include "pipeline_tiny_2x2_step.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
-#include "runtime/communicator.h"
-#include "runtime/elementwise.h"
-#include "runtime/init.h"
-#include "runtime/kernels.h"
-#include "runtime/memory.h"
-#include "runtime/philox.h"
-#include "runtime/team.h"
-#include "runtime/tensor_collectives.h"
-
 namespace sharc_gen::pipeline_tiny_2x2 {
 
-namespace rt = sharc::rt;
+// The layouts and tables pipeline_tiny_2x2.h declares, with their comments.
+const Spec kInput_x_spec = {{"data"}, {}};
+const Spec kOutput_loss_spec = {};
+const Spec kOutput_grad_norm_spec = {};
+const Spec kOutput_lr_spec = {};
+const Spec kParam_l0_kernel_spec = {{}, {}};
+const Spec kParam_l1_kernel_spec = {{}, {}};
+const Spec kParam_opt_step_spec = {};
+const std::array<sharc::rt::TensorInfo, 3> kParameters = {{
+    {"l0/kernel", "f32", {4, 4}, {{}, {}}, {4, 4}, "tests/pipeline/stack_programs.cpp:29"},
+    {"l1/kernel", "f32", {4, 4}, {{}, {}}, {4, 4}, "tests/pipeline/stack_programs.cpp:30"},
+    {"opt/step", "f32", {}, {}, {}, "tests/pipeline/stack_programs.cpp:32"},
+}};
+const std::array<sharc::rt::TensorInfo, 1> kInputs = {{
+    {"x", "f32", {8, 4}, {{"data"}, {}}, {4, 4}, "tests/pipeline/stack_programs.cpp:31"},
+}};
+const std::array<sharc::rt::TensorInfo, 3> kOutputs = {{
+    {"loss", "f32", {}, {}, {}, "tests/pipeline/stack_programs.cpp:32"},
+    {"grad_norm", "f32", {}, {}, {}, "tests/pipeline/stack_programs.cpp:32"},
+    {"lr", "f32", {}, {}, {}, "tests/pipeline/stack_programs.cpp:32"},
+}};
 
 namespace {
 
@@ -64,19 +76,6 @@ constexpr rt::InitSpec kInit_opt_step = {
 };
 
 }  // namespace
-
-struct Program::Device {
-  // This device's coordinates on the mesh axes.
-  int64_t pipe_index = 0;  // on "pipe", of 2
-  int64_t data_index = 0;  // on "data", of 2
-  // Collective groups: the devices that differ from this one only on the listed
-  // axes, ordered by them (the order decides which block each member holds).
-  rt::Group group_data;  // over "data"
-  // Parameter shards, persistent.
-  rt::Buffer l0_kernel;  // f32[4,4] [{}, {}] of "l0/kernel" f32[4,4]
-  rt::Buffer l1_kernel;  // f32[4,4] [{}, {}] of "l1/kernel" f32[4,4]
-  rt::Buffer opt_step;  // f32[] [] of "opt/step" f32[]
-};  // struct Program::Device
 
 Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ranks()) {
   if (world.mesh().to_string() != kMesh)
@@ -205,128 +204,6 @@ void Program::forward(const Inputs& in, Outputs& out) {
   if (out.lr)
     rt::complete_global(world_, kOutputs[2], {out.lr, 1}, out.blocks.marks(2));
 }
-
-// A pipelined program's step: each stage's program is a struct of its own, below.
-struct Program::Step {
-  struct Stage0;
-  struct Stage1;
-};  // struct Program::Step
-
-// Pipeline stage 0's step on one of its devices, as Program::Step is a
-// whole program's: the device's state, every buffer of the stage's program, and
-// its parts, one member function each (a micro-batch's forward or backward of
-// a block, the optimizer).
-struct Program::Step::Stage0 {
-  rt::World& world_;
-  Device& dev;
-  rt::Communicator& comm;
-  rt::DeviceMemory& mem;
-  rt::Timeline& timeline;
-  const Inputs& in;
-  Outputs& out;
-  int rank;
-  Stage0(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
-         rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
-      : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
-
-  rt::Buffer x;  // from forward_mb0()
-  rt::Buffer reshape;  // from forward_mb0()
-  rt::Buffer slice;  // from forward_mb0()
-  rt::Buffer reshape_2;  // from forward_mb0()
-  rt::Buffer l0_dot;  // from forward_mb0_l0()
-  rt::Buffer tanh;  // from forward_mb0_l0()
-  rt::Buffer reshape_3;  // from forward_mb1()
-  rt::Buffer slice_2;  // from forward_mb1()
-  rt::Buffer reshape_4;  // from forward_mb1()
-  rt::Buffer l0_dot_2;  // from forward_mb1_l0()
-  rt::Buffer tanh_3;  // from forward_mb1_l0()
-  rt::Buffer grad_l1_recv;  // from backward_mb0_l1()
-  rt::Buffer grad_mul_7;  // from backward_mb0_l1()
-  rt::Buffer grad_l0_dot;  // from backward_mb0_l0()
-  rt::Buffer grad_l1_recv_3;  // from backward_mb1_l1()
-  rt::Buffer grad_mul_14;  // from backward_mb1_l1()
-  rt::Buffer grad_l0_dot_2;  // from backward_mb1_l0()
-  rt::Buffer grad_add;  // from backward_mb1_l0()
-  rt::Buffer grad_all_reduce;  // from backward_mb1_l0()
-  rt::Buffer mul_8;  // from post()
-  rt::Buffer mul_5;  // from post()
-  rt::Buffer reduce_3;  // from post()
-  rt::Buffer& add_5 = dev.opt_step;  // the new "opt/step" computed in place, from post()
-  rt::Buffer& sub = dev.l0_kernel;  // the new "l0/kernel" computed in place, from post()
-
-  void forward_mb0();  // F0: micro-batch 0 forward, model chunk 0, from inputs
-  void forward_mb0_l0();  // l0 in F0: micro-batch 0 forward, model chunk 0
-  void forward_mb1();  // F1: micro-batch 1 forward, model chunk 0, from reshape (tests/pipeline/stack_programs.cpp:32)
-  void forward_mb1_l0();  // l0 in F1: micro-batch 1 forward, model chunk 0
-  void backward_mb0_l1();  // l1 in B0: micro-batch 0 backward, model chunk 0
-  void backward_mb0_l0();  // l0 in B0: micro-batch 0 backward, model chunk 0
-  void backward_mb1_l1();  // l1 in B1: micro-batch 1 backward, model chunk 0
-  void backward_mb1_l0();  // l0 in B1: micro-batch 1 backward, model chunk 0
-  void post();  // after the micro-batches: the optimizer step, from mul (tests/pipeline/stack_programs.cpp:32)
-  void outputs();  // the outputs, and parameters take their new values
-};  // struct Program::Step::Stage0
-
-// Pipeline stage 1's step on one of its devices, as Program::Step is a
-// whole program's: the device's state, every buffer of the stage's program, and
-// its parts, one member function each (a micro-batch's forward or backward of
-// a block, the optimizer).
-struct Program::Step::Stage1 {
-  rt::World& world_;
-  Device& dev;
-  rt::Communicator& comm;
-  rt::DeviceMemory& mem;
-  rt::Timeline& timeline;
-  const Inputs& in;
-  Outputs& out;
-  int rank;
-  Stage1(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
-         rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
-      : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
-
-  rt::Buffer recv;  // from forward_mb0()
-  rt::Buffer l1_dot;  // from forward_mb0_l1()
-  rt::Buffer mul;  // from forward_mb0_l1()
-  rt::Buffer tanh_2;  // from forward_mb0_l1()
-  rt::Buffer reduce;  // from forward_mb0_l1()
-  rt::Buffer all_reduce;  // from forward_mb0_l1()
-  rt::Buffer mul_2;  // from forward_mb0_l1()
-  rt::Buffer grad_mul;  // from backward_mb0()
-  rt::Buffer grad_mul_5;  // from backward_mb0()
-  rt::Buffer grad_l1_dot;  // from backward_mb0_l1()
-  rt::Buffer grad_l1_dot_2;  // from backward_mb0_l1()
-  rt::Buffer recv_3;  // from forward_mb1()
-  rt::Buffer l1_dot_2;  // from forward_mb1_l1()
-  rt::Buffer mul_3;  // from forward_mb1_l1()
-  rt::Buffer tanh_4;  // from forward_mb1_l1()
-  rt::Buffer reduce_2;  // from forward_mb1_l1()
-  rt::Buffer all_reduce_2;  // from forward_mb1_l1()
-  rt::Buffer add_3;  // from forward_mb1_l1()
-  rt::Buffer grad_mul_8;  // from backward_mb1()
-  rt::Buffer grad_mul_12;  // from backward_mb1()
-  rt::Buffer grad_l1_dot_3;  // from backward_mb1_l1()
-  rt::Buffer grad_l1_dot_4;  // from backward_mb1_l1()
-  rt::Buffer grad_add_2;  // from backward_mb1_l1()
-  rt::Buffer grad_all_reduce;  // from backward_mb1_l1()
-  rt::Buffer mul_7;  // from post()
-  rt::Buffer mul_9;  // from post()
-  rt::Buffer mul_6;  // from post()
-  rt::Buffer reduce_4;  // from post()
-  rt::Buffer recv_3_2;  // from post()
-  rt::Buffer sqrt;  // from post()
-  rt::Buffer constant_6;  // from post()
-  rt::Buffer& sub_2 = dev.l1_kernel;  // the new "l1/kernel" computed in place, from post()
-
-  void forward_mb0();  // F0: micro-batch 0 forward, model chunk 1, from recv (tests/pipeline/stack_programs.cpp:38)
-  void forward_mb0_l1();  // l1 in F0: micro-batch 0 forward, model chunk 1
-  void backward_mb0();  // B0: micro-batch 0 backward, model chunk 1, from mul (tests/pipeline/stack_programs.cpp:44)
-  void backward_mb0_l1();  // l1 in B0: micro-batch 0 backward, model chunk 1
-  void forward_mb1();  // F1: micro-batch 1 forward, model chunk 1, from recv (tests/pipeline/stack_programs.cpp:38)
-  void forward_mb1_l1();  // l1 in F1: micro-batch 1 forward, model chunk 1
-  void backward_mb1();  // B1: micro-batch 1 backward, model chunk 1, from mul (tests/pipeline/stack_programs.cpp:44)
-  void backward_mb1_l1();  // l1 in B1: micro-batch 1 backward, model chunk 1
-  void post();  // after the micro-batches: the optimizer step, from mul (tests/pipeline/stack_programs.cpp:32)
-  void outputs();  // the outputs, and parameters take their new values
-};  // struct Program::Step::Stage1
 
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,

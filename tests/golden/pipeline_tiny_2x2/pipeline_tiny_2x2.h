@@ -45,18 +45,18 @@ using Spec = sharc::rt::Spec;
 // ---- inputs: global shapes and layouts
 // "x", declared at tests/pipeline/stack_programs.cpp:31
 inline constexpr std::array<int64_t, 2> kInput_x_shape = {8, 4};
-inline const Spec kInput_x_spec = {{"data"}, {}};
+extern const Spec kInput_x_spec;  // {{"data"}, {}}
 
 // ---- outputs: global shapes and layouts
 // "loss", declared at tests/pipeline/stack_programs.cpp:32
 inline constexpr std::array<int64_t, 0> kOutput_loss_shape = {};
-inline const Spec kOutput_loss_spec = {};
+extern const Spec kOutput_loss_spec;  // {}
 // "grad_norm", declared at tests/pipeline/stack_programs.cpp:32
 inline constexpr std::array<int64_t, 0> kOutput_grad_norm_shape = {};
-inline const Spec kOutput_grad_norm_spec = {};
+extern const Spec kOutput_grad_norm_spec;  // {}
 // "lr", declared at tests/pipeline/stack_programs.cpp:32
 inline constexpr std::array<int64_t, 0> kOutput_lr_shape = {};
-inline const Spec kOutput_lr_spec = {};
+extern const Spec kOutput_lr_spec;  // {}
 
 // ---- parameters: paths, global shapes and layouts
 inline constexpr std::array<std::string_view, 3> kParameterPaths = {
@@ -66,31 +66,21 @@ inline constexpr std::array<std::string_view, 3> kParameterPaths = {
 };
 // "l0/kernel": lecun_normal(), declared at tests/pipeline/stack_programs.cpp:29; updated every step
 inline constexpr std::array<int64_t, 2> kParam_l0_kernel_shape = {4, 4};
-inline const Spec kParam_l0_kernel_spec = {{}, {}};
+extern const Spec kParam_l0_kernel_spec;  // {{}, {}}
 // "l1/kernel": lecun_normal(), declared at tests/pipeline/stack_programs.cpp:30; updated every step
 inline constexpr std::array<int64_t, 2> kParam_l1_kernel_shape = {4, 4};
-inline const Spec kParam_l1_kernel_spec = {{}, {}};
+extern const Spec kParam_l1_kernel_spec;  // {{}, {}}
 // "opt/step": zeros(), declared at tests/pipeline/stack_programs.cpp:32; updated every step
 inline constexpr std::array<int64_t, 0> kParam_opt_step_shape = {};
-inline const Spec kParam_opt_step_spec = {};
+extern const Spec kParam_opt_step_spec;  // {}
 
 // ---- tables: one row per parameter, input and output
 // {name, dtype, global shape, spec, local shape (the block each device holds),
 //  declared at}; see runtime/program_info.h. Parameters come in the order the
-// model created them, optimizer state included.
-inline const std::array<sharc::rt::TensorInfo, 3> kParameters = {{
-    {"l0/kernel", "f32", {4, 4}, {{}, {}}, {4, 4}, "tests/pipeline/stack_programs.cpp:29"},
-    {"l1/kernel", "f32", {4, 4}, {{}, {}}, {4, 4}, "tests/pipeline/stack_programs.cpp:30"},
-    {"opt/step", "f32", {}, {}, {}, "tests/pipeline/stack_programs.cpp:32"},
-}};
-inline const std::array<sharc::rt::TensorInfo, 1> kInputs = {{
-    {"x", "f32", {8, 4}, {{"data"}, {}}, {4, 4}, "tests/pipeline/stack_programs.cpp:31"},
-}};
-inline const std::array<sharc::rt::TensorInfo, 3> kOutputs = {{
-    {"loss", "f32", {}, {}, {}, "tests/pipeline/stack_programs.cpp:32"},
-    {"grad_norm", "f32", {}, {}, {}, "tests/pipeline/stack_programs.cpp:32"},
-    {"lr", "f32", {}, {}, {}, "tests/pipeline/stack_programs.cpp:32"},
-}};
+// model created them, optimizer state included. The rows are in the .cpp.
+extern const std::array<sharc::rt::TensorInfo, 3> kParameters;  // 3 rows
+extern const std::array<sharc::rt::TensorInfo, 1> kInputs;  // 1 row
+extern const std::array<sharc::rt::TensorInfo, 3> kOutputs;  // 3 rows
 
 // The row of a parameter path or an input or output name; throw
 // std::out_of_range naming the ones there are.

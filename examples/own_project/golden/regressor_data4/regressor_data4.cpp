@@ -11,28 +11,62 @@
 // (codegen/execute.cpp) call for call, except that elementwise ops are
 // fused into loops (a loop may also keep values that later statements read).
 //
+// The per-device state (Program::Device) and the step's struct (Program::Step)
+// are in regressor_data4_step.h. The step's parts are member functions of
+// Program::Step; all of them are below, after forward_device().
+//
 // The fixed text comes from templates/program.cpp; codegen/emit_cpu.cpp fills in
 // the program-specific parts.
-#include "regressor_data4.h"
+#include "regressor_data4_step.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
-#include "runtime/communicator.h"
-#include "runtime/elementwise.h"
-#include "runtime/init.h"
-#include "runtime/kernels.h"
-#include "runtime/memory.h"
-#include "runtime/philox.h"
-#include "runtime/team.h"
-#include "runtime/tensor_collectives.h"
-
 namespace sharc_gen::regressor_data4 {
 
-namespace rt = sharc::rt;
+// The layouts and tables regressor_data4.h declares, with their comments.
+const Spec kInput_x_spec = {{"data"}, {}};
+const Spec kInput_y_spec = {{"data"}, {}};
+const Spec kOutput_loss_spec = {};
+const Spec kOutput_grad_norm_spec = {};
+const Spec kOutput_lr_spec = {};
+const Spec kParam_hidden_kernel_spec = {{}, {}};
+const Spec kParam_hidden_bias_spec = {{}};
+const Spec kParam_head_kernel_spec = {{}, {}};
+const Spec kParam_head_bias_spec = {{}};
+const Spec kParam_opt_step_spec = {};
+const Spec kParam_opt_m_hidden_kernel_spec = {{}, {}};
+const Spec kParam_opt_v_hidden_kernel_spec = {{}, {}};
+const Spec kParam_opt_m_hidden_bias_spec = {{}};
+const Spec kParam_opt_v_hidden_bias_spec = {{}};
+const Spec kParam_opt_m_head_kernel_spec = {{}, {}};
+const Spec kParam_opt_v_head_kernel_spec = {{}, {}};
+const Spec kParam_opt_m_head_bias_spec = {{}};
+const Spec kParam_opt_v_head_bias_spec = {{}};
+const std::array<sharc::rt::TensorInfo, 13> kParameters = {{
+    {"hidden/kernel", "f32", {32, 64}, {{}, {}}, {32, 64}, "model.cpp:23"},
+    {"hidden/bias", "f32", {64}, {{}}, {64}, "model.cpp:23"},
+    {"head/kernel", "f32", {64, 1}, {{}, {}}, {64, 1}, "model.cpp:26"},
+    {"head/bias", "f32", {1}, {{}}, {1}, "model.cpp:26"},
+    {"opt/step", "f32", {}, {}, {}, "model.cpp:42"},
+    {"opt/m/hidden/kernel", "f32", {32, 64}, {{}, {}}, {32, 64}, "model.cpp:42"},
+    {"opt/v/hidden/kernel", "f32", {32, 64}, {{}, {}}, {32, 64}, "model.cpp:42"},
+    {"opt/m/hidden/bias", "f32", {64}, {{}}, {64}, "model.cpp:42"},
+    {"opt/v/hidden/bias", "f32", {64}, {{}}, {64}, "model.cpp:42"},
+    {"opt/m/head/kernel", "f32", {64, 1}, {{}, {}}, {64, 1}, "model.cpp:42"},
+    {"opt/v/head/kernel", "f32", {64, 1}, {{}, {}}, {64, 1}, "model.cpp:42"},
+    {"opt/m/head/bias", "f32", {1}, {{}}, {1}, "model.cpp:42"},
+    {"opt/v/head/bias", "f32", {1}, {{}}, {1}, "model.cpp:42"},
+}};
+const std::array<sharc::rt::TensorInfo, 2> kInputs = {{
+    {"x", "f32", {32, 32}, {{"data"}, {}}, {8, 32}, "model.cpp:40"},
+    {"y", "f32", {32, 1}, {{"data"}, {}}, {8, 1}, "model.cpp:41"},
+}};
+const std::array<sharc::rt::TensorInfo, 3> kOutputs = {{
+    {"loss", "f32", {}, {}, {}, "model.cpp:42"},
+    {"grad_norm", "f32", {}, {}, {}, "model.cpp:42"},
+    {"lr", "f32", {}, {}, {}, "model.cpp:42"},
+}};
 
 namespace {
 
@@ -144,28 +178,6 @@ constexpr rt::InitSpec kInit_opt_v_head_bias = {
 };
 
 }  // namespace
-
-struct Program::Device {
-  // This device's coordinates on the mesh axes.
-  int64_t data_index = 0;  // on "data", of 4
-  // Collective groups: the devices that differ from this one only on the listed
-  // axes, ordered by them (the order decides which block each member holds).
-  rt::Group group_data;  // over "data"
-  // Parameter shards, persistent.
-  rt::Buffer hidden_kernel;  // f32[32,64] [{}, {}] of "hidden/kernel" f32[32,64]
-  rt::Buffer hidden_bias;  // f32[64] [{}] of "hidden/bias" f32[64]
-  rt::Buffer head_kernel;  // f32[64,1] [{}, {}] of "head/kernel" f32[64,1]
-  rt::Buffer head_bias;  // f32[1] [{}] of "head/bias" f32[1]
-  rt::Buffer opt_step;  // f32[] [] of "opt/step" f32[]
-  rt::Buffer opt_m_hidden_kernel;  // f32[32,64] [{}, {}] of "opt/m/hidden/kernel" f32[32,64]
-  rt::Buffer opt_v_hidden_kernel;  // f32[32,64] [{}, {}] of "opt/v/hidden/kernel" f32[32,64]
-  rt::Buffer opt_m_hidden_bias;  // f32[64] [{}] of "opt/m/hidden/bias" f32[64]
-  rt::Buffer opt_v_hidden_bias;  // f32[64] [{}] of "opt/v/hidden/bias" f32[64]
-  rt::Buffer opt_m_head_kernel;  // f32[64,1] [{}, {}] of "opt/m/head/kernel" f32[64,1]
-  rt::Buffer opt_v_head_kernel;  // f32[64,1] [{}, {}] of "opt/v/head/kernel" f32[64,1]
-  rt::Buffer opt_m_head_bias;  // f32[1] [{}] of "opt/m/head/bias" f32[1]
-  rt::Buffer opt_v_head_bias;  // f32[1] [{}] of "opt/v/head/bias" f32[1]
-};  // struct Program::Device
 
 Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ranks()) {
   if (world.mesh().to_string() != kMesh)
@@ -375,90 +387,6 @@ void Program::forward(const Inputs& in, Outputs& out) {
   if (out.lr)
     rt::complete_global(world_, kOutputs[2], {out.lr, 1}, out.blocks.marks(2));
 }
-
-// One step on one device: the device's state, the step's inputs and outputs,
-// every buffer of the step (empty until the part that makes it, freed after its
-// last use), and the parts, one member function each (a block's forward, its
-// backward, the optimizer), so that the compiler takes one part at a time.
-struct Program::Step {
-  rt::World& world_;
-  Device& dev;
-  rt::Communicator& comm;
-  rt::DeviceMemory& mem;
-  rt::Timeline& timeline;
-  const Inputs& in;
-  Outputs& out;
-  int rank;
-  Step(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
-       rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
-      : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}
-
-  rt::Buffer x;  // from forward()
-  rt::Buffer y;  // from forward()
-  rt::Buffer hidden_dot;  // from forward_hidden()
-  rt::Buffer gelu;  // from forward_hidden()
-  rt::Buffer hidden_add;  // from forward_hidden()
-  rt::Buffer head_dot;  // from forward_head()
-  rt::Buffer mul;  // from forward_head()
-  rt::Buffer sub;  // from forward_head()
-  rt::Buffer reduce;  // from forward_head()
-  rt::Buffer all_reduce;  // from forward_head()
-  rt::Buffer mul_2;  // from forward_head()
-  rt::Buffer grad_mul;  // from backward()
-  rt::Buffer grad_add;  // from backward()
-  rt::Buffer grad_head_reduce;  // from backward_head()
-  rt::Buffer grad_head_dot;  // from backward_head()
-  rt::Buffer grad_head_dot_2;  // from backward_head()
-  rt::Buffer grad_mul_13;  // from backward_head()
-  rt::Buffer grad_hidden_reduce;  // from backward_hidden()
-  rt::Buffer grad_hidden_dot;  // from backward_hidden()
-  rt::Buffer grad_head_all_reduce;  // from backward_head_2()
-  rt::Buffer grad_head_all_reduce_2;  // from backward_head_2()
-  rt::Buffer grad_hidden_all_reduce;  // from backward_head_2()
-  rt::Buffer grad_hidden_all_reduce_2;  // from backward_head_2()
-  rt::Buffer mul_3;  // from optimizer()
-  rt::Buffer reduce_2;  // from optimizer()
-  rt::Buffer mul_4;  // from optimizer()
-  rt::Buffer reduce_3;  // from optimizer()
-  rt::Buffer mul_5;  // from optimizer()
-  rt::Buffer reduce_4;  // from optimizer()
-  rt::Buffer mul_6;  // from optimizer()
-  rt::Buffer reduce_5;  // from optimizer()
-  rt::Buffer min;  // from optimizer()
-  rt::Buffer sqrt;  // from optimizer()
-  rt::Buffer constant_5;  // from optimizer()
-  rt::Buffer sub_2;  // from optimizer()
-  rt::Buffer& add_4 = dev.opt_step;  // the new "opt/step" computed in place, from optimizer()
-  rt::Buffer sub_3;  // from optimizer()
-  rt::Buffer& sub_4 = dev.hidden_kernel;  // the new "hidden/kernel" computed in place, from optimizer()
-  rt::Buffer& add_5 = dev.opt_m_hidden_kernel;  // the new "opt/m/hidden/kernel" computed in place, from optimizer()
-  rt::Buffer& add_6 = dev.opt_v_hidden_kernel;  // the new "opt/v/hidden/kernel" computed in place, from optimizer()
-  rt::Buffer sub_5;  // from optimizer()
-  rt::Buffer sub_6;  // from optimizer()
-  rt::Buffer& sub_7 = dev.hidden_bias;  // the new "hidden/bias" computed in place, from optimizer()
-  rt::Buffer& add_9 = dev.opt_m_hidden_bias;  // the new "opt/m/hidden/bias" computed in place, from optimizer()
-  rt::Buffer& add_10 = dev.opt_v_hidden_bias;  // the new "opt/v/hidden/bias" computed in place, from optimizer()
-  rt::Buffer sub_8;  // from optimizer()
-  rt::Buffer sub_9;  // from optimizer()
-  rt::Buffer& sub_10 = dev.head_kernel;  // the new "head/kernel" computed in place, from optimizer()
-  rt::Buffer& add_13 = dev.opt_m_head_kernel;  // the new "opt/m/head/kernel" computed in place, from optimizer()
-  rt::Buffer& add_14 = dev.opt_v_head_kernel;  // the new "opt/v/head/kernel" computed in place, from optimizer()
-  rt::Buffer sub_11;  // from optimizer()
-  rt::Buffer sub_12;  // from optimizer()
-  rt::Buffer& sub_13 = dev.head_bias;  // the new "head/bias" computed in place, from optimizer()
-  rt::Buffer& add_17 = dev.opt_m_head_bias;  // the new "opt/m/head/bias" computed in place, from optimizer()
-  rt::Buffer& add_18 = dev.opt_v_head_bias;  // the new "opt/v/head/bias" computed in place, from optimizer()
-
-  void forward();  // forward, from inputs
-  void forward_hidden();  // hidden in forward
-  void forward_head();  // head in forward
-  void backward();  // backward, from mul (model.cpp:44)
-  void backward_head();  // head in backward
-  void backward_hidden();  // hidden in backward
-  void backward_head_2();  // head in backward, part 2
-  void optimizer();  // optimizer step, from mul (model.cpp:42)
-  void outputs();  // the outputs, and parameters take their new values
-};  // struct Program::Step
 
 // The SPMD body: the same statements on every device.
 void Program::forward_device(int rank, [[maybe_unused]] const Inputs& in,

@@ -45,21 +45,21 @@ using Spec = sharc::rt::Spec;
 // ---- inputs: global shapes and layouts
 // "x", declared at model.cpp:40
 inline constexpr std::array<int64_t, 2> kInput_x_shape = {32, 32};
-inline const Spec kInput_x_spec = {{"data"}, {}};
+extern const Spec kInput_x_spec;  // {{"data"}, {}}
 // "y", declared at model.cpp:41
 inline constexpr std::array<int64_t, 2> kInput_y_shape = {32, 1};
-inline const Spec kInput_y_spec = {{"data"}, {}};
+extern const Spec kInput_y_spec;  // {{"data"}, {}}
 
 // ---- outputs: global shapes and layouts
 // "loss", declared at model.cpp:42
 inline constexpr std::array<int64_t, 0> kOutput_loss_shape = {};
-inline const Spec kOutput_loss_spec = {};
+extern const Spec kOutput_loss_spec;  // {}
 // "grad_norm", declared at model.cpp:42
 inline constexpr std::array<int64_t, 0> kOutput_grad_norm_shape = {};
-inline const Spec kOutput_grad_norm_spec = {};
+extern const Spec kOutput_grad_norm_spec;  // {}
 // "lr", declared at model.cpp:42
 inline constexpr std::array<int64_t, 0> kOutput_lr_shape = {};
-inline const Spec kOutput_lr_spec = {};
+extern const Spec kOutput_lr_spec;  // {}
 
 // ---- parameters: paths, global shapes and layouts
 inline constexpr std::array<std::string_view, 13> kParameterPaths = {
@@ -79,72 +79,51 @@ inline constexpr std::array<std::string_view, 13> kParameterPaths = {
 };
 // "hidden/kernel": lecun_normal(), declared at model.cpp:23; updated every step
 inline constexpr std::array<int64_t, 2> kParam_hidden_kernel_shape = {32, 64};
-inline const Spec kParam_hidden_kernel_spec = {{}, {}};
+extern const Spec kParam_hidden_kernel_spec;  // {{}, {}}
 // "hidden/bias": zeros(), declared at model.cpp:23; updated every step
 inline constexpr std::array<int64_t, 1> kParam_hidden_bias_shape = {64};
-inline const Spec kParam_hidden_bias_spec = {{}};
+extern const Spec kParam_hidden_bias_spec;  // {{}}
 // "head/kernel": lecun_normal(), declared at model.cpp:26; updated every step
 inline constexpr std::array<int64_t, 2> kParam_head_kernel_shape = {64, 1};
-inline const Spec kParam_head_kernel_spec = {{}, {}};
+extern const Spec kParam_head_kernel_spec;  // {{}, {}}
 // "head/bias": zeros(), declared at model.cpp:26; updated every step
 inline constexpr std::array<int64_t, 1> kParam_head_bias_shape = {1};
-inline const Spec kParam_head_bias_spec = {{}};
+extern const Spec kParam_head_bias_spec;  // {{}}
 // "opt/step": zeros(), declared at model.cpp:42; updated every step
 inline constexpr std::array<int64_t, 0> kParam_opt_step_shape = {};
-inline const Spec kParam_opt_step_spec = {};
+extern const Spec kParam_opt_step_spec;  // {}
 // "opt/m/hidden/kernel": zeros(), declared at model.cpp:42; optimizer state of "hidden/kernel"; updated every step
 inline constexpr std::array<int64_t, 2> kParam_opt_m_hidden_kernel_shape = {32, 64};
-inline const Spec kParam_opt_m_hidden_kernel_spec = {{}, {}};
+extern const Spec kParam_opt_m_hidden_kernel_spec;  // {{}, {}}
 // "opt/v/hidden/kernel": zeros(), declared at model.cpp:42; optimizer state of "hidden/kernel"; updated every step
 inline constexpr std::array<int64_t, 2> kParam_opt_v_hidden_kernel_shape = {32, 64};
-inline const Spec kParam_opt_v_hidden_kernel_spec = {{}, {}};
+extern const Spec kParam_opt_v_hidden_kernel_spec;  // {{}, {}}
 // "opt/m/hidden/bias": zeros(), declared at model.cpp:42; optimizer state of "hidden/bias"; updated every step
 inline constexpr std::array<int64_t, 1> kParam_opt_m_hidden_bias_shape = {64};
-inline const Spec kParam_opt_m_hidden_bias_spec = {{}};
+extern const Spec kParam_opt_m_hidden_bias_spec;  // {{}}
 // "opt/v/hidden/bias": zeros(), declared at model.cpp:42; optimizer state of "hidden/bias"; updated every step
 inline constexpr std::array<int64_t, 1> kParam_opt_v_hidden_bias_shape = {64};
-inline const Spec kParam_opt_v_hidden_bias_spec = {{}};
+extern const Spec kParam_opt_v_hidden_bias_spec;  // {{}}
 // "opt/m/head/kernel": zeros(), declared at model.cpp:42; optimizer state of "head/kernel"; updated every step
 inline constexpr std::array<int64_t, 2> kParam_opt_m_head_kernel_shape = {64, 1};
-inline const Spec kParam_opt_m_head_kernel_spec = {{}, {}};
+extern const Spec kParam_opt_m_head_kernel_spec;  // {{}, {}}
 // "opt/v/head/kernel": zeros(), declared at model.cpp:42; optimizer state of "head/kernel"; updated every step
 inline constexpr std::array<int64_t, 2> kParam_opt_v_head_kernel_shape = {64, 1};
-inline const Spec kParam_opt_v_head_kernel_spec = {{}, {}};
+extern const Spec kParam_opt_v_head_kernel_spec;  // {{}, {}}
 // "opt/m/head/bias": zeros(), declared at model.cpp:42; optimizer state of "head/bias"; updated every step
 inline constexpr std::array<int64_t, 1> kParam_opt_m_head_bias_shape = {1};
-inline const Spec kParam_opt_m_head_bias_spec = {{}};
+extern const Spec kParam_opt_m_head_bias_spec;  // {{}}
 // "opt/v/head/bias": zeros(), declared at model.cpp:42; optimizer state of "head/bias"; updated every step
 inline constexpr std::array<int64_t, 1> kParam_opt_v_head_bias_shape = {1};
-inline const Spec kParam_opt_v_head_bias_spec = {{}};
+extern const Spec kParam_opt_v_head_bias_spec;  // {{}}
 
 // ---- tables: one row per parameter, input and output
 // {name, dtype, global shape, spec, local shape (the block each device holds),
 //  declared at}; see runtime/program_info.h. Parameters come in the order the
-// model created them, optimizer state included.
-inline const std::array<sharc::rt::TensorInfo, 13> kParameters = {{
-    {"hidden/kernel", "f32", {32, 64}, {{}, {}}, {32, 64}, "model.cpp:23"},
-    {"hidden/bias", "f32", {64}, {{}}, {64}, "model.cpp:23"},
-    {"head/kernel", "f32", {64, 1}, {{}, {}}, {64, 1}, "model.cpp:26"},
-    {"head/bias", "f32", {1}, {{}}, {1}, "model.cpp:26"},
-    {"opt/step", "f32", {}, {}, {}, "model.cpp:42"},
-    {"opt/m/hidden/kernel", "f32", {32, 64}, {{}, {}}, {32, 64}, "model.cpp:42"},
-    {"opt/v/hidden/kernel", "f32", {32, 64}, {{}, {}}, {32, 64}, "model.cpp:42"},
-    {"opt/m/hidden/bias", "f32", {64}, {{}}, {64}, "model.cpp:42"},
-    {"opt/v/hidden/bias", "f32", {64}, {{}}, {64}, "model.cpp:42"},
-    {"opt/m/head/kernel", "f32", {64, 1}, {{}, {}}, {64, 1}, "model.cpp:42"},
-    {"opt/v/head/kernel", "f32", {64, 1}, {{}, {}}, {64, 1}, "model.cpp:42"},
-    {"opt/m/head/bias", "f32", {1}, {{}}, {1}, "model.cpp:42"},
-    {"opt/v/head/bias", "f32", {1}, {{}}, {1}, "model.cpp:42"},
-}};
-inline const std::array<sharc::rt::TensorInfo, 2> kInputs = {{
-    {"x", "f32", {32, 32}, {{"data"}, {}}, {8, 32}, "model.cpp:40"},
-    {"y", "f32", {32, 1}, {{"data"}, {}}, {8, 1}, "model.cpp:41"},
-}};
-inline const std::array<sharc::rt::TensorInfo, 3> kOutputs = {{
-    {"loss", "f32", {}, {}, {}, "model.cpp:42"},
-    {"grad_norm", "f32", {}, {}, {}, "model.cpp:42"},
-    {"lr", "f32", {}, {}, {}, "model.cpp:42"},
-}};
+// model created them, optimizer state included. The rows are in the .cpp.
+extern const std::array<sharc::rt::TensorInfo, 13> kParameters;  // 13 rows
+extern const std::array<sharc::rt::TensorInfo, 2> kInputs;  // 2 rows
+extern const std::array<sharc::rt::TensorInfo, 3> kOutputs;  // 3 rows
 
 // The row of a parameter path or an input or output name; throw
 // std::out_of_range naming the ones there are.
