@@ -78,6 +78,10 @@ class Partitioner {
     if (n.repeat < 0) n.repeat = cur_->repeat;
     if (n.iteration < 0) n.iteration = cur_->iteration;
     if (n.micro_batch < 0) n.micro_batch = cur_->micro_batch;
+    // A reshard made for a gradient is part of the backward pass (the
+    // emitter's parts and loops go by it), as the collectives are.
+    n.backward = n.backward || cur_->backward;
+    n.remat = n.remat || cur_->remat;
     n.sharding = std::move(s);
     global_.push_back(std::move(global));
     return out_.add(std::move(n));

@@ -32,6 +32,17 @@
 //
 // --check also runs the first step through the fp64 oracle (the global
 // program interpreted in double precision) and fails unless the losses agree.
+//
+//   gpt2_main --config gpt2-124m (--synthetic | --tokens FILE) [--steps N] [--seed S]
+//
+// trains GPT-2 124M (model.h's config_124m, scanned blocks; the program
+// gpt2_124m_train built for data=1, its batch and context the CMake cache
+// variables SHARC_GPT2_124M_BATCH and SHARC_GPT2_124M_CONTEXT) on random
+// windows of a token file (uint16 ids, little-endian, as llm.c's data
+// scripts write them: a file that starts with llm.c's 1024-byte header has it
+// skipped) or, with --synthetic, on uniformly random tokens. Each step prints
+// its loss, time and tokens/s; there is no sampling (the ids are BPE tokens,
+// and sharc has no tokenizer).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -48,6 +59,7 @@
 #include <vector>
 
 #include "codegen/interpret.h"
+#include "gpt2_124m_train_data1.h"
 #include "gpt2_logits_data2_model4.h"
 #include "gpt2_logits_data4_model2.h"
 #include "gpt2_logits_data8.h"
@@ -86,6 +98,9 @@ struct Options {
   std::string trace;  // Chrome trace of the last step
   bool virtual_clock = false;
   int local_devices = 0;  // > 0: an MpiWorld with this many devices per process
+  std::string config = "char";  // or "gpt2-124m"
+  std::string tokens;           // gpt2-124m: a file of uint16 token ids
+  bool synthetic = false;       // gpt2-124m: random tokens
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -95,6 +110,7 @@ struct Options {
                "       [--schedule S --microbatches M]   (with a pipe axis)\n"
                "       [--trace FILE [--virtual-clock]]\n"
                "       [--local-devices L]   (under mpirun: L devices per process)\n"
+               "       gpt2_main --config gpt2-124m (--synthetic | --tokens FILE) [--steps N] [--seed S]\n"
                "meshes: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2,\n"
                "        pipe=2,data=2,model=2 (1f1b, 8 micro-batches)\n",
                why);
@@ -135,6 +151,12 @@ Options parse(int argc, char** argv) {
       o.virtual_clock = true;
     else if (a == "--local-devices")
       o.local_devices = std::stoi(value());
+    else if (a == "--config")
+      o.config = value();
+    else if (a == "--tokens")
+      o.tokens = value();
+    else if (a == "--synthetic")
+      o.synthetic = true;
     else
       usage(("unknown argument " + a).c_str());
   }
@@ -145,6 +167,18 @@ Options parse(int argc, char** argv) {
 #endif
   if (o.local_devices && (!o.trace.empty() || o.virtual_clock))
     usage("--trace and --virtual-clock need the one-process thread world (no --local-devices)");
+  if (o.config != "char" && o.config != "gpt2-124m")
+    usage(("--config " + o.config + " is not a configuration: char (the default) or gpt2-124m").c_str());
+  if (o.config == "gpt2-124m") {
+    if (o.synthetic == !o.tokens.empty())
+      usage("--config gpt2-124m trains on --synthetic tokens or on a --tokens FILE: give one");
+    if (o.check || !o.text.empty() || o.local_devices || !o.trace.empty() ||
+        (o.mesh != "data=2,model=4" && o.mesh != "data=1"))
+      usage("--config gpt2-124m runs the data=1 program on one process: --check, --text, --mesh, "
+            "--trace and --local-devices are for the character model");
+  } else if (o.synthetic || !o.tokens.empty()) {
+    usage("--synthetic and --tokens are for --config gpt2-124m");
+  }
   return o;
 }
 
@@ -426,10 +460,118 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
   return 0;
 }
 
+// The token ids of a file of uint16 (llm.c's format: a 256 x int32 header
+// whose first word is 20240520, then the ids; a file without it is all ids).
+std::vector<uint16_t> load_tokens(const std::string& path, int64_t vocab) {
+  const std::string bytes = read_file(path);
+  size_t start = 0;
+  if (bytes.size() >= 1024) {
+    int32_t magic = 0;
+    std::memcpy(&magic, bytes.data(), sizeof magic);
+    if (magic == 20240520) start = 1024;
+  }
+  if (bytes.empty() || (bytes.size() - start) % 2 != 0) {
+    std::fprintf(stderr, "gpt2_main: %s is %s, not a file of uint16 token ids\n", path.c_str(),
+                 bytes.empty() ? "empty or unreadable" : "an odd number of bytes");
+    std::exit(1);
+  }
+  std::vector<uint16_t> ids((bytes.size() - start) / 2);
+  std::memcpy(ids.data(), bytes.data() + start, ids.size() * 2);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= vocab) {
+      std::fprintf(stderr, "gpt2_main: %s: token %zu is %u, outside the vocabulary of %lld\n", path.c_str(), i,
+                   ids[i], static_cast<long long>(vocab));
+      std::exit(1);
+    }
+  return ids;
+}
+
+// GPT-2 124M training steps (--config gpt2-124m).
+template <class TrainProgram>
+int run_124m(const Options& o) {
+  sharc::rt::ThreadWorld world(TrainProgram::mesh_shape());
+  const sharc::rt::TensorInfo& in_info = TrainProgram::input_info("tokens");
+  const int64_t batch = in_info.shape[0], context = in_info.shape[1], vocab = gpt2::k124MVocab;
+  std::vector<uint16_t> stream;
+  if (!o.tokens.empty()) {
+    stream = load_tokens(o.tokens, vocab);
+    if (static_cast<int64_t>(stream.size()) < context + 2) {
+      std::fprintf(stderr, "gpt2_main: %s holds %zu tokens, fewer than a window of %lld\n", o.tokens.c_str(),
+                   stream.size(), static_cast<long long>(context + 1));
+      return 1;
+    }
+  }
+  int64_t parameters = 0;
+  for (const sharc::rt::TensorInfo& p : TrainProgram::parameters())
+    if (p.name.rfind("opt/", 0) != 0) parameters += p.elements();
+  const int64_t layers = TrainProgram::parameter_info("h/ln1/scale").shape[0];
+  std::printf("model: GPT-2 124M configuration, %lld layers (scanned), %lld parameters; batch %lld x context %lld; "
+              "mesh %s\n",
+              static_cast<long long>(layers), static_cast<long long>(parameters), static_cast<long long>(batch),
+              static_cast<long long>(context), TrainProgram::mesh_shape().to_string().c_str());
+  std::printf("data: %s\n", o.synthetic ? "random tokens (--synthetic)"
+                                        : (o.tokens + ", " + std::to_string(stream.size()) + " tokens").c_str());
+  TrainProgram train(world);
+  train.init(o.seed);
+  std::mt19937_64 rng(o.seed);
+  std::vector<float> tokens(batch * context), targets(batch * context);
+  // The FLOPs of a step as the GPU-speed issue counts them: 6N per token for
+  // the matmuls of the parameters, and 12 L d T for attention.
+  const double flops_per_token = 6.0 * parameters + 12.0 * layers * 768 * context;
+  double total_s = 0;
+  float first = 0, loss = 0;
+  for (int step = 0; step < o.steps; ++step) {
+    for (int64_t b = 0; b < batch; ++b) {
+      if (o.synthetic) {
+        for (int64_t t = 0; t <= context; ++t) {
+          const float id = static_cast<float>(rng() % 50257);  // GPT-2's real vocabulary
+          if (t < context) tokens[b * context + t] = id;
+          if (t > 0) targets[b * context + t - 1] = id;
+        }
+      } else {
+        const size_t at = rng() % (stream.size() - context - 1);
+        for (int64_t t = 0; t < context; ++t) {
+          tokens[b * context + t] = stream[at + t];
+          targets[b * context + t] = stream[at + t + 1];
+        }
+      }
+    }
+    const float seed = 0;  // no dropout in this configuration
+    float grad_norm = 0, lr = 0;
+    typename TrainProgram::Inputs in;
+    in.tokens = tokens.data();
+    in.targets = targets.data();
+    in.dropout_seed = &seed;
+    typename TrainProgram::Outputs out;
+    out.loss = &loss;
+    out.grad_norm = &grad_norm;
+    out.lr = &lr;
+    const auto t0 = std::chrono::steady_clock::now();
+    train.step(in, out);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total_s += s;
+    if (step == 0) first = loss;
+    if (!std::isfinite(loss)) {
+      std::fprintf(stderr, "gpt2_main: loss is %f at step %d\n", loss, step);
+      return 1;
+    }
+    const double tokens_per_s = batch * context / s;
+    std::printf("step %4d/%d  loss %.4f  lr %.2e  grad_norm %7.3f  [%7.0f ms, %6.0f tokens/s, %.1f GFLOP/s]\n",
+                step + 1, o.steps, loss, lr, grad_norm, 1e3 * s, tokens_per_s, flops_per_token * tokens_per_s / 1e9);
+    std::fflush(stdout);
+  }
+  if (o.steps > 0)
+    std::printf("trained %d steps: loss %.4f at the first, %.4f at the last (ln %lld = %.4f); %.0f ms/step\n",
+                o.steps, first, loss, static_cast<long long>(vocab), std::log(static_cast<double>(vocab)),
+                1e3 * total_s / o.steps);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  if (o.config == "gpt2-124m") return run_124m<sharc_gen::gpt2_124m_train_data1::Program>(o);
   const bool pipe_mesh = o.mesh.find("pipe=") != std::string::npos;
   if (!pipe_mesh && (!o.schedule.empty() || o.microbatches))
     usage("--schedule and --microbatches need a mesh with a pipe axis");

@@ -21,6 +21,15 @@ SHARC_PROGRAM(gpt2_train_pipelined, b) {
   gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, b.option("remat", 0)));
 }
 
+// GPT-2 124M (model.h's config_124m; gpt2_main --config gpt2-124m): one
+// training step on "batch" windows (default 4) of "context" tokens (default
+// 1024), scanned blocks; "layers" (default 12) and "context" shrink it for
+// tests.
+SHARC_PROGRAM(gpt2_124m_train, b) {
+  const gpt2::GPTConfig c = gpt2::config_124m(b.option("layers", 12), b.option("context", 1024));
+  gpt2::build_train(b, c, b.option("batch", 4), gpt2::optimizer_124m(), {.clip_global_norm = 1.0});
+}
+
 SHARC_PROGRAM(gpt2_logits, b) {
   gpt2::build_logits(b, gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 1)), gpt2::kSampleBatch);
 }

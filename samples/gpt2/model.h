@@ -62,6 +62,40 @@ inline GPTConfig config(int64_t layers = kLayers, int64_t scan = 0, SrcLoc loc =
   return c;
 }
 
+// GPT-2 124M (the GPU-speed issue's configuration, and llm.c's): 12 layers,
+// 12 heads, width 768, context 1024, the GPT-2 BPE vocabulary of 50257 padded
+// to 50304 (a multiple of 128, as llm.c and nanoGPT pad it), tied
+// embeddings, no dropout (the peers' speed runs train without it). Its 124M
+// parameters (124,475,904 with the padded vocabulary) are made once, stacked
+// under "h/..." by a scan (dsl/layers.h): the generated step is the same
+// size at any depth. `layers` and `context` are generation-time options so
+// that a test can build the same model smaller.
+inline constexpr int64_t k124MVocab = 50304;
+inline GPTConfig config_124m(int64_t layers = 12, int64_t context = 1024, SrcLoc loc = Here::current()) {
+  if (layers < 1 || context < 1 || context > 1024)
+    user_error(loc, "gpt2-124m: layers=" + std::to_string(layers) + ", context=" + std::to_string(context) +
+                        ": layers must be at least 1 and context from 1 to 1024");
+  GPTConfig c;
+  c.scan = true;
+  c.vocab = k124MVocab;
+  c.context = context;
+  c.embed = 768;
+  c.heads = 12;
+  c.layers = layers;
+  c.dropout = 0.0;
+  return c;
+}
+
+// The optimizer of llm.c's GPT-2 124M runs (AdamW at a peak of 6e-4, weight
+// decay 0.1, betas 0.9 and 0.95, clipping at 1), with a short warmup (10
+// steps, not its 700) so that a short run already moves the loss, and a
+// cosine decay to 6e-5 at step 5000.
+inline Optimizer optimizer_124m() {
+  return adamw(Schedule::warmup_cosine(/*peak=*/6e-4, /*warmup_steps=*/10, /*decay_steps=*/5000,
+                                       /*end=*/6e-5),
+               /*weight_decay=*/0.1, /*b1=*/0.9, /*b2=*/0.95);
+}
+
 // AdamW, learning rate warmed up over 20 steps to 3e-3 and cosine-decayed to
 // 3e-4 at step 600 (gpt2_main's default run), global-norm clipping at 1.
 inline Optimizer default_optimizer() {

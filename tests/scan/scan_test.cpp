@@ -187,6 +187,32 @@ TEST(ScanParameters, AreStackedUnderTheLayersScopeWithTheirLayersLayout) {
   EXPECT_EQ(slices[1], 12);
 }
 
+// The GPT-2 124M configuration (samples/gpt2/model.h config_124m) at full
+// size: 124,475,904 parameters with the vocabulary padded to 50304, the
+// blocks' stacked over 12 layers, and a partitioned program whose step is
+// as long as the 2-layer one's.
+TEST(ScanParameters, Gpt2124MIsScannedWithItsParameterCount) {
+  auto build = [](int64_t layers) {
+    return trace("gpt2_124m", [layers](ProgramBuilder& b) {
+      gpt2::build_train(b, gpt2::config_124m(layers, 1024), 1, gpt2::optimizer_124m());
+    });
+  };
+  const ir::Graph g = build(12);
+  int64_t count = 0;
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::kParameter && n.name.rfind("opt/", 0) != 0) count += ir::num_elements(n.shape);
+  EXPECT_EQ(count, 124475904);
+  const ir::Node* fc = g.find("h/mlp/fc/kernel", ir::Op::kParameter);
+  ASSERT_NE(fc, nullptr);
+  EXPECT_EQ(fc->shape, (ir::Shape{12, 768, 3072}));
+  EXPECT_EQ(g.find("h0/mlp/fc/kernel", ir::Op::kParameter), nullptr);
+  ASSERT_EQ(g.repeats.size(), 1u);
+  EXPECT_EQ(g.repeats[0].length, 12);
+  const int line = __LINE__ + 1;
+  const std::string what = sharc::testing::error_at(__FILE__, line, [] { gpt2::config_124m(12, 2048); });
+  EXPECT_THAT(what, HasSubstr("gpt2-124m: layers=12, context=2048: layers must be at least 1 and context from 1 to 1024"));
+}
+
 TEST(ScanParameters, RowIIsInitialisedAsUnrolledLayerI) {
   const Case k = gpt_case(2);
   for (const char* leaf : {"attn/qkv/kernel", "mlp/proj/kernel", "ln1/scale"}) {
