@@ -470,15 +470,35 @@ class Partitioner {
   const Node* cur_ = nullptr;
 };
 
+ir::Graph checked(ir::Graph out) {
+  for (auto& n : out.nodes)
+    if (n.op == Op::kShardingConstraint) internal_error("sharding constraint left after partitioning");
+  return out;
+}
+
 }  // namespace
 
 ir::Graph partition_per_device(const ir::Graph& g) {
   for (auto& n : g.nodes)
     if (!n.sharding) internal_error("partition_per_device needs propagate_shardings first");
-  ir::Graph out = Partitioner(g).run();
-  for (auto& n : out.nodes)
-    if (n.op == Op::kShardingConstraint) internal_error("sharding constraint left after partitioning");
-  return out;
+  // A mesh axis of size 1 splits nothing and sums over one device: dropped
+  // from every layout first, it never makes a collective or a local slice
+  // (a data=1 program would otherwise copy each gradient through a
+  // one-device all-reduce).
+  const auto size_one = [&](const std::string& a) { return g.mesh.size(a) == 1; };
+  bool any = false;
+  for (const auto& axis : g.mesh.axes()) any = any || axis.size == 1;
+  if (!any) return checked(Partitioner(g).run());
+  ir::Graph stripped = g;
+  auto strip = [&](std::optional<Sharding>& s) {
+    if (!s) return;
+    for (auto& d : s->dims) std::erase_if(d, size_one);
+    std::erase_if(s->partial, size_one);
+    if (s->partial.empty()) s->partial_kind = ir::ReduceKind::kSum;
+  };
+  for (Node& n : stripped.nodes) strip(n.sharding);
+  for (ir::Output& o : stripped.outputs) strip(o.sharding);
+  return checked(Partitioner(stripped).run());
 }
 
 int64_t block_index(const ir::Sharding& s, size_t d, const Mesh& mesh, int rank) {

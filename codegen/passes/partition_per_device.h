@@ -6,7 +6,9 @@
 //   block of the global value it holds (or that it is a partial sum), and
 //   collectives / local slices are inserted wherever an operand's sharding
 //   does not fit what its user computes locally. Outputs hold exactly their
-//   requested sharding. No ShardingConstraint nodes remain.
+//   requested sharding. No ShardingConstraint nodes remain. Mesh axes of
+//   size 1 appear in no partitioned layout (they split nothing), so they
+//   never cost a collective or a copy.
 //
 // Resharding from S to T (per dimension, axes major first): keep the common
 // prefix; an axis that moves to another dimension is an all_to_all; axes

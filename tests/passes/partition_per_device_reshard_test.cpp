@@ -129,6 +129,31 @@ TEST(PartitionPerDeviceReshard, AllToAllKeepsTheOtherAxes) {
   expect_matches_oracle(p);
 }
 
+// A mesh axis of size 1 splits nothing: layouts lose it before partitioning,
+// so neither a reshard over it nor a contraction sharded on it costs a step.
+TEST(PartitionPerDeviceReshard, SizeOneAxesMakeNoCollectives) {
+  const Partitioned moved = partition(
+      [](ProgramBuilder& b) {
+        b.output("y", with_sharding_constraint(b.input("x", {8, 16}, P("a", "b")), P("b", "a")));
+      },
+      "a=1,b=4");
+  EXPECT_STEPS(moved, R"(%1 = all_to_all(%0) split=0 concat=1 axes={"b"} : f32[2,16] [{"b"}, {}])");
+  expect_matches_oracle(moved);
+  const Partitioned contracted = partition(
+      [](ProgramBuilder& b) {
+        Tensor x = b.input("x", {8, 16}, P(None, "a"));
+        Tensor w = b.input("w", {16, 4}, P("a", None));
+        b.output("y", dot(x, w), P(None, None));
+      },
+      "a=1,b=4");
+  EXPECT_STEPS(contracted);  // the partial sum over 'a' is over one device
+  expect_matches_oracle(contracted);
+  for (const ir::Node& n : contracted.local.nodes) {
+    ASSERT_TRUE(n.sharding.has_value());
+    EXPECT_FALSE(n.sharding->uses("a")) << n;
+  }
+}
+
 TEST(PartitionPerDeviceReshard, MultiAxisDimensionGathersOnlyTheMinorAxis) {
   const Partitioned p = reshard({16, 8}, P(axes("a", "b"), None), P("a", None));
   EXPECT_STEPS(p, R"(%1 = all_gather(%0) dim=0 axes={"b"} : f32[8,8] [{"a"}, {}])");
