@@ -264,6 +264,28 @@ double uniform(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
+// One training step of a GPT-2 program (both configurations have these
+// inputs and outputs).
+struct StepResult {
+  float loss = 0, grad_norm = 0, lr = 0;
+};
+
+template <class TrainProgram>
+StepResult train_step(TrainProgram& train, const std::vector<float>& tokens, const std::vector<float>& targets,
+                      float seed) {
+  StepResult r;
+  typename TrainProgram::Inputs in;
+  in.tokens = tokens.data();
+  in.targets = targets.data();
+  in.dropout_seed = &seed;
+  typename TrainProgram::Outputs out;
+  out.loss = &r.loss;
+  out.grad_norm = &r.grad_norm;
+  out.lr = &r.lr;
+  train.step(in, out);
+  return r;
+}
+
 template <class TrainProgram, class LogitsProgram>
 int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
   // The world first: under mpirun it starts MPI, and only process 0 prints.
@@ -329,15 +351,7 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
     }
     // Dropout masks: a new stream per step (floats are exact below 2^24).
     const float seed = static_cast<float>((o.seed * 100003 + step) % (1 << 24));
-    float loss = 0, grad_norm = 0, lr = 0;
-    typename TrainProgram::Inputs in;
-    in.tokens = tokens.data();
-    in.targets = targets.data();
-    in.dropout_seed = &seed;
-    typename TrainProgram::Outputs out;
-    out.loss = &loss;
-    out.grad_norm = &grad_norm;
-    out.lr = &lr;
+    StepResult r;
     if (o.check && step == 0) {
       // The oracle sees the parameters as init() made them, before the step.
       const sharc::ir::Graph global = sharc::trace("gpt2_train", [pipelined](sharc::ProgramBuilder& b) {
@@ -351,15 +365,16 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
                                            o.seed)
                               .at("loss")[0];
       t0 = std::chrono::steady_clock::now();  // the timings leave the oracle out
-      train.step(in, out);
+      r = train_step(train, tokens, targets, seed);
       // fp32 on the devices against fp64: a mean of 1024 cross entropies over
       // 96 logits after two blocks; 1e-5 relative is ~100x the rounding.
-      const bool ok = std::fabs(loss - want) <= 1e-5 * std::fabs(want);
-      std::printf("check: step 0 loss %.7f, oracle %.7f: %s\n", loss, want, ok ? "PASS" : "FAIL");
+      const bool ok = std::fabs(r.loss - want) <= 1e-5 * std::fabs(want);
+      std::printf("check: step 0 loss %.7f, oracle %.7f: %s\n", r.loss, want, ok ? "PASS" : "FAIL");
       if (!ok) return 1;
     } else {
-      train.step(in, out);
+      r = train_step(train, tokens, targets, seed);
     }
+    const float loss = r.loss, grad_norm = r.grad_norm, lr = r.lr;
     losses.push_back(loss);
     if (!std::isfinite(loss)) {
       std::fprintf(stderr, "gpt2_main: loss is %f at step %d\n", loss, step);
@@ -536,18 +551,10 @@ int run_124m(const Options& o) {
         }
       }
     }
-    const float seed = 0;  // no dropout in this configuration
-    float grad_norm = 0, lr = 0;
-    typename TrainProgram::Inputs in;
-    in.tokens = tokens.data();
-    in.targets = targets.data();
-    in.dropout_seed = &seed;
-    typename TrainProgram::Outputs out;
-    out.loss = &loss;
-    out.grad_norm = &grad_norm;
-    out.lr = &lr;
     const auto t0 = std::chrono::steady_clock::now();
-    train.step(in, out);
+    const StepResult r = train_step(train, tokens, targets, /*seed=*/0.0f);  // no dropout in this configuration
+    loss = r.loss;
+    const float lr = r.lr, grad_norm = r.grad_norm;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total_s += s;
     if (step == 0) first = loss;
@@ -561,8 +568,8 @@ int run_124m(const Options& o) {
     std::fflush(stdout);
   }
   if (o.steps > 0)
-    std::printf("trained %d steps: loss %.4f at the first, %.4f at the last (ln %lld = %.4f); %.0f ms/step\n",
-                o.steps, first, loss, static_cast<long long>(vocab), std::log(static_cast<double>(vocab)),
+    std::printf("trained %d step%s: loss %.4f at the first, %.4f at the last (ln %lld = %.4f); %.0f ms/step\n",
+                o.steps, o.steps == 1 ? "" : "s", first, loss, static_cast<long long>(vocab), std::log(static_cast<double>(vocab)),
                 1e3 * total_s / o.steps);
   return 0;
 }
