@@ -197,7 +197,7 @@ class CpuEmitter {
                                       with({{"SHARC_PART_TITLE", comment_lines(title, "// ", "// ").substr(3)},
                                             {"SHARC_SOURCE_NAME", source_file_name(stem, 0)},
                                             {"SHARC_STEP_HEADER_NAME", step_header_name(stem)},
-                                            {"SHARC_STEP_PARTS", definitions(k)}}),
+                                            {"SHARC_STEP_PARTS", definitions(k).substr(1)}}),
                                       "templates/program_part.cpp"));
     }
     f.marks = std::move(*marks_);
