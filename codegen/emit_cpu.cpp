@@ -115,16 +115,14 @@ class CpuEmitter {
                                         {"SHARC_DEVICE_FIELDS", device_fields()},
                                         {"SHARC_STEP_STRUCT", step_struct_}}),
                                   "templates/program_step.h");
-    auto source = [&](const std::string& fns, const std::string& where) {
-      return fill_template(o_.templates.source,
+    // Everything of the main source but its share of the step, made once.
+    const std::vector<std::pair<std::string, std::string>> source_values =
                            with({{"SHARC_STEP_HEADER_NAME", step_header_name(stem)},
-                                 {"SHARC_PARTS_WHERE", where},
                                  {"SHARC_TENSOR_DEFINITIONS", tensor_definitions()},
                                  {"SHARC_INIT_SPECS", init_specs()},
                                  {"SHARC_DEVICE_SETUP", device_setup()},
                                  {"SHARC_INIT_BODY", init_body()},
                                  {"SHARC_FORWARD_BODY", body},
-                                 {"SHARC_STEP_PARTS", fns},
                                  {"SHARC_PARAMETER_SHARD", parameter_lookup(false)},
                                  {"SHARC_PARAMETER_SHARD_SIZE", parameter_lookup(true)},
                                  {"SHARC_INPUTS_SET", io_set(true)},
@@ -134,27 +132,30 @@ class CpuEmitter {
                                  {"SHARC_COMPLETE_OUTPUTS", complete_outputs()},
                                  {"SHARC_HOLDS_PARAMETER", holds_parameter()},
                                  {"SHARC_SET_PARAMETER", parameter_transfer(true)},
-                                 {"SHARC_GET_PARAMETER", parameter_transfer(false)}}),
-                           "templates/program.cpp");
+                                 {"SHARC_GET_PARAMETER", parameter_transfer(false)}});
+    auto source = [&](const std::string& fns, const std::string& where) {
+      std::vector<std::pair<std::string, std::string>> v = source_values;
+      v.emplace_back("SHARC_STEP_PARTS", fns);
+      v.emplace_back("SHARC_PARTS_WHERE", where);
+      return fill_template(o_.templates.source, v, "templates/program.cpp");
     };
 
     // The step's functions, in the order they run, fill the files in turn:
     // as many files as the lines need (kLinesPerFile each, the main
     // source's own lines counted), at most o_.files, about equally full.
     const int files = std::max(1, o_.files);
-    std::vector<int> file_of(step_fns_.size(), 0);
     std::vector<std::vector<size_t>> in_file(files);
     {
       auto lines = [](const std::string& t) { return static_cast<double>(std::count(t.begin(), t.end(), '\n') + 1); };
-      double total = lines(source("", ""));
+      const double fixed = lines(source("", ""));
+      double total = fixed;
       for (const StepFn& fn : step_fns_) total += lines(fn.text) + 1;
       const int used = std::clamp(static_cast<int>(std::ceil(total / kLinesPerFile)), 1, files);
       const double share = total / used;
-      double before = lines(source("", ""));
+      double before = fixed;
       for (size_t i = 0; i < step_fns_.size(); ++i) {
         const double n = lines(step_fns_[i].text) + 1;
-        file_of[i] = std::min(used - 1, static_cast<int>((before + n / 2) / share));
-        in_file[file_of[i]].push_back(i);
+        in_file[std::min(used - 1, static_cast<int>((before + n / 2) / share))].push_back(i);
         before += n;
       }
     }
@@ -180,21 +181,21 @@ class CpuEmitter {
                                      : join(std::vector<std::string>(elsewhere.begin(), elsewhere.end() - 1), ", ") +
                                            " and " + elsewhere.back()) +
               ".";
-    f.source = source(definitions(0), comment_lines(where, "// ", "// Program::Step; ").substr(std::string("// Program::Step; ").size()));
+    f.source = source(definitions(0), comment_lines(where, std::string("// Program::Step; ").size()));
     for (int k = 1; k < files; ++k) {
       const std::string head =
           "Part " + std::to_string(k + 1) + " of " + std::to_string(files) + " of program " + o_.program + "'s step: ";
       if (in_file[k].empty()) {  // nothing to compile, not even the headers
-        f.parts.push_back(banner() + "\n//\n" +
+        f.parts.push_back(banner() + "\n//\n// " +
                           comment_lines(head + "empty. The step fits in fewer files (" + source_file_name(stem, 0) +
                                             " says where it is).",
-                                        "// ", "// ") +
+                                        3) +
                           "\n");
         continue;
       }
       const std::string title = head + range(k) + ".";
       f.parts.push_back(fill_template(o_.templates.part,
-                                      with({{"SHARC_PART_TITLE", comment_lines(title, "// ", "// ").substr(3)},
+                                      with({{"SHARC_PART_TITLE", comment_lines(title, 3)},
                                             {"SHARC_SOURCE_NAME", source_file_name(stem, 0)},
                                             {"SHARC_STEP_HEADER_NAME", step_header_name(stem)},
                                             {"SHARC_STEP_PARTS", definitions(k).substr(1)}}),
@@ -205,17 +206,18 @@ class CpuEmitter {
     return f;
   }
 
-  // `text` as comment lines of at most 80 columns, the first starting with
-  // `first` and the others with `prefix`; words are not broken.
-  static std::string comment_lines(const std::string& text, const std::string& prefix, const std::string& first) {
+  // `text` wrapped as comment lines of at most 80 columns, words unbroken:
+  // the first line goes on after `first_col` columns of the caller's, the
+  // others start with "// ".
+  static std::string comment_lines(const std::string& text, size_t first_col) {
     std::istringstream words(text);
-    std::string out = first, word;
-    size_t col = first.size();
+    std::string out, word;
+    size_t col = first_col;
     bool fresh = true;
     while (words >> word) {
       if (!fresh && col + 1 + word.size() > 80) {
-        out += "\n" + prefix;
-        col = prefix.size();
+        out += "\n// ";
+        col = 3;
         fresh = true;
       }
       if (!fresh) {

@@ -208,11 +208,13 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
   // Outputs: where the step writes them for the caller (after
   // forward_device in STEM.cpp, or in a part file).
   const int step = find_line(source, "::forward_device(");
+  std::vector<std::vector<std::string>> part_lines;
+  for (const std::string& part : files.parts) part_lines.push_back(lines_of(part));
   for (const ir::Output& out : whole.outputs) {
     if (!out.loc.known()) continue;
     const std::string needle = "// \"" + out.name + "\" (" + out.loc.str() + "): block";
     for (int k = 0; k <= static_cast<int>(files.parts.size()); ++k) {
-      const int at = k == 0 ? (step ? find_line(source, needle, step) : 0) : find_line(lines_of(files.file(k)), needle);
+      const int at = k == 0 ? (step ? find_line(source, needle, step) : 0) : find_line(part_lines[k - 1], needle);
       if (!at) continue;
       entries[line_of(out.loc)].push_back({k, at, "output", "\"" + out.name + "\" to the caller's array"});
       break;
