@@ -21,6 +21,7 @@ export OPENBLAS_NUM_THREADS=1  # OpenBLAS's own threads are not instrumented
 
 configure() {  # folder, flags
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARC_BUILD_BENCH=OFF \
+    -DSHARC_ENABLE_CUDA=OFF \
     -DCMAKE_CXX_FLAGS="$2 -fno-omit-frame-pointer" -DCMAKE_EXE_LINKER_FLAGS="$2" >/dev/null
 }
 
@@ -28,9 +29,10 @@ run_asan() {
   local dir=${SHARC_ASAN_DIR:-build-asan}
   configure "$dir" "-fsanitize=address,undefined -fno-sanitize-recover=all"
   local tests=(tests/runtime/runtime_tests tests/emit/emit_train_equivalence_test
-               tests/emit/emit_ring_equivalence_test tests/pipeline/sharc_pipeline_tests)
+               tests/emit/emit_ring_equivalence_test tests/pipeline/sharc_pipeline_tests
+               tests/gpu/gpu_kernels_sim_test)
   cmake --build "$dir" -j "$jobs" --target runtime_tests emit_train_equivalence_test \
-    emit_ring_equivalence_test sharc_pipeline_tests
+    emit_ring_equivalence_test sharc_pipeline_tests gpu_kernels_sim_test
   for t in "${tests[@]}"; do
     echo "== ASan+UBSan: $t"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -1,0 +1,201 @@
+// The KernelSet of the CUDA device: sharc's kernels (kernel_launches.h,
+// compiled here by nvcc) on the default stream, device memory from
+// cudaMalloc, and GEMMs through cuBLASLt with its bias and GELU epilogues.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/gpu/kernel_launches.h"
+
+namespace sharc::gpu {
+inline namespace cuda_target {
+
+void throw_launch_error(const char* what, cudaError_t err) {
+  throw std::runtime_error(std::string("CUDA launch of ") + what + " failed: " +
+                           cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+}  // inline namespace cuda_target
+
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(err) + ": " +
+                             cudaGetErrorString(err));
+}
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuBLASLt ") + what + " failed: " +
+                             cublasLtGetStatusString(status));
+}
+
+cudaDataType_t cuda_type(DType t) {
+  if (t == DType::kBF16) return CUDA_R_16BF;
+  if (t == DType::kF32) return CUDA_R_32F;
+  throw std::invalid_argument("gemm: operands are f32 or bf16, not i32");
+}
+
+template <class T, cublasStatus_t (*Destroy)(T)>
+struct LtHandle {
+  T h = nullptr;
+  ~LtHandle() {
+    if (h) Destroy(h);
+  }
+};
+
+class CudaKernels final : public LaunchingKernels {
+ public:
+  explicit CudaKernels(int device) : device_(device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    name_ = "cuda:" + std::to_string(device) + " " + prop.name + " (sm_" +
+            std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+    check_lt(cublasLtCreate(&lt_), "cublasLtCreate");
+    check(cudaMalloc(&workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+  }
+  ~CudaKernels() override {
+    cudaFree(workspace_);
+    cublasLtDestroy(lt_);
+  }
+
+  std::string name() const override { return name_; }
+
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw std::runtime_error("cudaMalloc of " + std::to_string(bytes) + " bytes failed (" +
+                               cudaGetErrorString(err) + "); the device has " +
+                               std::to_string(free) + " bytes free of " + std::to_string(total));
+    }
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
+  }
+  void synchronize() override { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+  // Row-major C[m, n] = op(A) op(B) is column-major C^T[n, m] = op(B)^T
+  // op(A)^T: cuBLASLt's first operand is B's memory, its second A's.
+  void gemm(const Gemm& g) override {
+    if (g.m == 0 || g.n == 0) return;
+    const cudaDataType_t ab = cuda_type(g.ab_dtype), c = cuda_type(g.c_dtype);
+    LtHandle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
+    check_lt(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+    const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_lt(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                            sizeof op_first),
+             "set TRANSA");
+    check_lt(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                            sizeof op_second),
+             "set TRANSB");
+    if (g.epilogue == Gemm::Epilogue::kGeluBackward && (!g.pre_gelu || g.bias))
+      throw std::invalid_argument("gemm: the GELU backward epilogue reads pre_gelu and takes no bias");
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    const bool gelu = g.epilogue == Gemm::Epilogue::kGelu;
+    const bool aux = (gelu && g.pre_gelu) || g.epilogue == Gemm::Epilogue::kGeluBackward;
+    if (g.epilogue == Gemm::Epilogue::kGeluBackward)
+      epilogue = CUBLASLT_EPILOGUE_DGELU;
+    else if (gelu && g.pre_gelu)
+      epilogue = g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    else if (gelu)
+      epilogue = g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    else if (g.bias)
+      epilogue = CUBLASLT_EPILOGUE_BIAS;
+    check_lt(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                            sizeof epilogue),
+             "set EPILOGUE");
+    if (g.bias)
+      check_lt(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+                                              sizeof g.bias),
+               "set BIAS_POINTER");
+    if (aux) {
+      const int64_t ld = g.ldc;
+      check_lt(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                              &g.pre_gelu, sizeof g.pre_gelu),
+               "set EPILOGUE_AUX_POINTER");
+      check_lt(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                              sizeof ld),
+               "set EPILOGUE_AUX_LD");
+    }
+    // Layouts as cuBLASLt sees the memory: column major, rows x cols, ld.
+    LtHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> first, second, out;
+    check_lt(cublasLtMatrixLayoutCreate(&first.h, ab, g.trans_b ? g.k : g.n,
+                                        g.trans_b ? g.n : g.k, g.ldb),
+             "MatrixLayoutCreate (B)");
+    check_lt(cublasLtMatrixLayoutCreate(&second.h, ab, g.trans_a ? g.m : g.k,
+                                        g.trans_a ? g.k : g.m, g.lda),
+             "MatrixLayoutCreate (A)");
+    check_lt(cublasLtMatrixLayoutCreate(&out.h, c, g.n, g.m, g.ldc), "MatrixLayoutCreate (C)");
+    LtHandle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref.h), "MatmulPreferenceCreate");
+    const size_t workspace = kWorkspaceBytes;
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspace, sizeof workspace),
+             "set MAX_WORKSPACE_BYTES");
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    check_lt(cublasLtMatmulAlgoGetHeuristic(lt_, desc.h, first.h, second.h, out.h, out.h, pref.h,
+                                            1, &heuristic, &found),
+             "MatmulAlgoGetHeuristic");
+    if (found == 0)
+      throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(g.m) + "x" +
+                               std::to_string(g.n) + "x" + std::to_string(g.k) +
+                               " GEMM with these types, strides and epilogue");
+    check_lt(cublasLtMatmul(lt_, desc.h, &g.alpha, g.b, first.h, g.a, second.h, &g.beta, g.c,
+                            out.h, g.c, out.h, &heuristic.algo, workspace_, kWorkspaceBytes,
+                            static_cast<cudaStream_t>(stream())),
+             "Matmul");
+  }
+
+ private:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  int device_;
+  std::string name_;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+}  // namespace
+
+KernelSet* cuda_kernels(std::string* why_not) {
+  static std::once_flag once;
+  static std::unique_ptr<CudaKernels> kernels;
+  static std::string reason;
+  std::call_once(once, [] {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      reason = std::string("no CUDA device (") + cudaGetErrorName(err) + ": " +
+               cudaGetErrorString(err) + ")";
+      return;
+    }
+    if (count == 0) {
+      reason = "no CUDA device";
+      return;
+    }
+    try {
+      kernels = std::make_unique<CudaKernels>(0);
+    } catch (const std::exception& e) {
+      reason = e.what();
+    }
+  });
+  if (!kernels && why_not) *why_not = reason;
+  return kernels.get();
+}
+
+}  // namespace sharc::gpu

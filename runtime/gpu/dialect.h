@@ -1,0 +1,241 @@
+// The CUDA dialect sharc's GPU kernels are written in, so that one kernel
+// source compiles two ways:
+//
+//  - with nvcc (__CUDACC__ defined) it is plain CUDA: thread_x() is
+//    threadIdx.x, sync_block() is __syncthreads(), launch() is <<<...>>>,
+//    mma_16x8x16() is one mma.sync tensor-core instruction;
+//  - with a host compiler it runs on the block simulator (runtime/gpu/sim.h):
+//    every CUDA thread of a block is a fiber, sync_block() and the warp
+//    shuffles are barriers between them, and launch() runs the grid's blocks
+//    one after another, synchronously, on host memory.
+//
+// The simulator is how CI, which has no GPU, tests the kernels' indexing,
+// their shared-memory tiling, their warp reductions and their tensor-core
+// fragment layouts against the fp64 oracle. It does not model timing, memory
+// coalescing, bank conflicts or races between threads that do not
+// synchronise: a kernel correct here can still be slow or racy on a GPU, and
+// only a GPU run proves it (tests/gpu, label `cuda`).
+//
+// Kernels use only what this header offers (plus arithmetic and the math
+// functions below): no raw threadIdx, no static __shared__ arrays (shared
+// memory is the launch's dynamic buffer, from shared_memory<T>()), no
+// atomics, and every warp function is called by all 32 lanes of the warp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#define SHARC_KERNEL __global__
+#define SHARC_DEVICE __device__ __forceinline__
+#define SHARC_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#include <cmath>
+
+#include "runtime/dtype.h"
+#include "runtime/gpu/sim.h"
+#define SHARC_KERNEL
+#define SHARC_DEVICE inline
+#define SHARC_HOST_DEVICE inline
+#endif
+
+namespace sharc::gpu {
+
+constexpr int kWarpSize = 32;
+
+// A stream: cudaStream_t under nvcc (nullptr is the default stream); the
+// simulator runs everything at once and ignores it.
+using Stream = void*;
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// Everything below is compiled differently by nvcc and by the host compiler,
+// and a program may link both (a test comparing the device with the
+// simulator): the inline namespace gives each its own symbols.
+#if defined(__CUDACC__)
+inline namespace cuda_target {
+#else
+inline namespace sim_target {
+#endif
+
+#if defined(__CUDACC__)
+
+using bf16 = __nv_bfloat16;
+
+SHARC_DEVICE unsigned thread_x() { return threadIdx.x; }
+SHARC_DEVICE unsigned block_dim_x() { return blockDim.x; }
+SHARC_DEVICE unsigned block_x() { return blockIdx.x; }
+SHARC_DEVICE unsigned block_y() { return blockIdx.y; }
+SHARC_DEVICE unsigned block_z() { return blockIdx.z; }
+SHARC_DEVICE unsigned grid_dim_x() { return gridDim.x; }
+SHARC_DEVICE void sync_block() { __syncthreads(); }
+
+// The launch's dynamic shared memory (the smem argument of launch()).
+template <class T>
+SHARC_DEVICE T* shared_memory() {
+  extern __shared__ __align__(16) unsigned char sharc_shared[];
+  return reinterpret_cast<T*>(sharc_shared);
+}
+
+SHARC_DEVICE float shfl_xor(float v, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+SHARC_DEVICE float shfl(float v, int src_lane) { return __shfl_sync(0xffffffffu, v, src_lane); }
+
+SHARC_DEVICE float to_f32(float x) { return x; }
+SHARC_DEVICE float to_f32(bf16 x) { return __bfloat162float(x); }
+template <class T>
+SHARC_DEVICE T from_f32(float x);
+template <>
+SHARC_DEVICE float from_f32<float>(float x) {
+  return x;
+}
+template <>
+SHARC_DEVICE bf16 from_f32<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+// Two bf16 values in one 32-bit word, `lo` in the low half: the operand
+// format of the tensor-core instructions.
+SHARC_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&p);
+}
+
+// The bits of two bf16 values in one word, `lo` in the low half.
+SHARC_DEVICE uint32_t pack_bits(bf16 lo, bf16 hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+
+SHARC_DEVICE float exp_f(float x) { return expf(x); }
+SHARC_DEVICE float log_f(float x) { return logf(x); }
+SHARC_DEVICE float sqrt_f(float x) { return sqrtf(x); }
+SHARC_DEVICE float rsqrt_f(float x) { return rsqrtf(x); }
+SHARC_DEVICE float tanh_f(float x) { return tanhf(x); }
+
+// d = a * b + c on the tensor cores, for one warp: a 16x16 bf16 tile (row
+// major) times a 16x8 bf16 tile (column major) plus a 16x8 f32 tile. Each
+// lane holds the fragment elements the PTX ISA assigns it (lane l, group
+// g = l / 4, t = l % 4):
+//   a[r]: row g + 8 * (r % 2), columns 2 * (t + 4 * (r / 2)) and the next one;
+//   b[r]: column g, rows 2 * (t + 4 * r) and the next one;
+//   c[r], d[r]: row g + 8 * (r / 2), column 2 * t + r % 2;
+// a pair's first element in the low 16 bits of its word.
+SHARC_DEVICE void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2],
+                              const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
+        "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+// Launches kernel k on `grid` blocks of `block` threads with `smem` bytes of
+// dynamic shared memory, on `stream`; returns at once. A launch the device
+// refuses (bad configuration, too much shared memory) throws, naming `what`.
+void throw_launch_error(const char* what, cudaError_t err);
+
+template <class... P, class... A>
+void launch(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t smem,
+            Stream stream, A... args) {
+  k<<<dim3(grid.x, grid.y, grid.z), dim3(block.x, block.y, block.z), smem,
+      static_cast<cudaStream_t>(stream)>>>(static_cast<P>(args)...);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw_launch_error(what, err);
+}
+
+#else  // the block simulator
+
+using bf16 = rt::bf16;
+
+SHARC_DEVICE unsigned thread_x() { return sim::current().thread; }
+SHARC_DEVICE unsigned block_dim_x() { return sim::current().block->threads; }
+SHARC_DEVICE unsigned block_x() { return sim::current().block->index.x; }
+SHARC_DEVICE unsigned block_y() { return sim::current().block->index.y; }
+SHARC_DEVICE unsigned block_z() { return sim::current().block->index.z; }
+SHARC_DEVICE unsigned grid_dim_x() { return sim::current().block->grid.x; }
+SHARC_DEVICE void sync_block() { sim::sync_block(); }
+
+template <class T>
+SHARC_DEVICE T* shared_memory() {
+  return reinterpret_cast<T*>(sim::current().block->shared);
+}
+
+SHARC_DEVICE float shfl_xor(float v, int lane_mask) {
+  return sim::warp_exchange(v, static_cast<int>(sim::current().thread % kWarpSize) ^ lane_mask);
+}
+SHARC_DEVICE float shfl(float v, int src_lane) { return sim::warp_exchange(v, src_lane); }
+
+SHARC_DEVICE float to_f32(float x) { return x; }
+SHARC_DEVICE float to_f32(bf16 x) { return static_cast<float>(x); }
+template <class T>
+SHARC_DEVICE T from_f32(float x);
+template <>
+SHARC_DEVICE float from_f32<float>(float x) {
+  return x;
+}
+template <>
+SHARC_DEVICE bf16 from_f32<bf16>(float x) {
+  return bf16(x);
+}
+SHARC_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(rt::bf16_bits_from_float(lo)) |
+         (static_cast<uint32_t>(rt::bf16_bits_from_float(hi)) << 16);
+}
+
+SHARC_DEVICE uint32_t pack_bits(bf16 lo, bf16 hi) {
+  return static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
+}
+
+SHARC_DEVICE float exp_f(float x) { return std::exp(x); }
+SHARC_DEVICE float log_f(float x) { return std::log(x); }
+SHARC_DEVICE float sqrt_f(float x) { return std::sqrt(x); }
+SHARC_DEVICE float rsqrt_f(float x) { return 1.0f / std::sqrt(x); }
+SHARC_DEVICE float tanh_f(float x) { return std::tanh(x); }
+
+SHARC_DEVICE void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2],
+                              const float c[4]) {
+  sim::mma_16x8x16(d, a, b, c);
+}
+
+template <class... P, class... A>
+void launch(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t smem,
+            Stream stream, A... args) {
+  (void)stream;
+  sim::run(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
+           [&] { k(static_cast<P>(args)...); });
+}
+
+#endif
+
+// Sum and maximum over the 32 lanes of a warp: every lane gets the result.
+SHARC_DEVICE float warp_sum(float v) {
+  for (int m = kWarpSize / 2; m > 0; m /= 2) v += shfl_xor(v, m);
+  return v;
+}
+SHARC_DEVICE float warp_max(float v) {
+  for (int m = kWarpSize / 2; m > 0; m /= 2) v = fmaxf(v, shfl_xor(v, m));
+  return v;
+}
+
+// Sum over the block (blockDim a multiple of 32, at most 1024 threads):
+// every thread gets the result. `scratch` is 32 floats of shared memory the
+// caller does not otherwise use during the call.
+SHARC_DEVICE float block_sum(float v, float* scratch) {
+  const unsigned lane = thread_x() % kWarpSize, warp = thread_x() / kWarpSize;
+  const unsigned warps = block_dim_x() / kWarpSize;
+  v = warp_sum(v);
+  sync_block();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  sync_block();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+}  // inline namespace cuda_target / sim_target
+}  // namespace sharc::gpu

@@ -1,0 +1,49 @@
+// Plain argument structs shared by the kernels (kernels.cuh, compiled by nvcc
+// or for the simulator) and the host API (kernel_set.h): no member depends on
+// which compiler reads them, so both agree on their layout.
+#pragma once
+
+#include <cstdint>
+
+namespace sharc::gpu {
+
+// One tensor of a multi-tensor AdamW launch (kernels.cuh, adamw_kernel).
+struct AdamWTensor {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  void* param_bf16;  // nullable: where a bf16 copy of the updated parameter goes
+  int64_t size;
+  float weight_decay;
+};
+
+// Block k of a multi-tensor launch (adamw, global_norm) works on elements
+// [begin, end) of tensors[tensor].
+struct TensorChunk {
+  int32_t tensor;
+  int64_t begin;
+  int64_t end;
+};
+
+constexpr int64_t kTensorChunk = 65536;  // elements per block at most
+
+struct AdamWHyper {
+  float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  const float* lr = nullptr;          // device scalar: this step's learning rate
+  const float* count = nullptr;       // device scalar: t of the bias correction (1 first)
+  const float* grad_scale = nullptr;  // device scalar, nullable (1): the clipping factor
+};
+
+// One tensor of a global-norm launch.
+struct NormTensor {
+  const float* x;
+  int64_t size;
+};
+
+// Element strides of a [batch, seq, heads, D] view (D contiguous).
+struct AttentionStrides {
+  int64_t batch, token, head;
+};
+
+}  // namespace sharc::gpu

@@ -1,0 +1,232 @@
+// KernelSet: the host API to sharc's GPU kernels (kernels.cuh) and GEMMs,
+// one implementation per place they run:
+//  - simulated_kernels(): the block simulator on host memory (always built;
+//    what CI tests);
+//  - cuda_kernels(): the CUDA device, with cuBLASLt for the GEMMs (built with
+//    SHARC_ENABLE_CUDA; null, with the reason, where there is no device).
+// Tests and benchmarks are written once against this interface. Generated
+// programs call the kernel templates directly.
+//
+// Pointers are device pointers (from alloc()); activations are f32 or bf16
+// (`dtype`), everything else is f32 unless named otherwise. Calls are
+// asynchronous on the device: synchronize() waits for them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+#include "runtime/gpu/kernel_args.h"
+
+namespace sharc::gpu {
+
+using rt::DType;
+
+struct LayerNormForward {
+  DType dtype = DType::kF32;
+  void* out = nullptr;     // [rows, cols]
+  float* mean = nullptr;   // [rows], nullable
+  float* rstd = nullptr;   // [rows], nullable
+  const void* x = nullptr;
+  const void* add = nullptr;  // nullable: normalise x + add (the residual stream) ...
+  void* sum_out = nullptr;    // ... and write x + add here
+  const float* w = nullptr;  // [cols]
+  const float* b = nullptr;  // [cols]
+  int rows = 0, cols = 0;
+  float eps = 1e-5f;
+};
+
+struct LayerNormBackward {
+  DType dtype = DType::kF32;
+  void* dx = nullptr;      // [rows, cols]: written, or added to when accumulate
+  float* dw = nullptr;     // [cols]: likewise
+  float* db = nullptr;     // [cols]: likewise
+  float* scratch = nullptr;  // layernorm_backward_scratch(rows, cols) floats
+  const void* dout = nullptr;
+  const void* x = nullptr;
+  const float* w = nullptr;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  int rows = 0, cols = 0;
+  bool accumulate = false;
+};
+size_t layernorm_backward_scratch(int rows, int cols);
+
+// loss[r] = logsumexp(logits[r]) - logits[r][targets[r]]; with dlogits,
+// also (softmax(logits[r]) - onehot) * dloss (may be logits itself).
+struct CrossEntropy {
+  DType dtype = DType::kF32;
+  float* loss = nullptr;  // [rows]
+  void* dlogits = nullptr;
+  const void* logits = nullptr;  // [rows, vocab]
+  const int32_t* targets = nullptr;
+  int rows = 0, vocab = 0;
+  float dloss = 1.0f;
+};
+
+// [batch, seq, heads, head_dim] views with the given element strides.
+struct Attention {
+  DType dtype = DType::kF32;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // [batch, heads, seq]
+  AttentionStrides sq{}, sk{}, sv{}, so{};
+  int batch = 0, heads = 0, seq = 0, head_dim = 0;
+  float scale = 1.0f;
+  bool causal = true;
+};
+
+struct AttentionBackward {
+  DType dtype = DType::kF32;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* dout = nullptr;
+  const float* lse = nullptr;
+  float* delta = nullptr;  // [batch, heads, seq] scratch
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  AttentionStrides sq{}, sk{}, sv{}, so{}, sdo{}, sdq{}, sdk{}, sdv{};
+  int batch = 0, heads = 0, seq = 0, head_dim = 0;
+  float scale = 1.0f;
+  bool causal = true;
+};
+// The head sizes the attention kernels are instantiated for.
+bool attention_supports_head_dim(int head_dim);
+
+// db (+)= the sum of dout [rows, cols] over its rows: a linear layer's bias
+// gradient, in f32, in a fixed order.
+struct BiasGrad {
+  DType dtype = DType::kF32;
+  float* db = nullptr;       // [cols]
+  float* scratch = nullptr;  // bias_grad_scratch(rows, cols) floats
+  const void* dout = nullptr;
+  int rows = 0, cols = 0;
+  bool accumulate = false;
+};
+size_t bias_grad_scratch(int rows, int cols);
+
+// out[n] = wte[ids[n]] + wpe[n % seq] (wpe nullable), as dtype.
+struct Embedding {
+  DType dtype = DType::kF32;
+  void* out = nullptr;  // [rows, cols]
+  const int32_t* ids = nullptr;
+  const float* wte = nullptr;  // [vocab, cols]
+  const float* wpe = nullptr;  // [seq, cols], nullable
+  int64_t rows = 0;
+  int cols = 0, seq = 1, vocab = 0;
+};
+
+// The embedding's positions grouped by token, in a fixed order (tokens
+// ascending, positions ascending within one): made on the host, which has
+// the token ids before it uploads them, and uploaded with them.
+struct EmbeddingBuckets {
+  std::vector<int32_t> positions;  // all positions, token by token
+  std::vector<int32_t> starts;     // bucket k is positions[starts[k] .. starts[k + 1])
+  std::vector<int32_t> tokens;     // the token of bucket k
+};
+EmbeddingBuckets embedding_buckets(const int32_t* ids, int64_t n);
+
+// dwte[token] += sum of dout over its positions; dwpe[t] += sum over the
+// batch of dout[b, t]. dout is [batch * seq, cols]; the bucket arrays are
+// device copies of EmbeddingBuckets'.
+struct EmbeddingBackward {
+  DType dtype = DType::kF32;
+  float* dwte = nullptr;
+  float* dwpe = nullptr;  // nullable
+  const void* dout = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* starts = nullptr;
+  const int32_t* tokens = nullptr;
+  int buckets = 0;
+  int batch = 0, seq = 0, cols = 0, vocab = 0;  // tokens outside [0, vocab) are skipped
+};
+
+// norm = sqrt(sum of squares of every tensor); clip_factor (nullable) =
+// min(1, max_norm / max(norm, 1e-30)), optax's clip_by_global_norm. Device
+// arrays: tensors, chunks (tensor_chunks()), partial (num_chunks floats).
+struct GlobalNorm {
+  const NormTensor* tensors = nullptr;
+  const TensorChunk* chunks = nullptr;
+  int num_chunks = 0;
+  float* partial = nullptr;
+  float* norm = nullptr;
+  float* clip_factor = nullptr;
+  float max_norm = 1.0f;
+};
+
+// C = alpha * op(A) op(B) + beta * C (+ bias, then gelu), row major:
+// op(A) is [m, k], op(B) [k, n], C [m, n]. A and B are both f32 or both
+// bf16; C is f32 or bf16; accumulation is f32.
+struct Gemm {
+  // kGelu: c = gelu(alpha op(A) op(B) + beta c + bias) (tanh approximation),
+  // the argument saved in pre_gelu when that is set. kGeluBackward: c =
+  // (alpha op(A) op(B) + beta c) * gelu'(pre_gelu), the gradient through a
+  // GELU whose argument the forward saved (pre_gelu is read; no bias).
+  enum class Epilogue { kNone, kGelu, kGeluBackward };
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  DType ab_dtype = DType::kBF16;
+  const void* a = nullptr;
+  int64_t lda = 0;  // row stride of A as stored
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  DType c_dtype = DType::kF32;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  const void* bias = nullptr;  // [n] of c_dtype (cuBLASLt's rule), nullable
+  Epilogue epilogue = Epilogue::kNone;
+  void* pre_gelu = nullptr;  // c_dtype, ldc: gelu's argument (kGelu: nullable, written)
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+// The blocks of a multi-tensor AdamW launch over tensors of these sizes.
+std::vector<TensorChunk> tensor_chunks(const std::vector<int64_t>& sizes);
+
+class KernelSet {
+ public:
+  virtual ~KernelSet() = default;
+  // "simulator", or the device: "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)".
+  virtual std::string name() const = 0;
+
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  virtual void layernorm_forward(const LayerNormForward& a) = 0;
+  virtual void layernorm_backward(const LayerNormBackward& a) = 0;
+  virtual void cross_entropy(const CrossEntropy& a) = 0;
+  virtual void embedding_forward(const Embedding& a) = 0;
+  virtual void embedding_backward(const EmbeddingBackward& a) = 0;
+  virtual void global_norm(const GlobalNorm& a) = 0;
+  virtual void bias_grad(const BiasGrad& a) = 0;
+  virtual void attention_forward(const Attention& a) = 0;
+  virtual void attention_backward(const AttentionBackward& a) = 0;
+  // tensors and chunks are device arrays (tensor_chunks() makes the latter).
+  virtual void adamw(const AdamWTensor* tensors, const TensorChunk* chunks, int num_chunks,
+                     const AdamWHyper& h) = 0;
+  virtual void gemm(const Gemm& g) = 0;
+  // One warp runs one tensor-core mma (dialect.h, mma_16x8x16) on device
+  // arrays d[16x8] = a[16x16] b[16x8], row major, a and b rounded to bf16:
+  // checks the fragment layout the tensor-core kernels rely on.
+  virtual void mma_16x8x16_check(float* d, const float* a, const float* b) = 0;
+  // bf16 attention runs on the tensor cores (true, the default) or on the
+  // scalar kernels f32 uses (false): a switch for tests and benchmarks.
+  virtual void set_tensor_cores(bool on) = 0;
+};
+
+KernelSet& simulated_kernels();
+// The CUDA device's kernels, or null with *why_not saying why (sharc built
+// without CUDA, no device, a driver error).
+KernelSet* cuda_kernels(std::string* why_not);
+
+}  // namespace sharc::gpu

@@ -1,0 +1,923 @@
+// sharc's GPU kernels for the transformer step, in the dialect of
+// runtime/gpu/dialect.h: nvcc compiles them for the GPU (gpu_kernels.cu),
+// the host compiler for the block simulator (sim_kernels.cpp). Generated
+// CUDA programs instantiate them; runtime/gpu/kernel_set.h is the host API
+// tests and benchmarks call.
+//
+// T is the activation type (float or bf16); arithmetic is f32 throughout,
+// with one rounding on each bf16 store. Parameters, optimizer state, layer
+// statistics and losses are f32. Every reduction runs in a fixed order, so a
+// kernel gives the same bits on every run (no atomics).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/gpu/dialect.h"
+#include "runtime/gpu/kernel_args.h"
+
+namespace sharc::gpu {
+#if defined(__CUDACC__)
+inline namespace cuda_target {
+#else
+inline namespace sim_target {
+#endif
+
+// ---------------------------------------------------------------------------
+// LayerNorm over the last axis of a [rows, cols] tensor, biased variance (as
+// the DSL's layer_norm and jax.nn / flax LayerNorm).
+
+constexpr int kLayerNormWarps = 8;  // rows per block of the row kernels
+
+// out = (x - mean) * rstd * w + b, one warp per row; mean and rstd (nullable)
+// keep the row statistics for the backward pass.
+// With `add` (nullable), the residual connection is fused in: x + add is
+// written to sum_out and normalised (each lane rereads only what it wrote).
+template <class T>
+SHARC_KERNEL void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* x,
+                                           const T* add, T* sum_out, const float* w,
+                                           const float* b, int rows, int cols, float eps) {
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  const int lane = static_cast<int>(thread_x() % kWarpSize);
+  const int row = static_cast<int>(block_x()) * kLayerNormWarps + warp;
+  if (row >= rows) return;  // the whole warp: no block barrier follows
+  const int64_t base = static_cast<int64_t>(row) * cols;
+  float sum = 0.0f;
+  if (add) {
+    for (int c = lane; c < cols; c += kWarpSize) {
+      const T v = from_f32<T>(to_f32(x[base + c]) + to_f32(add[base + c]));
+      sum_out[base + c] = v;
+      sum += to_f32(v);
+    }
+  } else {
+    for (int c = lane; c < cols; c += kWarpSize) sum += to_f32(x[base + c]);
+  }
+  const T* xr = add ? sum_out + base : x + base;
+  const float m = warp_sum(sum) / static_cast<float>(cols);
+  float sq = 0.0f;
+  for (int c = lane; c < cols; c += kWarpSize) {
+    const float d = to_f32(xr[c]) - m;
+    sq += d * d;
+  }
+  const float r = rsqrt_f(warp_sum(sq) / static_cast<float>(cols) + eps);
+  T* outr = out + static_cast<int64_t>(row) * cols;
+  for (int c = lane; c < cols; c += kWarpSize)
+    outr[c] = from_f32<T>((to_f32(xr[c]) - m) * r * w[c] + b[c]);
+  if (lane == 0) {
+    if (mean) mean[row] = m;
+    if (rstd) rstd[row] = r;
+  }
+}
+
+// dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) with
+// dxhat = dout * w; added to dx when `accumulate` (the residual stream's
+// gradient), written otherwise. One warp per row.
+template <class T>
+SHARC_KERNEL void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, const float* w,
+                                               const float* mean, const float* rstd, int rows,
+                                               int cols, bool accumulate) {
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  const int lane = static_cast<int>(thread_x() % kWarpSize);
+  const int row = static_cast<int>(block_x()) * kLayerNormWarps + warp;
+  if (row >= rows) return;
+  const int64_t base = static_cast<int64_t>(row) * cols;
+  const float m = mean[row], r = rstd[row];
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int c = lane; c < cols; c += kWarpSize) {
+    const float g = to_f32(dout[base + c]) * w[c];
+    sum_g += g;
+    sum_gx += g * (to_f32(x[base + c]) - m) * r;
+  }
+  const float mean_g = warp_sum(sum_g) / static_cast<float>(cols);
+  const float mean_gx = warp_sum(sum_gx) / static_cast<float>(cols);
+  for (int c = lane; c < cols; c += kWarpSize) {
+    const float g = to_f32(dout[base + c]) * w[c];
+    const float xhat = (to_f32(x[base + c]) - m) * r;
+    float d = r * (g - mean_g - xhat * mean_gx);
+    if (accumulate) d += to_f32(dx[base + c]);
+    dx[base + c] = from_f32<T>(d);
+  }
+}
+
+// How the weight and bias gradients are split: blocks of 32 columns x 8
+// warps; slice s of the rows is [s * rows_per_slice, (s + 1) *
+// rows_per_slice).
+constexpr int kLayerNormSliceRows = 64;
+SHARC_HOST_DEVICE int layernorm_slices(int rows) {
+  return (rows + kLayerNormSliceRows - 1) / kLayerNormSliceRows;
+}
+
+// partial[s][0][c] = sum over slice s of dout * xhat, partial[s][1][c] = sum
+// of dout. Grid (ceil(cols / 32), slices), 256 threads: lane = column, warp =
+// row phase; the 8 warps' sums are added in warp order.
+template <class T>
+SHARC_KERNEL void layernorm_backward_partial_kernel(float* partial, const T* dout, const T* x,
+                                                    const float* mean, const float* rstd,
+                                                    int rows, int cols) {
+  float* scratch = shared_memory<float>();  // [2][8][32]
+  const int lane = static_cast<int>(thread_x() % kWarpSize);
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  const int c = static_cast<int>(block_x()) * kWarpSize + lane;
+  const int slice = static_cast<int>(block_y());
+  const int r0 = slice * kLayerNormSliceRows;
+  const int r1 = r0 + kLayerNormSliceRows < rows ? r0 + kLayerNormSliceRows : rows;
+  float dw = 0.0f, db = 0.0f;
+  if (c < cols)
+    for (int r = r0 + warp; r < r1; r += kLayerNormWarps) {
+      const int64_t i = static_cast<int64_t>(r) * cols + c;
+      const float g = to_f32(dout[i]);
+      dw += g * (to_f32(x[i]) - mean[r]) * rstd[r];
+      db += g;
+    }
+  scratch[warp * kWarpSize + lane] = dw;
+  scratch[(kLayerNormWarps + warp) * kWarpSize + lane] = db;
+  sync_block();
+  if (warp == 0 && c < cols) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int k = 0; k < kLayerNormWarps; ++k) {
+      sw += scratch[k * kWarpSize + lane];
+      sb += scratch[(kLayerNormWarps + k) * kWarpSize + lane];
+    }
+    partial[(static_cast<int64_t>(slice) * 2) * cols + c] = sw;
+    partial[(static_cast<int64_t>(slice) * 2 + 1) * cols + c] = sb;
+  }
+}
+
+// dw[c] (+)= sum over slices of partial[s][0][c], db likewise, in slice
+// order. One thread per column.
+SHARC_KERNEL inline void layernorm_backward_finish_kernel(float* dw, float* db,
+                                                          const float* partial, int slices,
+                                                          int cols, bool accumulate) {
+  const int c = static_cast<int>(block_x() * block_dim_x() + thread_x());
+  if (c >= cols) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (int s = 0; s < slices; ++s) {
+    sw += partial[(static_cast<int64_t>(s) * 2) * cols + c];
+    sb += partial[(static_cast<int64_t>(s) * 2 + 1) * cols + c];
+  }
+  dw[c] = accumulate ? dw[c] + sw : sw;
+  db[c] = accumulate ? db[c] + sb : sb;
+}
+
+// ---------------------------------------------------------------------------
+// Column sums of a [rows, cols] tensor into f32 (the bias gradient of a
+// linear layer: the sum of dout over its rows), in a fixed order: per slice
+// of kLayerNormSliceRows rows (grid (ceil(cols / 32), slices), 256 threads),
+// then over slices.
+
+template <class T>
+SHARC_KERNEL void column_sum_partial_kernel(float* partial, const T* x, int rows, int cols) {
+  float* scratch = shared_memory<float>();  // [8][32]
+  const int lane = static_cast<int>(thread_x() % kWarpSize);
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  const int c = static_cast<int>(block_x()) * kWarpSize + lane;
+  const int slice = static_cast<int>(block_y());
+  const int r0 = slice * kLayerNormSliceRows;
+  const int r1 = r0 + kLayerNormSliceRows < rows ? r0 + kLayerNormSliceRows : rows;
+  float s = 0.0f;
+  if (c < cols)
+    for (int r = r0 + warp; r < r1; r += kLayerNormWarps) s += to_f32(x[static_cast<int64_t>(r) * cols + c]);
+  scratch[warp * kWarpSize + lane] = s;
+  sync_block();
+  if (warp == 0 && c < cols) {
+    float sum = 0.0f;
+    for (int k = 0; k < kLayerNormWarps; ++k) sum += scratch[k * kWarpSize + lane];
+    partial[static_cast<int64_t>(slice) * cols + c] = sum;
+  }
+}
+
+SHARC_KERNEL inline void column_sum_finish_kernel(float* out, const float* partial, int slices,
+                                                  int cols, bool accumulate) {
+  const int c = static_cast<int>(block_x() * block_dim_x() + thread_x());
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int k = 0; k < slices; ++k) s += partial[static_cast<int64_t>(k) * cols + c];
+  out[c] = accumulate ? out[c] + s : s;
+}
+
+// ---------------------------------------------------------------------------
+// Softmax cross-entropy over a [rows, vocab] tensor of logits with integer
+// targets, forward and backward in one kernel: no probabilities are kept.
+
+constexpr int kCrossEntropyThreads = 512;
+
+// A running softmax denominator: sum of exp(x - max) over the values seen.
+struct MaxSum {
+  float max;
+  float sum;
+};
+SHARC_DEVICE MaxSum combine(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == -INFINITY) return {m, 0.0f};
+  return {m, a.sum * exp_f(a.max - m) + b.sum * exp_f(b.max - m)};
+}
+
+// loss[row] = logsumexp(logits[row]) - logits[row][target]; when dlogits is
+// not null, dlogits[row] = (softmax(logits[row]) - onehot(target)) * dloss,
+// which may overwrite logits in place. A target outside [0, vocab) gives a
+// NaN loss (and NaN gradients). One block per row.
+template <class T>
+SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
+                                       const int32_t* targets, int vocab, float dloss) {
+  float* scratch = shared_memory<float>();  // [2][32]
+  const int row = static_cast<int>(block_x());
+  const int tid = static_cast<int>(thread_x());
+  const int lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int64_t base = static_cast<int64_t>(row) * vocab;
+  const int target = targets[row];
+  const bool valid = target >= 0 && target < vocab;
+  // Read before any thread may overwrite the row with gradients.
+  const float target_logit = valid ? to_f32(logits[base + target]) : NAN;
+  MaxSum acc{-INFINITY, 0.0f};
+  for (int c = tid; c < vocab; c += static_cast<int>(block_dim_x())) {
+    const float v = to_f32(logits[base + c]);
+    if (v > acc.max) {
+      acc.sum = acc.sum * exp_f(acc.max - v) + 1.0f;
+      acc.max = v;
+    } else {
+      acc.sum += exp_f(v - acc.max);
+    }
+  }
+  for (int m = kWarpSize / 2; m > 0; m /= 2)
+    acc = combine(acc, MaxSum{shfl_xor(acc.max, m), shfl_xor(acc.sum, m)});
+  if (lane == 0) {
+    scratch[warp] = acc.max;
+    scratch[kWarpSize + warp] = acc.sum;
+  }
+  sync_block();
+  const int warps = static_cast<int>(block_dim_x()) / kWarpSize;
+  acc = lane < warps ? MaxSum{scratch[lane], scratch[kWarpSize + lane]} : MaxSum{-INFINITY, 0.0f};
+  for (int m = kWarpSize / 2; m > 0; m /= 2)
+    acc = combine(acc, MaxSum{shfl_xor(acc.max, m), shfl_xor(acc.sum, m)});
+  const float lse = acc.max + log_f(acc.sum);
+  if (tid == 0) loss[row] = valid ? lse - target_logit : NAN;
+  if (!dlogits) return;
+  for (int c = tid; c < vocab; c += static_cast<int>(block_dim_x())) {
+    const float p = exp_f(to_f32(logits[base + c]) - lse);
+    const float g = valid ? (p - (c == target ? 1.0f : 0.0f)) * dloss : NAN;
+    dlogits[base + c] = from_f32<T>(g);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// AdamW over many tensors in one launch (optax semantics, as dsl/train.cpp):
+//   g = grad * grad_scale            (global-norm clipping's factor)
+//   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2
+//   p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p)
+// lr, t and grad_scale are read from device memory, so the schedule and the
+// clipping computed on the device never cost a host synchronisation.
+
+constexpr int kAdamWThreads = 256;
+
+SHARC_KERNEL inline void adamw_kernel(const AdamWTensor* tensors, const TensorChunk* chunks,
+                                      AdamWHyper h) {
+  const TensorChunk ch = chunks[block_x()];
+  const AdamWTensor t = tensors[ch.tensor];
+  const float lr = *h.lr, count = *h.count;
+  const float scale = h.grad_scale ? *h.grad_scale : 1.0f;
+  const float bc1 = 1.0f - exp_f(count * log_f(h.b1));
+  const float bc2 = 1.0f - exp_f(count * log_f(h.b2));
+  for (int64_t i = ch.begin + thread_x(); i < ch.end; i += block_dim_x()) {
+    const float g = t.grad[i] * scale;
+    const float m = h.b1 * t.m[i] + (1.0f - h.b1) * g;
+    const float v = h.b2 * t.v[i] + (1.0f - h.b2) * (g * g);
+    t.m[i] = m;
+    t.v[i] = v;
+    const float update = (m / bc1) / (sqrt_f(v / bc2) + h.eps) + t.weight_decay * t.param[i];
+    const float p = t.param[i] - lr * update;
+    t.param[i] = p;
+    if (t.param_bf16) static_cast<bf16*>(t.param_bf16)[i] = from_f32<bf16>(p);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Token and position embeddings: out[n] = wte[ids[n]] + wpe[n % seq]. The
+// backward is deterministic without atomics: the host, which loads the
+// tokens, groups the positions by token (embedding_buckets in
+// kernel_set.h), and one block sums each token's rows in position order.
+
+// One block per row; an id outside [0, vocab) gives a NaN row.
+template <class T>
+SHARC_KERNEL void embedding_forward_kernel(T* out, const int32_t* ids, const float* wte,
+                                           const float* wpe, int cols, int seq, int vocab) {
+  const int64_t row = block_x();
+  const int id = ids[row];
+  const bool valid = id >= 0 && id < vocab;
+  const int64_t pos = row % seq;
+  for (int c = static_cast<int>(thread_x()); c < cols; c += static_cast<int>(block_dim_x())) {
+    float v = valid ? wte[static_cast<int64_t>(id) * cols + c] : NAN;
+    if (wpe) v += wpe[pos * cols + c];
+    out[row * cols + c] = from_f32<T>(v);
+  }
+}
+
+// dwte[tokens[k]] += sum of dout over positions[starts[k] .. starts[k + 1]),
+// one block per bucket k (each token has one bucket, so no two blocks write
+// the same row); tokens outside [0, vocab) are skipped.
+template <class T>
+SHARC_KERNEL void embedding_backward_wte_kernel(float* dwte, const T* dout,
+                                                const int32_t* positions, const int32_t* starts,
+                                                const int32_t* tokens, int cols, int vocab) {
+  const int k = static_cast<int>(block_x());
+  const int64_t row = tokens[k];
+  if (row < 0 || row >= vocab) return;  // the forward gave NaN; nothing to add to
+  for (int c = static_cast<int>(thread_x()); c < cols; c += static_cast<int>(block_dim_x())) {
+    float s = 0.0f;
+    for (int i = starts[k]; i < starts[k + 1]; ++i)
+      s += to_f32(dout[static_cast<int64_t>(positions[i]) * cols + c]);
+    dwte[row * cols + c] += s;
+  }
+}
+
+// dwpe[t] += sum over the batch of dout[b, t], one block per position t.
+template <class T>
+SHARC_KERNEL void embedding_backward_wpe_kernel(float* dwpe, const T* dout, int batch, int seq,
+                                                int cols) {
+  const int64_t t = block_x();
+  for (int c = static_cast<int>(thread_x()); c < cols; c += static_cast<int>(block_dim_x())) {
+    float s = 0.0f;
+    for (int b = 0; b < batch; ++b) s += to_f32(dout[(b * static_cast<int64_t>(seq) + t) * cols + c]);
+    dwpe[t * cols + c] += s;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The global norm of many tensors (the gradients), and optax's
+// clip_by_global_norm factor min(1, max_norm / max(norm, 1e-30)), without a
+// host synchronisation: per-chunk sums of squares, then one block adds them
+// in chunk order.
+
+constexpr int kNormThreads = 256;
+
+SHARC_KERNEL inline void sum_squares_kernel(float* partial, const NormTensor* tensors,
+                                            const TensorChunk* chunks) {
+  float* scratch = shared_memory<float>();
+  const TensorChunk ch = chunks[block_x()];
+  const float* x = tensors[ch.tensor].x;
+  float s = 0.0f;
+  for (int64_t i = ch.begin + thread_x(); i < ch.end; i += block_dim_x()) s += x[i] * x[i];
+  s = block_sum(s, scratch);
+  if (thread_x() == 0) partial[block_x()] = s;
+}
+
+SHARC_KERNEL inline void global_norm_finish_kernel(float* norm, float* clip_factor,
+                                                   const float* partial, int num_chunks,
+                                                   float max_norm) {
+  float* scratch = shared_memory<float>();
+  float s = 0.0f;
+  for (int i = static_cast<int>(thread_x()); i < num_chunks; i += static_cast<int>(block_dim_x()))
+    s += partial[i];
+  s = block_sum(s, scratch);
+  if (thread_x() == 0) {
+    const float n = sqrt_f(s);
+    *norm = n;
+    if (clip_factor) *clip_factor = fminf(1.0f, max_norm / fmaxf(n, 1e-30f));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Causal (or full) attention, flash-attention style: tiled over keys with an
+// online softmax, so no [seq, seq] matrix is ever stored; the forward keeps
+// only the log-sum-exp of each query row for the backward, which recomputes
+// the probabilities. q, k, v, o are [batch, seq, heads, D] views with element
+// strides per axis (D contiguous), so a packed [batch, seq, 3, heads, D]
+// projection is read in place.
+//
+// This first version computes with scalar f32 FMAs, one query (or key) row
+// per thread; the tensor-core version replaces it once it has been measured
+// on a GPU.
+
+template <class T>
+struct AttentionArgs {
+  const T* q;
+  const T* k;
+  const T* v;
+  T* o;
+  float* lse;  // [batch, heads, seq]
+  AttentionStrides sq, sk, sv, so;
+  int batch, heads, seq;
+  float scale;  // usually 1 / sqrt(D)
+  bool causal;
+};
+
+template <class T>
+struct AttentionGradArgs {
+  const T* q;
+  const T* k;
+  const T* v;
+  const T* o;
+  const T* dout;
+  const float* lse;
+  float* delta;  // [batch, heads, seq] scratch: rowsum(dout * o)
+  T* dq;
+  T* dk;
+  T* dv;
+  AttentionStrides sq, sk, sv, so, sdo, sdq, sdk, sdv;
+  int batch, heads, seq;
+  float scale;
+  bool causal;
+};
+
+constexpr int kAttentionRows = 64;  // query (or key) rows per block, one per thread
+constexpr int kAttentionTile = 32;  // key (or query) rows per shared-memory tile
+
+SHARC_HOST_DEVICE int64_t attention_offset(AttentionStrides s, int b, int t, int h) {
+  return b * s.batch + t * s.token + h * s.head;
+}
+
+// Loads rows [r0, r0 + kAttentionTile) of one head of x into tile (f32,
+// [kAttentionTile][D]); rows past seq are zero.
+template <int D, class T>
+SHARC_DEVICE void load_attention_tile(float* tile, const T* x, AttentionStrides s, int b, int h,
+                                      int r0, int seq) {
+  for (int i = static_cast<int>(thread_x()); i < kAttentionTile * D;
+       i += static_cast<int>(block_dim_x())) {
+    const int r = i / D, d = i % D;
+    tile[i] = r0 + r < seq ? to_f32(x[attention_offset(s, b, r0 + r, h) + d]) : 0.0f;
+  }
+}
+
+// Grid (ceil(seq / kAttentionRows), heads, batch), kAttentionRows threads;
+// shared memory 2 * kAttentionTile * D floats.
+template <int D, class T>
+SHARC_KERNEL void attention_forward_kernel(AttentionArgs<T> a) {
+  float* ktile = shared_memory<float>();
+  float* vtile = ktile + kAttentionTile * D;
+  const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
+  const int q0 = static_cast<int>(block_x()) * kAttentionRows;
+  const int i = q0 + static_cast<int>(thread_x());
+  const bool active = i < a.seq;
+  float q[D], acc[D];
+  for (int d = 0; d < D; ++d) {
+    q[d] = active ? to_f32(a.q[attention_offset(a.sq, b, i, h) + d]) * a.scale : 0.0f;
+    acc[d] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int last = a.causal ? (q0 + kAttentionRows < a.seq ? q0 + kAttentionRows : a.seq) : a.seq;
+  for (int j0 = 0; j0 < last; j0 += kAttentionTile) {
+    load_attention_tile<D>(ktile, a.k, a.sk, b, h, j0, a.seq);
+    load_attention_tile<D>(vtile, a.v, a.sv, b, h, j0, a.seq);
+    sync_block();
+    int jn = a.seq - j0 < kAttentionTile ? a.seq - j0 : kAttentionTile;
+    if (a.causal && i - j0 + 1 < jn) jn = i - j0 + 1;
+    for (int j = 0; active && j < jn; ++j) {
+      float s = 0.0f;
+      for (int d = 0; d < D; ++d) s += q[d] * ktile[j * D + d];
+      const float m_new = fmaxf(m, s);
+      const float correction = exp_f(m - m_new), p = exp_f(s - m_new);
+      l = l * correction + p;
+      for (int d = 0; d < D; ++d) acc[d] = acc[d] * correction + p * vtile[j * D + d];
+      m = m_new;
+    }
+    sync_block();  // before the next tile overwrites these
+  }
+  if (!active) return;
+  const float inv = 1.0f / l;
+  T* o = a.o + attention_offset(a.so, b, i, h);
+  for (int d = 0; d < D; ++d) o[d] = from_f32<T>(acc[d] * inv);
+  a.lse[(static_cast<int64_t>(b) * a.heads + h) * a.seq + i] = m + log_f(l);
+}
+
+// delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d]: one warp per row;
+// grid ceil(batch * heads * seq / 8), 256 threads.
+template <int D, class T>
+SHARC_KERNEL void attention_delta_kernel(AttentionGradArgs<T> a) {
+  const int64_t row = static_cast<int64_t>(block_x()) * 8 + thread_x() / kWarpSize;
+  const int lane = static_cast<int>(thread_x() % kWarpSize);
+  if (row >= static_cast<int64_t>(a.batch) * a.heads * a.seq) return;
+  const int i = static_cast<int>(row % a.seq);
+  const int h = static_cast<int>((row / a.seq) % a.heads);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(a.seq) * a.heads));
+  const T* o = a.o + attention_offset(a.so, b, i, h);
+  const T* g = a.dout + attention_offset(a.sdo, b, i, h);
+  float s = 0.0f;
+  for (int d = lane; d < D; d += kWarpSize) s += to_f32(o[d]) * to_f32(g[d]);
+  s = warp_sum(s);
+  if (lane == 0) a.delta[row] = s;
+}
+
+// dk and dv of kAttentionRows keys per block, one key per thread, over tiles
+// of queries: dv_j = sum_i p_ij dout_i, dk_j = scale * sum_i ds_ij q_i with
+// ds_ij = p_ij (dout_i . v_j - delta_i). Grid (ceil(seq / kAttentionRows),
+// heads, batch); shared memory 2 * kAttentionTile * D + 2 * kAttentionTile
+// floats.
+template <int D, class T>
+SHARC_KERNEL void attention_backward_dkv_kernel(AttentionGradArgs<T> a) {
+  float* qtile = shared_memory<float>();
+  float* gtile = qtile + kAttentionTile * D;
+  float* lse_tile = gtile + kAttentionTile * D;
+  float* delta_tile = lse_tile + kAttentionTile;
+  const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
+  const int k0 = static_cast<int>(block_x()) * kAttentionRows;
+  const int j = k0 + static_cast<int>(thread_x());
+  const bool active = j < a.seq;
+  const int64_t stat = (static_cast<int64_t>(b) * a.heads + h) * a.seq;
+  float k[D], v[D], dk[D], dv[D];
+  for (int d = 0; d < D; ++d) {
+    k[d] = active ? to_f32(a.k[attention_offset(a.sk, b, j, h) + d]) : 0.0f;
+    v[d] = active ? to_f32(a.v[attention_offset(a.sv, b, j, h) + d]) : 0.0f;
+    dk[d] = dv[d] = 0.0f;
+  }
+  const int first = a.causal ? k0 - k0 % kAttentionTile : 0;
+  for (int i0 = first; i0 < a.seq; i0 += kAttentionTile) {
+    load_attention_tile<D>(qtile, a.q, a.sq, b, h, i0, a.seq);
+    load_attention_tile<D>(gtile, a.dout, a.sdo, b, h, i0, a.seq);
+    for (int r = static_cast<int>(thread_x()); r < kAttentionTile;
+         r += static_cast<int>(block_dim_x())) {
+      lse_tile[r] = i0 + r < a.seq ? a.lse[stat + i0 + r] : 0.0f;
+      delta_tile[r] = i0 + r < a.seq ? a.delta[stat + i0 + r] : 0.0f;
+    }
+    sync_block();
+    const int in = a.seq - i0 < kAttentionTile ? a.seq - i0 : kAttentionTile;
+    for (int r = 0; active && r < in; ++r) {
+      if (a.causal && i0 + r < j) continue;
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        s += qtile[r * D + d] * k[d];
+        dp += gtile[r * D + d] * v[d];
+      }
+      const float p = exp_f(s * a.scale - lse_tile[r]);
+      const float ds = p * (dp - delta_tile[r]);
+      for (int d = 0; d < D; ++d) {
+        dv[d] += p * gtile[r * D + d];
+        dk[d] += ds * qtile[r * D + d];
+      }
+    }
+    sync_block();
+  }
+  if (!active) return;
+  T* dkp = a.dk + attention_offset(a.sdk, b, j, h);
+  T* dvp = a.dv + attention_offset(a.sdv, b, j, h);
+  for (int d = 0; d < D; ++d) {
+    dkp[d] = from_f32<T>(dk[d] * a.scale);
+    dvp[d] = from_f32<T>(dv[d]);
+  }
+}
+
+// dq of kAttentionRows queries per block, one query per thread, over tiles of
+// keys: dq_i = scale * sum_j ds_ij k_j. Grid as the forward's; shared memory
+// 2 * kAttentionTile * D floats.
+template <int D, class T>
+SHARC_KERNEL void attention_backward_dq_kernel(AttentionGradArgs<T> a) {
+  float* ktile = shared_memory<float>();
+  float* vtile = ktile + kAttentionTile * D;
+  const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
+  const int q0 = static_cast<int>(block_x()) * kAttentionRows;
+  const int i = q0 + static_cast<int>(thread_x());
+  const bool active = i < a.seq;
+  const int64_t stat = (static_cast<int64_t>(b) * a.heads + h) * a.seq;
+  const float lse = active ? a.lse[stat + i] : 0.0f;
+  const float delta = active ? a.delta[stat + i] : 0.0f;
+  float q[D], g[D], dq[D];
+  for (int d = 0; d < D; ++d) {
+    q[d] = active ? to_f32(a.q[attention_offset(a.sq, b, i, h) + d]) : 0.0f;
+    g[d] = active ? to_f32(a.dout[attention_offset(a.sdo, b, i, h) + d]) : 0.0f;
+    dq[d] = 0.0f;
+  }
+  const int last = a.causal ? (q0 + kAttentionRows < a.seq ? q0 + kAttentionRows : a.seq) : a.seq;
+  for (int j0 = 0; j0 < last; j0 += kAttentionTile) {
+    load_attention_tile<D>(ktile, a.k, a.sk, b, h, j0, a.seq);
+    load_attention_tile<D>(vtile, a.v, a.sv, b, h, j0, a.seq);
+    sync_block();
+    int jn = a.seq - j0 < kAttentionTile ? a.seq - j0 : kAttentionTile;
+    if (a.causal && i - j0 + 1 < jn) jn = i - j0 + 1;
+    for (int j = 0; active && j < jn; ++j) {
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        s += q[d] * ktile[j * D + d];
+        dp += g[d] * vtile[j * D + d];
+      }
+      const float ds = exp_f(s * a.scale - lse) * (dp - delta);
+      for (int d = 0; d < D; ++d) dq[d] += ds * ktile[j * D + d];
+    }
+    sync_block();
+  }
+  if (!active) return;
+  T* dqp = a.dq + attention_offset(a.sdq, b, i, h);
+  for (int d = 0; d < D; ++d) dqp[d] = from_f32<T>(dq[d] * a.scale);
+}
+
+// ---------------------------------------------------------------------------
+// Attention on the tensor cores (bf16 activations), flash-attention-2 style:
+// each warp owns 16 query rows; per tile of kTcKeys keys it computes
+// S = Q K^T with mma_16x8x16, keeps the online softmax in registers, and
+// adds P V with P taken straight from S's accumulator registers (an
+// accumulator tile's layout is an A fragment's, pair for pair). K and V
+// tiles are staged in shared memory as bf16.
+
+constexpr int kTcWarps = 4;
+constexpr int kTcRows = 16 * kTcWarps;  // query rows per block
+constexpr int kTcKeys = 64;             // keys per tile
+
+// Grid (ceil(seq / kTcRows), heads, batch), kTcWarps warps; shared memory
+// 2 * kTcKeys * D bf16.
+template <int D>
+SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
+  static_assert(D % 16 == 0, "head_dim is a multiple of 16");
+  bf16* ks = shared_memory<bf16>();  // [kTcKeys][D]
+  bf16* vs = ks + kTcKeys * D;       // [kTcKeys][D]
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
+  const int block_q0 = static_cast<int>(block_x()) * kTcRows;
+  const int q0 = block_q0 + warp * 16;
+  const int rows[2] = {q0 + g, q0 + g + 8};
+  const bf16 zero = from_f32<bf16>(0.0f);
+
+  // This warp's Q as A fragments, one per 16 columns of D.
+  uint32_t qf[D / 16][4];
+  for (int kk = 0; kk < D / 16; ++kk)
+    for (int r = 0; r < 4; ++r) {
+      const int row = rows[r % 2], col = kk * 16 + 2 * (t + 4 * (r / 2));
+      const bf16* p = a.q + attention_offset(a.sq, b, row, h) + col;
+      qf[kk][r] = row < a.seq ? pack_bits(p[0], p[1]) : 0u;
+    }
+  float o[D / 8][4];
+  for (auto& x : o) x[0] = x[1] = x[2] = x[3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
+  const int key_end = a.causal ? block_end : a.seq;
+  for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
+    for (int i = static_cast<int>(thread_x()); i < kTcKeys * D;
+         i += static_cast<int>(block_dim_x())) {
+      const int r = i / D, d = i % D;
+      const bool in = j0 + r < a.seq;
+      ks[i] = in ? a.k[attention_offset(a.sk, b, j0 + r, h) + d] : zero;
+      vs[i] = in ? a.v[attention_offset(a.sv, b, j0 + r, h) + d] : zero;
+    }
+    sync_block();
+    // Warp-uniform: a warp past the sequence, or whose rows all precede
+    // the tile (causal), has nothing to add.
+    if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
+      float s[kTcKeys / 8][4];
+      for (int nt = 0; nt < kTcKeys / 8; ++nt) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        for (int kk = 0; kk < D / 16; ++kk) {
+          // B = K^T: column n is key nt * 8 + g, rows are 2 adjacent d.
+          const bf16* kp = ks + (nt * 8 + g) * D + kk * 16 + 2 * t;
+          const uint32_t bf[2] = {pack_bits(kp[0], kp[1]), pack_bits(kp[8], kp[9])};
+          mma_16x8x16(s[nt], qf[kk], bf, s[nt]);
+        }
+      }
+      for (int half = 0; half < 2; ++half) {
+        const int row = rows[half];
+        float mx = -INFINITY;
+        for (int nt = 0; nt < kTcKeys / 8; ++nt)
+          for (int e = 0; e < 2; ++e) {
+            const int key = j0 + nt * 8 + 2 * t + e;
+            float& v = s[nt][half * 2 + e];
+            v = key >= a.seq || (a.causal && key > row) ? -INFINITY : v * a.scale;
+            mx = fmaxf(mx, v);
+          }
+        mx = fmaxf(mx, shfl_xor(mx, 1));
+        mx = fmaxf(mx, shfl_xor(mx, 2));
+        const float m_new = fmaxf(m[half], mx);
+        const float correction = m_new == -INFINITY ? 1.0f : exp_f(m[half] - m_new);
+        float sum = 0.0f;
+        for (int nt = 0; nt < kTcKeys / 8; ++nt)
+          for (int e = 0; e < 2; ++e) {
+            float& v = s[nt][half * 2 + e];
+            v = v == -INFINITY ? 0.0f : exp_f(v - m_new);
+            sum += v;
+          }
+        sum += shfl_xor(sum, 1);
+        sum += shfl_xor(sum, 2);
+        l[half] = l[half] * correction + sum;
+        m[half] = m_new;
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o[dn][half * 2] *= correction;
+          o[dn][half * 2 + 1] *= correction;
+        }
+      }
+      for (int kk = 0; kk < kTcKeys / 16; ++kk) {
+        const uint32_t pf[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
+                                pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        for (int dn = 0; dn < D / 8; ++dn) {
+          // B = V: column n is d = dn * 8 + g, rows are 2 adjacent keys.
+          const bf16* vp = vs + (kk * 16 + 2 * t) * D + dn * 8 + g;
+          const uint32_t bf[2] = {pack_bits(vp[0], vp[D]), pack_bits(vp[8 * D], vp[9 * D])};
+          mma_16x8x16(o[dn], pf, bf, o[dn]);
+        }
+      }
+    }
+    sync_block();  // before the next tile overwrites ks and vs
+  }
+  for (int half = 0; half < 2; ++half) {
+    const int row = rows[half];
+    if (row >= a.seq) continue;
+    const float inv = 1.0f / l[half];
+    bf16* out = a.o + attention_offset(a.so, b, row, h);
+    for (int dn = 0; dn < D / 8; ++dn)
+      for (int e = 0; e < 2; ++e)
+        out[dn * 8 + 2 * t + e] = from_f32<bf16>(o[dn][half * 2 + e] * inv);
+    if (t == 0) a.lse[(static_cast<int64_t>(b) * a.heads + h) * a.seq + row] = m[half] + log_f(l[half]);
+  }
+}
+
+// Loads rows [r0, r0 + kTcKeys) of one head of x into a bf16 tile
+// ([kTcKeys][D]); rows past seq are zero.
+template <int D>
+SHARC_DEVICE void load_tc_tile(bf16* tile, const bf16* x, AttentionStrides s, int b, int h,
+                               int r0, int seq) {
+  const bf16 zero = from_f32<bf16>(0.0f);
+  for (int i = static_cast<int>(thread_x()); i < kTcKeys * D;
+       i += static_cast<int>(block_dim_x())) {
+    const int r = i / D, d = i % D;
+    tile[i] = r0 + r < seq ? x[attention_offset(s, b, r0 + r, h) + d] : zero;
+  }
+}
+
+// A fragments of 16 rows of x starting at row0 (rows past seq are zero).
+template <int D>
+SHARC_DEVICE void load_tc_rows(uint32_t (&f)[D / 16][4], const bf16* x, AttentionStrides s, int b,
+                               int h, int row0, int seq) {
+  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  for (int kk = 0; kk < D / 16; ++kk)
+    for (int r = 0; r < 4; ++r) {
+      const int row = row0 + g + 8 * (r % 2), col = kk * 16 + 2 * (t + 4 * (r / 2));
+      const bf16* p = x + attention_offset(s, b, row, h) + col;
+      f[kk][r] = row < seq ? pack_bits(p[0], p[1]) : 0u;
+    }
+}
+
+// acc[nt] = A (16 x D, fragments a) times tile^T (D x kTcKeys): the tile's
+// rows are the product's columns, so each B pair is two adjacent elements of
+// one tile row.
+template <int D>
+SHARC_DEVICE void mma_rows_by_tile_t(float (&acc)[kTcKeys / 8][4], const uint32_t (&a)[D / 16][4],
+                                     const bf16* tile) {
+  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  for (int nt = 0; nt < kTcKeys / 8; ++nt) {
+    acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const bf16* p = tile + (nt * 8 + g) * D + kk * 16 + 2 * t;
+      const uint32_t bf[2] = {pack_bits(p[0], p[1]), pack_bits(p[8], p[9])};
+      mma_16x8x16(acc[nt], a[kk], bf, acc[nt]);
+    }
+  }
+}
+
+// acc (16 x D) += P (16 x kTcKeys, accumulator registers, rounded to bf16)
+// times tile (kTcKeys x D): each B pair is one column of two tile rows.
+template <int D>
+SHARC_DEVICE void mma_acc_by_tile(float (&acc)[D / 8][4], const float (&p)[kTcKeys / 8][4],
+                                  const bf16* tile) {
+  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  for (int kk = 0; kk < kTcKeys / 16; ++kk) {
+    const uint32_t pf[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]),
+                            pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
+                            pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                            pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const bf16* vp = tile + (kk * 16 + 2 * t) * D + dn * 8 + g;
+      const uint32_t bf[2] = {pack_bits(vp[0], vp[D]), pack_bits(vp[8 * D], vp[9 * D])};
+      mma_16x8x16(acc[dn], pf, bf, acc[dn]);
+    }
+  }
+}
+
+// Writes 16 rows (row0 + g, row0 + g + 8) of acc * scale to x.
+template <int D>
+SHARC_DEVICE void store_tc_rows(bf16* x, AttentionStrides s, int b, int h, int row0, int seq,
+                                const float (&acc)[D / 8][4], float scale) {
+  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + g + 8 * half;
+    if (row >= seq) continue;
+    bf16* out = x + attention_offset(s, b, row, h);
+    for (int dn = 0; dn < D / 8; ++dn)
+      for (int e = 0; e < 2; ++e)
+        out[dn * 8 + 2 * t + e] = from_f32<bf16>(acc[dn][half * 2 + e] * scale);
+  }
+}
+
+// dk and dv on the tensor cores: each warp owns 16 keys and walks the query
+// tiles that can see them. Per tile, with queries as columns:
+//   P^T = exp(scale K Q^T - lse),  dP^T = V dO^T,  dS^T = P^T (dP^T - delta)
+//   dV += P^T dO,  dK += dS^T Q   (times scale at the end).
+// Grid (ceil(seq / kTcRows), heads, batch), kTcWarps warps; shared memory
+// 2 * kTcKeys * D bf16 + 2 * kTcKeys f32.
+template <int D>
+SHARC_KERNEL void attention_backward_dkv_tc_kernel(AttentionGradArgs<bf16> a) {
+  bf16* qs = shared_memory<bf16>();  // [kTcKeys][D] queries
+  bf16* gs = qs + kTcKeys * D;       // [kTcKeys][D] dout
+  float* lse_s = reinterpret_cast<float*>(gs + kTcKeys * D);
+  float* delta_s = lse_s + kTcKeys;
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
+  const int block_k0 = static_cast<int>(block_x()) * kTcRows;
+  const int k0 = block_k0 + warp * 16;
+  const int64_t stat = (static_cast<int64_t>(b) * a.heads + h) * a.seq;
+  uint32_t kf[D / 16][4], vf[D / 16][4];
+  load_tc_rows<D>(kf, a.k, a.sk, b, h, k0, a.seq);
+  load_tc_rows<D>(vf, a.v, a.sv, b, h, k0, a.seq);
+  float dk[D / 8][4], dv[D / 8][4];
+  for (int dn = 0; dn < D / 8; ++dn)
+    for (int r = 0; r < 4; ++r) dk[dn][r] = dv[dn][r] = 0.0f;
+  const int first = a.causal ? block_k0 - block_k0 % kTcKeys : 0;
+  for (int i0 = first; i0 < a.seq; i0 += kTcKeys) {
+    load_tc_tile<D>(qs, a.q, a.sq, b, h, i0, a.seq);
+    load_tc_tile<D>(gs, a.dout, a.sdo, b, h, i0, a.seq);
+    for (int r = static_cast<int>(thread_x()); r < kTcKeys; r += static_cast<int>(block_dim_x())) {
+      lse_s[r] = i0 + r < a.seq ? a.lse[stat + i0 + r] : 0.0f;
+      delta_s[r] = i0 + r < a.seq ? a.delta[stat + i0 + r] : 0.0f;
+    }
+    sync_block();
+    if (k0 < a.seq && !(a.causal && i0 + kTcKeys <= k0)) {
+      float p[kTcKeys / 8][4], ds[kTcKeys / 8][4];
+      mma_rows_by_tile_t<D>(p, kf, qs);
+      mma_rows_by_tile_t<D>(ds, vf, gs);
+      for (int nt = 0; nt < kTcKeys / 8; ++nt)
+        for (int r = 0; r < 4; ++r) {
+          const int key = k0 + g + 8 * (r / 2), c = nt * 8 + 2 * t + r % 2, query = i0 + c;
+          const bool masked = query >= a.seq || (a.causal && query < key);
+          const float pv = masked ? 0.0f : exp_f(p[nt][r] * a.scale - lse_s[c]);
+          p[nt][r] = pv;
+          ds[nt][r] = pv * (ds[nt][r] - delta_s[c]);
+        }
+      mma_acc_by_tile<D>(dv, p, gs);
+      mma_acc_by_tile<D>(dk, ds, qs);
+    }
+    sync_block();
+  }
+  store_tc_rows<D>(a.dk, a.sdk, b, h, k0, a.seq, dk, a.scale);
+  store_tc_rows<D>(a.dv, a.sdv, b, h, k0, a.seq, dv, 1.0f);
+}
+
+// dq on the tensor cores: each warp owns 16 queries and walks the key tiles
+// they see: P = exp(scale Q K^T - lse), dP = dO V^T, dS = P (dP - delta),
+// dQ += dS K (times scale at the end). Grid and block as the forward's;
+// shared memory 2 * kTcKeys * D bf16.
+template <int D>
+SHARC_KERNEL void attention_backward_dq_tc_kernel(AttentionGradArgs<bf16> a) {
+  bf16* ks = shared_memory<bf16>();
+  bf16* vs = ks + kTcKeys * D;
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
+  const int block_q0 = static_cast<int>(block_x()) * kTcRows;
+  const int q0 = block_q0 + warp * 16;
+  const int64_t stat = (static_cast<int64_t>(b) * a.heads + h) * a.seq;
+  uint32_t qf[D / 16][4], gf[D / 16][4];
+  load_tc_rows<D>(qf, a.q, a.sq, b, h, q0, a.seq);
+  load_tc_rows<D>(gf, a.dout, a.sdo, b, h, q0, a.seq);
+  float lse[2], delta[2];
+  for (int half = 0; half < 2; ++half) {
+    const int row = q0 + g + 8 * half;
+    lse[half] = row < a.seq ? a.lse[stat + row] : 0.0f;
+    delta[half] = row < a.seq ? a.delta[stat + row] : 0.0f;
+  }
+  float dq[D / 8][4];
+  for (int dn = 0; dn < D / 8; ++dn) dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
+  const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
+  const int key_end = a.causal ? block_end : a.seq;
+  for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
+    load_tc_tile<D>(ks, a.k, a.sk, b, h, j0, a.seq);
+    load_tc_tile<D>(vs, a.v, a.sv, b, h, j0, a.seq);
+    sync_block();
+    if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
+      float ds[kTcKeys / 8][4], dp[kTcKeys / 8][4];
+      mma_rows_by_tile_t<D>(ds, qf, ks);
+      mma_rows_by_tile_t<D>(dp, gf, vs);
+      for (int nt = 0; nt < kTcKeys / 8; ++nt)
+        for (int r = 0; r < 4; ++r) {
+          const int row = q0 + g + 8 * (r / 2), key = j0 + nt * 8 + 2 * t + r % 2;
+          const bool masked = key >= a.seq || (a.causal && key > row);
+          const float p = masked ? 0.0f : exp_f(ds[nt][r] * a.scale - lse[r / 2]);
+          ds[nt][r] = p * (dp[nt][r] - delta[r / 2]);
+        }
+      mma_acc_by_tile<D>(dq, ds, ks);
+    }
+    sync_block();
+  }
+  store_tc_rows<D>(a.dq, a.sdq, b, h, q0, a.seq, dq, a.scale);
+}
+
+// ---------------------------------------------------------------------------
+// One warp, one tensor-core instruction: d[16x8] = a[16x16] b[16x8], all row
+// major in memory, each lane loading exactly the fragment elements
+// mma_16x8x16 documents (dialect.h). The tensor-core kernels build on this
+// layout, so tests run it on the device and on the simulator.
+SHARC_KERNEL inline void mma_16x8x16_check_kernel(float* d, const float* a, const float* b) {
+  const int lane = static_cast<int>(thread_x() % kWarpSize);
+  const int g = lane / 4, t = lane % 4;
+  uint32_t af[4], bf[2];
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + 8 * (r % 2), col = 2 * (t + 4 * (r / 2));
+    af[r] = pack_bf16x2(a[row * 16 + col], a[row * 16 + col + 1]);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int k = 2 * (t + 4 * r);
+    bf[r] = pack_bf16x2(b[k * 8 + g], b[(k + 1) * 8 + g]);
+  }
+  const float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float out[4];
+  mma_16x8x16(out, af, bf, c);
+  for (int r = 0; r < 4; ++r) d[(g + 8 * (r / 2)) * 8 + 2 * t + r % 2] = out[r];
+}
+
+}  // inline namespace cuda_target / sim_target
+}  // namespace sharc::gpu

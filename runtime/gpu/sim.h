@@ -1,0 +1,59 @@
+// The block simulator: runs kernels written in sharc's CUDA dialect
+// (runtime/gpu/dialect.h) on the host, so that tests without a GPU check
+// what the kernels compute. Only dialect.h includes this header.
+//
+// A launch runs the grid's blocks one after another. Inside a block every
+// CUDA thread is a fiber (runtime/fibers.h) on the calling thread, or an OS
+// thread of its own where fibers are not built in or the caller is itself a
+// fiber; sync_block() is a barrier over the block, and the warp functions
+// (warp_exchange, mma_16x8x16) are barriers over the 32 lanes of a warp.
+// Shared memory starts filled with 0xff bytes (NaN as floats), so a read
+// before any write shows in the results.
+//
+// Errors a GPU would hang on or silently get wrong are thrown from run(),
+// naming the kernel: a block size that is not a whole number of warps, or a
+// thread that returns while others wait for it at a barrier.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace sharc::gpu::sim {
+
+struct Dim {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct Block;
+
+// The simulated thread that is running now.
+struct Thread {
+  unsigned thread = 0;   // threadIdx.x (blocks are one-dimensional)
+  Block* block = nullptr;
+};
+Thread& current();
+
+// What every thread of the running block sees.
+struct Block {
+  Dim index;               // blockIdx
+  Dim grid;                // gridDim
+  unsigned threads = 0;    // blockDim.x
+  unsigned char* shared = nullptr;  // the dynamic shared memory
+};
+
+// __syncthreads().
+void sync_block();
+// The value `v` of lane `src_lane` of the calling warp (all 32 lanes call).
+float warp_exchange(float v, int src_lane);
+// The tensor-core instruction mma.sync.m16n8k16 (bf16 in, f32 accumulate),
+// with the fragment layout of the PTX ISA (see dialect.h).
+void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+
+// Runs `body` (a kernel call) on every thread of every block of `grid`,
+// blocks of `threads` threads with `shared_bytes` of shared memory; returns
+// when all are done. `what` names the kernel in errors.
+void run(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
+         const std::function<void()>& body);
+
+}  // namespace sharc::gpu::sim

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine, from the repository root, after
+# scripts/gpu_bundle.sh packed gpu-bundle/ here: the kernel tests on the
+# device, compute-sanitizer's memcheck over them, and the kernel benchmark
+# with PyTorch's peers, then the GPT-2 124M peers (torch.compile and JAX).
+# Logs go to ${OUT:-gpu-out}/. One device call:
+#   run(command="scripts/gpu_run.sh", carry=["gpu-bundle"])
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+# CUDA's runtime and cuBLASLt come from the machine: the toolkit's, or else
+# the copies PyTorch's wheels installed.
+cuda_libs=$(python3 - <<'PY' 2>/dev/null
+import importlib, os
+for m in ("nvidia.cu13", "nvidia.cublas", "nvidia.cuda_runtime"):
+    try:
+        mod = importlib.import_module(m)
+        for d in mod.__path__:
+            if os.path.isdir(os.path.join(d, "lib")):
+                print(os.path.join(d, "lib"))
+    except ImportError:
+        pass
+PY
+)
+export LD_LIBRARY_PATH="$PWD/gpu-bundle/lib:/usr/local/cuda/lib64:$(echo $cuda_libs | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "== libraries"; ldd gpu-bundle/gpu_kernels_cuda_test | grep -E "cuda|cublas|not found"
+export SHARC_PEERS_SCRIPT="$PWD/bench/gpu_kernels_peers.py"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+echo "== kernel tests on the device"
+gpu-bundle/gpu_kernels_cuda_test 2>&1 | tee "$out/cuda_test.txt" | grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure|element"
+echo "== compute-sanitizer memcheck"
+compute-sanitizer --tool memcheck --error-exitcode 3 gpu-bundle/gpu_kernels_cuda_test \
+  --gtest_brief=1 > "$out/memcheck.txt" 2>&1
+echo "memcheck rc=$?"; tail -5 "$out/memcheck.txt"
+echo "== bench_gpu_kernels --peers (B=16, T=1024)"
+gpu-bundle/bench_gpu_kernels --batch 16 --peers 2>&1 | tee "$out/bench_kernels.txt"
+if [ "${SHARC_GPT2_PEERS:-1}" = 1 ]; then
+  echo "== GPT-2 124M peers"
+  timeout 300 python3 bench/gpt2_peers.py --batch 16 32 --steps 10 2>&1 | grep -v Warning |
+    tee "$out/gpt2_peers.txt"
+fi
