@@ -608,114 +608,6 @@ constexpr int kTcWarps = 4;
 constexpr int kTcRows = 16 * kTcWarps;  // query rows per block
 constexpr int kTcKeys = 64;             // keys per tile
 
-// Grid (ceil(seq / kTcRows), heads, batch), kTcWarps warps; shared memory
-// 2 * kTcKeys * D bf16.
-template <int D>
-SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
-  static_assert(D % 16 == 0, "head_dim is a multiple of 16");
-  bf16* ks = shared_memory<bf16>();  // [kTcKeys][D]
-  bf16* vs = ks + kTcKeys * D;       // [kTcKeys][D]
-  const int warp = static_cast<int>(thread_x() / kWarpSize);
-  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
-  const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
-  const int block_q0 = static_cast<int>(block_x()) * kTcRows;
-  const int q0 = block_q0 + warp * 16;
-  const int rows[2] = {q0 + g, q0 + g + 8};
-  const bf16 zero = from_f32<bf16>(0.0f);
-
-  // This warp's Q as A fragments, one per 16 columns of D.
-  uint32_t qf[D / 16][4];
-  for (int kk = 0; kk < D / 16; ++kk)
-    for (int r = 0; r < 4; ++r) {
-      const int row = rows[r % 2], col = kk * 16 + 2 * (t + 4 * (r / 2));
-      const bf16* p = a.q + attention_offset(a.sq, b, row, h) + col;
-      qf[kk][r] = row < a.seq ? pack_bits(p[0], p[1]) : 0u;
-    }
-  float o[D / 8][4];
-  for (auto& x : o) x[0] = x[1] = x[2] = x[3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-
-  const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
-  const int key_end = a.causal ? block_end : a.seq;
-  for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
-    for (int i = static_cast<int>(thread_x()); i < kTcKeys * D;
-         i += static_cast<int>(block_dim_x())) {
-      const int r = i / D, d = i % D;
-      const bool in = j0 + r < a.seq;
-      ks[i] = in ? a.k[attention_offset(a.sk, b, j0 + r, h) + d] : zero;
-      vs[i] = in ? a.v[attention_offset(a.sv, b, j0 + r, h) + d] : zero;
-    }
-    sync_block();
-    // Warp-uniform: a warp past the sequence, or whose rows all precede
-    // the tile (causal), has nothing to add.
-    if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
-      float s[kTcKeys / 8][4];
-      for (int nt = 0; nt < kTcKeys / 8; ++nt) {
-        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        for (int kk = 0; kk < D / 16; ++kk) {
-          // B = K^T: column n is key nt * 8 + g, rows are 2 adjacent d.
-          const bf16* kp = ks + (nt * 8 + g) * D + kk * 16 + 2 * t;
-          const uint32_t bf[2] = {pack_bits(kp[0], kp[1]), pack_bits(kp[8], kp[9])};
-          mma_16x8x16(s[nt], qf[kk], bf, s[nt]);
-        }
-      }
-      for (int half = 0; half < 2; ++half) {
-        const int row = rows[half];
-        float mx = -INFINITY;
-        for (int nt = 0; nt < kTcKeys / 8; ++nt)
-          for (int e = 0; e < 2; ++e) {
-            const int key = j0 + nt * 8 + 2 * t + e;
-            float& v = s[nt][half * 2 + e];
-            v = key >= a.seq || (a.causal && key > row) ? -INFINITY : v * a.scale;
-            mx = fmaxf(mx, v);
-          }
-        mx = fmaxf(mx, shfl_xor(mx, 1));
-        mx = fmaxf(mx, shfl_xor(mx, 2));
-        const float m_new = fmaxf(m[half], mx);
-        const float correction = m_new == -INFINITY ? 1.0f : exp_f(m[half] - m_new);
-        float sum = 0.0f;
-        for (int nt = 0; nt < kTcKeys / 8; ++nt)
-          for (int e = 0; e < 2; ++e) {
-            float& v = s[nt][half * 2 + e];
-            v = v == -INFINITY ? 0.0f : exp_f(v - m_new);
-            sum += v;
-          }
-        sum += shfl_xor(sum, 1);
-        sum += shfl_xor(sum, 2);
-        l[half] = l[half] * correction + sum;
-        m[half] = m_new;
-        for (int dn = 0; dn < D / 8; ++dn) {
-          o[dn][half * 2] *= correction;
-          o[dn][half * 2 + 1] *= correction;
-        }
-      }
-      for (int kk = 0; kk < kTcKeys / 16; ++kk) {
-        const uint32_t pf[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]),
-                                pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                                pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        for (int dn = 0; dn < D / 8; ++dn) {
-          // B = V: column n is d = dn * 8 + g, rows are 2 adjacent keys.
-          const bf16* vp = vs + (kk * 16 + 2 * t) * D + dn * 8 + g;
-          const uint32_t bf[2] = {pack_bits(vp[0], vp[D]), pack_bits(vp[8 * D], vp[9 * D])};
-          mma_16x8x16(o[dn], pf, bf, o[dn]);
-        }
-      }
-    }
-    sync_block();  // before the next tile overwrites ks and vs
-  }
-  for (int half = 0; half < 2; ++half) {
-    const int row = rows[half];
-    if (row >= a.seq) continue;
-    const float inv = 1.0f / l[half];
-    bf16* out = a.o + attention_offset(a.so, b, row, h);
-    for (int dn = 0; dn < D / 8; ++dn)
-      for (int e = 0; e < 2; ++e)
-        out[dn * 8 + 2 * t + e] = from_f32<bf16>(o[dn][half * 2 + e] * inv);
-    if (t == 0) a.lse[(static_cast<int64_t>(b) * a.heads + h) * a.seq + row] = m[half] + log_f(l[half]);
-  }
-}
-
 // Loads rows [r0, r0 + kTcKeys) of one head of x into a bf16 tile
 // ([kTcKeys][D]); rows past seq are zero.
 template <int D>
@@ -790,6 +682,82 @@ SHARC_DEVICE void store_tc_rows(bf16* x, AttentionStrides s, int b, int h, int r
     for (int dn = 0; dn < D / 8; ++dn)
       for (int e = 0; e < 2; ++e)
         out[dn * 8 + 2 * t + e] = from_f32<bf16>(acc[dn][half * 2 + e] * scale);
+  }
+}
+
+// Grid (ceil(seq / kTcRows), heads, batch), kTcWarps warps; shared memory
+// 2 * kTcKeys * D bf16.
+template <int D>
+SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
+  static_assert(D % 16 == 0, "head_dim is a multiple of 16");
+  bf16* ks = shared_memory<bf16>();  // [kTcKeys][D]
+  bf16* vs = ks + kTcKeys * D;       // [kTcKeys][D]
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
+  const int block_q0 = static_cast<int>(block_x()) * kTcRows;
+  const int q0 = block_q0 + warp * 16;
+  const int rows[2] = {q0 + g, q0 + g + 8};
+  uint32_t qf[D / 16][4];  // this warp's Q as A fragments
+  load_tc_rows<D>(qf, a.q, a.sq, b, h, q0, a.seq);
+  float o[D / 8][4];
+  for (auto& x : o) x[0] = x[1] = x[2] = x[3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
+  const int key_end = a.causal ? block_end : a.seq;
+  for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
+    load_tc_tile<D>(ks, a.k, a.sk, b, h, j0, a.seq);
+    load_tc_tile<D>(vs, a.v, a.sv, b, h, j0, a.seq);
+    sync_block();
+    // Warp-uniform: a warp past the sequence, or whose rows all precede
+    // the tile (causal), has nothing to add.
+    if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
+      float s[kTcKeys / 8][4];
+      mma_rows_by_tile_t<D>(s, qf, ks);  // S = Q K^T
+      for (int half = 0; half < 2; ++half) {
+        const int row = rows[half];
+        float mx = -INFINITY;
+        for (int nt = 0; nt < kTcKeys / 8; ++nt)
+          for (int e = 0; e < 2; ++e) {
+            const int key = j0 + nt * 8 + 2 * t + e;
+            float& v = s[nt][half * 2 + e];
+            v = key >= a.seq || (a.causal && key > row) ? -INFINITY : v * a.scale;
+            mx = fmaxf(mx, v);
+          }
+        mx = fmaxf(mx, shfl_xor(mx, 1));
+        mx = fmaxf(mx, shfl_xor(mx, 2));
+        const float m_new = fmaxf(m[half], mx);
+        const float correction = m_new == -INFINITY ? 1.0f : exp_f(m[half] - m_new);
+        float sum = 0.0f;
+        for (int nt = 0; nt < kTcKeys / 8; ++nt)
+          for (int e = 0; e < 2; ++e) {
+            float& v = s[nt][half * 2 + e];
+            v = v == -INFINITY ? 0.0f : exp_f(v - m_new);
+            sum += v;
+          }
+        sum += shfl_xor(sum, 1);
+        sum += shfl_xor(sum, 2);
+        l[half] = l[half] * correction + sum;
+        m[half] = m_new;
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o[dn][half * 2] *= correction;
+          o[dn][half * 2 + 1] *= correction;
+        }
+      }
+      mma_acc_by_tile<D>(o, s, vs);  // O += P V
+    }
+    sync_block();  // before the next tile overwrites ks and vs
+  }
+  for (int half = 0; half < 2; ++half) {
+    const int row = rows[half];
+    if (row >= a.seq) continue;
+    const float inv = 1.0f / l[half];
+    bf16* out = a.o + attention_offset(a.so, b, row, h);
+    for (int dn = 0; dn < D / 8; ++dn)
+      for (int e = 0; e < 2; ++e)
+        out[dn * 8 + 2 * t + e] = from_f32<bf16>(o[dn][half * 2 + e] * inv);
+    if (t == 0) a.lse[(static_cast<int64_t>(b) * a.heads + h) * a.seq + row] = m[half] + log_f(l[half]);
   }
 }
 
