@@ -535,12 +535,16 @@ struct AttentionCase {
   bool causal;
   bool packed;  // q, k, v read from one [batch, seq, 3, heads, D] tensor
   bool tensor_cores = true;  // bf16 only: false runs the scalar kernels
+  // With packed: [batch, seq, heads, 3, D] instead, the DSL's
+  // CausalSelfAttention layout (each head's q, k, v side by side).
+  bool head_major = false;
 };
 
 void PrintTo(const AttentionCase& c, std::ostream* os) {
   *os << rt::dtype_name(c.dtype) << " batch " << c.batch << " seq " << c.seq << " heads "
       << c.heads << " head_dim " << c.head_dim << (c.causal ? " causal" : " full")
-      << (c.packed ? " packed" : "") << (c.tensor_cores ? "" : " scalar");
+      << (c.packed ? (c.head_major ? " packed head-major" : " packed") : "")
+      << (c.tensor_cores ? "" : " scalar");
 }
 
 class GpuAttention : public GpuKernels, public ::testing::WithParamInterface<AttentionCase> {};
@@ -550,7 +554,7 @@ std::string attention_name(const ::testing::TestParamInfo<AttentionCase>& info) 
   return std::string(rt::dtype_name(c.dtype)) + "_b" + std::to_string(c.batch) + "_t" +
          std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_d" +
          std::to_string(c.head_dim) + (c.causal ? "_causal" : "_full") +
-         (c.packed ? "_packed" : "") +
+         (c.packed ? (c.head_major ? "_packed_head_major" : "_packed") : "") +
          (c.dtype == DType::kBF16 && !c.tensor_cores ? "_scalar" : "");
 }
 
@@ -570,16 +574,23 @@ TEST_P(GpuAttention, ForwardAndBackwardMatchTheReference) {
   a.dtype = c.dtype;
   if (c.packed) {
     std::vector<float> qkv(3 * n);
+    // Where element (row, head, part) starts, in D-element units.
+    auto at = [&](size_t row, int head, int part) {
+      return c.head_major ? (row * H + head) * 3 + part : (row * 3 + part) * H + head;
+    };
     for (size_t row = 0; row < static_cast<size_t>(B) * T; ++row)
-      for (int part = 0; part < 3; ++part) {
-        const auto& src = part == 0 ? q : part == 1 ? k : v;
-        std::copy_n(src.begin() + row * H * D, H * D, qkv.begin() + (row * 3 + part) * H * D);
-      }
+      for (int head = 0; head < H; ++head)
+        for (int part = 0; part < 3; ++part) {
+          const auto& src = part == 0 ? q : part == 1 ? k : v;
+          std::copy_n(src.begin() + (row * H + head) * D, D, qkv.begin() + at(row, head, part) * D);
+        }
     auto* base = static_cast<char*>(to_device(qkv, c.dtype));
+    const int64_t part_stride = c.head_major ? D : int64_t{H} * D;
     a.q = base;
-    a.k = base + H * D * es;
-    a.v = base + 2 * H * D * es;
-    a.sq = a.sk = a.sv = {int64_t{T} * 3 * H * D, int64_t{3} * H * D, D};
+    a.k = base + part_stride * es;
+    a.v = base + 2 * part_stride * es;
+    a.sq = a.sk = a.sv = {int64_t{T} * 3 * H * D, int64_t{3} * H * D,
+                          c.head_major ? int64_t{3} * D : int64_t{D}};
   } else {
     a.q = to_device(q, c.dtype);
     a.k = to_device(k, c.dtype);
@@ -640,7 +651,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::kBF16, 1, 97, 1, 64, true, false},
                       AttentionCase{DType::kBF16, 1, 97, 1, 64, true, false, false},
                       AttentionCase{DType::kBF16, 2, 150, 2, 32, false, false},
-                      AttentionCase{DType::kBF16, 1, 200, 2, 64, true, true}),
+                      AttentionCase{DType::kBF16, 1, 200, 2, 64, true, true},
+                      AttentionCase{DType::kBF16, 2, 80, 3, 32, true, true, true, true},
+                      AttentionCase{DType::kF32, 1, 33, 2, 16, true, true, true, true}),
     attention_name);
 
 TEST_F(GpuKernels, AttentionRefusesAHeadSizeWithoutAKernel) {
