@@ -30,7 +30,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
 echo "== kernel tests on the device"
 gpu-bundle/gpu_kernels_cuda_test 2>&1 | tee "$out/cuda_test.txt" | grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure|element"
 echo "== compute-sanitizer memcheck"
-compute-sanitizer --tool memcheck --error-exitcode 3 gpu-bundle/gpu_kernels_cuda_test \
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+"$sanitizer" --tool memcheck --error-exitcode 3 gpu-bundle/gpu_kernels_cuda_test \
   --gtest_brief=1 > "$out/memcheck.txt" 2>&1
 echo "memcheck rc=$?"; tail -5 "$out/memcheck.txt"
 echo "== bench_gpu_kernels --peers (B=16, T=1024)"
