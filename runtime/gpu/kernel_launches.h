@@ -79,7 +79,7 @@ class LaunchingKernels : public KernelSet {
              a.mean, a.rstd, a.rows, a.cols);
       launch("layernorm_backward_finish", layernorm_backward_finish_kernel,
              Dim3{blocks_for(a.cols, 256)}, Dim3{256}, 0, stream(), a.dw, a.db,
-             static_cast<const float*>(a.scratch), slices, a.cols, a.accumulate);
+             static_cast<const float*>(a.scratch), slices, a.cols, a.accumulate_params);
     });
   }
 

@@ -42,7 +42,7 @@ struct LayerNormForward {
 struct LayerNormBackward {
   DType dtype = DType::kF32;
   void* dx = nullptr;      // [rows, cols]: written, or added to when accumulate
-  float* dw = nullptr;     // [cols]: likewise
+  float* dw = nullptr;     // [cols]: written, or added to when accumulate_params
   float* db = nullptr;     // [cols]: likewise
   float* scratch = nullptr;  // layernorm_backward_scratch(rows, cols) floats
   const void* dout = nullptr;
@@ -51,7 +51,8 @@ struct LayerNormBackward {
   const float* mean = nullptr;
   const float* rstd = nullptr;
   int rows = 0, cols = 0;
-  bool accumulate = false;
+  bool accumulate = false;         // dx += (the residual stream's gradient)
+  bool accumulate_params = false;  // dw, db += (a layer used more than once)
 };
 size_t layernorm_backward_scratch(int rows, int cols);
 

@@ -233,6 +233,7 @@ TEST_P(GpuKernelsByType, LayerNormBackwardMatchesTheReferenceAndAccumulates) {
     a.rows = rows;
     a.cols = cols;
     a.accumulate = accumulate;
+    a.accumulate_params = accumulate;
     k_->layernorm_backward(a);
     std::vector<double> want_dx = dx, want_dw = dw, want_db = db;
     if (accumulate) {
