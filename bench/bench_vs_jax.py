@@ -3,7 +3,8 @@
 meshes, measured side by side in one invocation on one machine.
 
     bench_vs_jax.py --bench-train build/bench/bench_train [--steps 20] [--warmup 3]
-                    [--windows 5] [--models mlp,gpt] [--venv DIR] [--keep-blas-env]
+                    [--windows 5] [--models mlp,gpt] [--only MODEL:MESH]... [--venv DIR]
+                    [--keep-blas-env]
 
 (or `ninja -C build bench_vs_jax`, which passes the paths). For every (model,
 mesh) that bench_train has compiled in, it runs sharc's program (bench_train,
@@ -23,8 +24,14 @@ and reports its fastest window. These benches run on shared machines where a
 neighbour's burst slows a window for a second or two; the fastest window is
 the least disturbed one, and both sides get the same treatment.
 
-JAX comes from a virtual environment (default: <bench_train's folder>/jax-venv),
-made and filled from PyPI when `import jax` fails there.
+JAX comes from the Python running this script when it imports jax
+(scripts/install_deps.sh installs it), else from a virtual environment
+(default: <bench_train's folder>/jax-venv), made and filled from PyPI when
+`import jax` fails there too.
+
+--only MODEL:MESH (repeatable) runs just those rows; the bench_smoke test
+runs one row per model that way, one step each, so the script cannot break
+unseen.
 
 OPENBLAS_CORETYPE: some machines set it in the environment (e.g. to Haswell
 on a CPU that runs AVX-512), which forces OpenBLAS's kernel family; sharc's
@@ -51,6 +58,9 @@ MLP_FLOPS_PER_EXAMPLE = 2 * (3 * sum(a * b for a, b in MLP_LAYERS) - MLP_LAYERS[
 
 
 def ensure_jax(venv_dir):
+    # This Python's JAX when it has one (scripts/install_deps.sh installs it).
+    if subprocess.run([sys.executable, "-c", "import jax"], capture_output=True).returncode == 0:
+        return sys.executable
     py = os.path.join(venv_dir, "bin", "python")
     if os.path.exists(py) and subprocess.run([py, "-c", "import jax"],
                                              capture_output=True).returncode == 0:
@@ -76,7 +86,10 @@ def jax_row(py, row, args):
                windows=args.windows)
     if row["model"] == "gpt":
         p = {t["name"]: t["shape"] for t in row["parameters"] if not t["name"].startswith("opt/")}
-        layers = sum(1 for n in p if n.endswith("/attn/qkv/kernel"))
+        if "h/attn/qkv/kernel" in p:  # stacked: [layers, ...]
+            layers = p["h/attn/qkv/kernel"][0]
+        else:
+            layers = sum(1 for n in p if n.endswith("/attn/qkv/kernel"))
         embed = p["wte/embedding"][1]
         req["config"] = dict(vocab=p["wte/embedding"][0], embed=embed, layers=layers,
                              heads=args.gpt_heads, dropout=0.1)
@@ -102,6 +115,8 @@ def main():
                     help="timed windows of --steps steps each; the fastest window counts, for "
                          "both sharc and JAX")
     ap.add_argument("--models", default="mlp,gpt")
+    ap.add_argument("--only", action="append", default=[], metavar="MODEL:MESH",
+                    help="run only these rows (repeatable), e.g. --only mlp:data=4,model=2")
     ap.add_argument("--venv", default=None)
     ap.add_argument("--gpt-heads", type=int, default=8, help="the GPT sample's head count")
     ap.add_argument("--keep-blas-env", action="store_true")
@@ -140,8 +155,13 @@ def main():
            f"{'sharc loss':>10} {'JAX loss':>9} {'thr':>3}")
     rows = []
     first = True
+    only = set(args.only)
+    unknown = only - {f"{m}:{mesh}" for m, mesh in pairs}
+    if unknown:
+        raise SystemExit(f"bench_vs_jax: --only {', '.join(sorted(unknown))}: bench_train has no such row "
+                         f"(it has: {', '.join(f'{m}:{mesh}' for m, mesh in pairs)})")
     for model, mesh in pairs:
-        if model not in models:
+        if model not in models or (only and f"{model}:{mesh}" not in only):
             continue
         s = sharc_row(bench, model, mesh, args, env)
         if first:

@@ -105,35 +105,59 @@ def dropout(x, rate, key):
     return x * keep.astype(x.dtype) * (1.0 / (1.0 - rate))
 
 
-def gpt_loss(params, tokens, targets, seed, cfg, fused_sharding):
+def gpt_block(x, p, keys, cfg, fused_sharding, future):
+    """One transformer block; p maps "ln1/scale", ... to this layer's values
+    and keys holds its three dropout keys."""
     rate = cfg["dropout"]
-    key = jax.random.key(seed.astype(jnp.uint32))
-    keys = iter(jax.random.split(key, 4 * cfg["layers"] + 1))
-    V, E, H = cfg["vocab"], cfg["embed"], cfg["heads"]
-    B, T = tokens.shape
+    E, H = cfg["embed"], cfg["heads"]
+    B, T, _ = x.shape
     D = E // H
+    h = layer_norm(x, p["ln1/scale"], p["ln1/bias"])
+    # sharc's fused QKV columns are head-major: (head, {q, k, v}, head_dim).
+    fused = (h @ p["attn/qkv/kernel"] + p["attn/qkv/bias"]).reshape(B, T, H, 3 * D)
+    fused = jax.lax.with_sharding_constraint(fused, fused_sharding)
+    q = jnp.transpose(fused[..., :D], (0, 2, 1, 3)) * (1.0 / math.sqrt(D))
+    k_t = jnp.transpose(fused[..., D:2 * D], (0, 2, 3, 1))
+    v = jnp.transpose(fused[..., 2 * D:], (0, 2, 1, 3))
+    scores = q @ k_t + future * -1e9
+    w = dropout(jax.nn.softmax(scores, axis=-1), rate, keys[0])
+    y = jnp.transpose(w @ v, (0, 2, 1, 3)).reshape(B, T, E)
+    y = y @ p["attn/proj/kernel"] + p["attn/proj/bias"]
+    x = x + dropout(y, rate, keys[1])
+    h = layer_norm(x, p["ln2/scale"], p["ln2/bias"])
+    h = jax.nn.gelu(h @ p["mlp/fc/kernel"] + p["mlp/fc/bias"], approximate=True)
+    h = h @ p["mlp/proj/kernel"] + p["mlp/proj/bias"]
+    return x + dropout(h, rate, keys[2])
+
+
+def gpt_loss(params, tokens, targets, seed, cfg, fused_sharding):
+    """The GPT sample's loss. Its blocks' parameters are stacked under "h/"
+    (leading axis: the layer), as sharc's scanned GPT holds them, and the
+    blocks run as a jax.lax.scan, as sharc runs them; parameters named
+    "h0/", "h1/", ... (sharc's unrolled form before the scan) run unrolled."""
+    rate = cfg["dropout"]
+    L = cfg["layers"]
+    key = jax.random.key(seed.astype(jnp.uint32))
+    embed_key, layers_key = jax.random.split(key)
+    layer_keys = jax.random.split(layers_key, 3 * L).reshape(L, 3)
+    B, T = tokens.shape
     wte = params["wte/embedding"]
-    x = jax.nn.one_hot(tokens.astype(jnp.int32), V) @ wte
+    x = jax.nn.one_hot(tokens.astype(jnp.int32), cfg["vocab"]) @ wte
     x = x + params["wpe/embedding"][:T]
-    x = dropout(x, rate, next(keys))
+    x = dropout(x, rate, embed_key)
     future = jnp.arange(T)[None, :] > jnp.arange(T)[:, None]
-    for i in range(cfg["layers"]):
-        p = lambda n: params[f"h{i}/{n}"]
-        h = layer_norm(x, p("ln1/scale"), p("ln1/bias"))
-        fused = (h @ p("attn/qkv/kernel") + p("attn/qkv/bias")).reshape(B, T, H, 3 * D)
-        fused = jax.lax.with_sharding_constraint(fused, fused_sharding)
-        q = jnp.transpose(fused[..., :D], (0, 2, 1, 3)) * (1.0 / math.sqrt(D))
-        k_t = jnp.transpose(fused[..., D:2 * D], (0, 2, 3, 1))
-        v = jnp.transpose(fused[..., 2 * D:], (0, 2, 1, 3))
-        scores = q @ k_t + future * -1e9
-        w = dropout(jax.nn.softmax(scores, axis=-1), rate, next(keys))
-        y = jnp.transpose(w @ v, (0, 2, 1, 3)).reshape(B, T, E)
-        y = y @ p("attn/proj/kernel") + p("attn/proj/bias")
-        x = x + dropout(y, rate, next(keys))
-        h = layer_norm(x, p("ln2/scale"), p("ln2/bias"))
-        h = jax.nn.gelu(h @ p("mlp/fc/kernel") + p("mlp/fc/bias"), approximate=True)
-        h = h @ p("mlp/proj/kernel") + p("mlp/proj/bias")
-        x = x + dropout(h, rate, next(keys))
+    if "h/ln1/scale" in params:
+        stacked = {k[2:]: v for k, v in params.items() if k.startswith("h/")}
+
+        def body(x, layer):
+            p, keys = layer
+            return gpt_block(x, p, keys, cfg, fused_sharding, future), None
+
+        x, _ = jax.lax.scan(body, x, (stacked, layer_keys))
+    else:
+        for i in range(L):
+            p = {k[len(f"h{i}/"):]: v for k, v in params.items() if k.startswith(f"h{i}/")}
+            x = gpt_block(x, p, layer_keys[i], cfg, fused_sharding, future)
     x = layer_norm(x, params["ln_f/scale"], params["ln_f/bias"])
     logits = x @ wte.T
     return softmax_cross_entropy(logits, targets)

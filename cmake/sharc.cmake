@@ -42,8 +42,10 @@
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
 # when one axis is -1). OPTIONS are generation-time integers the model reads
 # with ProgramBuilder::option (a depth, a width): OPTIONS layers=12 builds the
-# same model file at 12 layers; an option the program does not read fails
-# the build, naming those it does. DUMP_IR also writes the IR after every pass
+# same model file at 12 layers. A value that is not an integer stops
+# configuring; an option the program does not read fails the build at the
+# program's SHARC_PROGRAM line, naming those it does and this call's
+# CMakeLists.txt line. DUMP_IR also writes the IR after every pass
 # (00_traced.ir, 01_after_rematerialize.ir, ...) to
 # <build>/sharc_generated/NAME/ir/. A mistake in the model fails the build with
 # the model's file:line, and no generated files are left behind.
@@ -94,10 +96,12 @@ function(sharc_lift)
   cmake_parse_arguments(PARSE_ARGV 0 ARG "" "TARGET;SOURCE" "")
   get_property(tool GLOBAL PROPERTY SHARC_LIFT_TOOL)
   if(NOT tool OR NOT TARGET ${tool})
+    get_property(why GLOBAL PROPERTY SHARC_LIFT_MISSING)
+    if(NOT why)  # an installed sharc without the tool
+      set(why "and this sharc was installed without it")
+    endif()
     message(FATAL_ERROR "sharc: ${ARG_SOURCE} marks functions SHARC_ELEMENTWISE, which needs "
-                        "sharc-lift, built on Clang LibTooling, and it is not installed: "
-                        "sudo apt-get install libclang-cpp14-dev llvm-14-dev "
-                        "(scripts/install_deps.sh does), then re-run cmake")
+                        "sharc-lift: ${why}")
   endif()
   cmake_path(ABSOLUTE_PATH ARG_SOURCE BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} NORMALIZE
              OUTPUT_VARIABLE source)
@@ -260,6 +264,19 @@ function(sharc_add_program NAME)
       _sharc_fail(${NAME} "OPTIONS entry \"${option}\" is not NAME=VALUE, e.g. OPTIONS layers=12 "
                           "(the model reads it with b.option(\"layers\", 2))")
     endif()
+    string(REGEX MATCH "=(.*)" value "${option}")
+    set(value "${CMAKE_MATCH_1}")
+    string(REGEX MATCH "^[^=]*" option_name "${option}")
+    # The generator reads them as int64_t (ProgramBuilder::option); 19
+    # digits and more may not fit, and are no depth or width anyway.
+    set(digit_count 0)
+    if(value MATCHES "^[-+]?0*([0-9]+)$")
+      string(LENGTH "${CMAKE_MATCH_1}" digit_count)
+    endif()
+    if(digit_count EQUAL 0 OR digit_count GREATER 18)
+      _sharc_fail(${NAME} "OPTIONS ${option}: the value '${value}' is not an integer (the model reads "
+                          "options with b.option(name, fallback), as int64_t), e.g. OPTIONS ${option_name}=12")
+    endif()
     list(APPEND option_args --option ${option})
   endforeach()
   if(NOT ARG_NAMESPACE MATCHES "^[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -311,8 +328,26 @@ function(sharc_add_program NAME)
       list(APPEND outputs ${out_dir}/${NAME}_part${part}.cpp)
     endforeach()
   endif()
+  # This call's place, for the notes under the generator's errors: the
+  # calling CMakeLists.txt (relative to the top project, as the model's
+  # lines are), and the line of the call when NAME is written there once
+  # (CMake tells a function no caller line).
+  file(READ "${CMAKE_CURRENT_LIST_FILE}" caller_text)
+  cmake_path(RELATIVE_PATH CMAKE_CURRENT_LIST_FILE BASE_DIRECTORY ${CMAKE_SOURCE_DIR}
+             OUTPUT_VARIABLE called_from)
+  set(call_regex "sharc_add_program\\([ \t\r\n]*${NAME}[ \t\r\n)]")
+  string(REGEX MATCHALL "${call_regex}" calls "${caller_text}")
+  list(LENGTH calls call_count)
+  if(call_count EQUAL 1)
+    string(REGEX REPLACE "${call_regex}.*" "" before "${caller_text}")
+    string(REGEX MATCHALL "\n" newlines "${before}")
+    list(LENGTH newlines line)
+    math(EXPR line "${line} + 1")
+    string(APPEND called_from ":${line}")
+  endif()
   set(common_args --program ${ARG_PROGRAM} --mesh ${ARG_MESH} --devices ${devices}
-                  --name ${NAME} --source-root ${CMAKE_SOURCE_DIR} ${option_args})
+                  --name ${NAME} --source-root ${CMAKE_SOURCE_DIR} ${option_args}
+                  --called-from ${called_from})
   set(args ${common_args} --namespace ${ARG_NAMESPACE} --cpp-files ${ARG_CPP_FILES}
            --out-dir ${out_dir} --templates ${templates_dir})
   if(ARG_DUMP_IR)

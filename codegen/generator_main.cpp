@@ -5,6 +5,7 @@
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 [--devices 8]
 //                   --out-dir DIR --templates DIR [--name STEM] [--namespace NS]
 //                   [--cpp-files N] [--dump-ir DIR] [--source-root DIR]...
+//                   [--option NAME=VALUE]... [--called-from FILE[:LINE]]
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --report
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --explain --templates DIR
 //
@@ -30,6 +31,8 @@
 // files are written to temporaries and renamed only
 // once everything succeeded, and a failure also removes the outputs of an
 // earlier run, so a failed build never compiles stale generated code.
+// --called-from names the sharc_add_program call that asked for this run
+// (its CMakeLists.txt and line): every error then ends with a note there.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -53,7 +56,7 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
     "          [--devices N] [--name FILE_STEM] [--namespace NS] [--cpp-files N] [--dump-ir DIR]\n"
-    "          [--source-root DIR]... [--option NAME=VALUE]...\n"
+    "          [--source-root DIR]... [--option NAME=VALUE]... [--called-from FILE[:LINE]]\n"
     "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name TARGET] --report\n"
     "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name STEM] --templates DIR --explain\n";
 
@@ -61,6 +64,7 @@ struct Args {
   std::string program, mesh, out_dir, templates, dump_ir, cpp_namespace, name;
   std::vector<std::string> source_roots;  // where relative DSL file names are found
   std::vector<std::string> options;       // NAME=VALUE, for ProgramBuilder::option
+  std::string called_from;                // the sharc_add_program call: CMakeLists.txt[:line]
   int devices = 0;  // 0: the product of the mesh
   int cpp_files = 1;  // the most .cpp files the step is spread over
   bool report = false;  // print the predicted costs instead of generating
@@ -99,6 +103,8 @@ Args parse_args(int argc, char** argv) {
       a.source_roots.push_back(value());
     else if (flag == "--option")
       a.options.push_back(value());
+    else if (flag == "--called-from")
+      a.called_from = value();
     else if (flag == "--report")
       a.report = true;
     else if (flag == "--explain")
@@ -275,6 +281,13 @@ int main(int argc, char** argv) {
       // build asked for, as sharc_add_program(NAME ...) spelled it.
       std::cerr << "sharc: " << args.name << " (program " << args.program << " on mesh "
                 << args.mesh << "): error: " << e.message() << "\n";
+    }
+    if (!args.called_from.empty()) {
+      std::string options;
+      for (const std::string& o : args.options) options += " " + o;
+      std::cerr << args.called_from << ": note: sharc_add_program(" << args.name << ") asked for program "
+                << args.program << " on mesh " << args.mesh << (options.empty() ? "" : " with OPTIONS" + options)
+                << "\n";
     }
     return 1;
   } catch (const std::exception& e) {

@@ -110,8 +110,11 @@ ir::Graph trace(const std::string& name, const ProgramFn& fn, const ProgramOptio
     if (!b.options_read().count(option)) {
       std::string read;
       for (const std::string& r : b.options_read()) read += (read.empty() ? "" : ", ") + r;
-      user_error(SrcLoc(), "option '" + option + "' is given, but program \"" + name + "\" does not read it (" +
-                               (read.empty() ? std::string("it reads no options") : "it reads: " + read) + ")");
+      // At the program's SHARC_PROGRAM line, where the options it reads are.
+      const auto at = ProgramRegistry::locations().find(name);
+      user_error(at == ProgramRegistry::locations().end() ? SrcLoc() : at->second,
+                 "option '" + option + "' is given, but program \"" + name + "\" does not read it (" +
+                     (read.empty() ? std::string("it reads no options") : "it reads: " + read) + ")");
     }
   return std::move(tracer.graph());
 }

@@ -10,7 +10,11 @@
 //  - index.json: format and version, the step, the mesh, the user's
 //    metadata, and per parameter its dtype, global shape and spec and its
 //    shards: file, tensor, offset of the block in the global tensor, block
-//    shape, byte range in the file, CRC-32 of those bytes.
+//    shape, byte range in the file, the CRC-32 of those bytes and (index
+//    version 2) the CRC-32 of every fixed-size chunk of them; also (version
+//    2) the CRC-32 of every file's header and of the index itself ("crc32",
+//    over the index's compact JSON without that key). So every byte a
+//    restore relies on is checked: a flipped bit anywhere is refused.
 //
 // With several processes (an MpiWorld) saving is collective: every process
 // calls save() alike; all of them write into one folder (a filesystem they
@@ -28,9 +32,17 @@
 //
 // Restoring reads the index, checks it against the program (every parameter
 // present with its dtype and global shape, nothing extra), and gives every
-// device its block: for each distinct block, the byte runs of the saved
-// shards that overlap it, read with pread, and nothing else. A shard read
-// whole has its CRC-32 checked. Errors name the file and the tensor.
+// device its block: of each saved shard, the chunks holding the byte runs
+// that this process's distinct blocks need, each read once with pread, and
+// nothing else. Every chunk read has its CRC-32 checked, whatever the mesh restored onto
+// (an index of version 1 has one CRC per shard: a shard read from is then
+// read whole and checked). Restoring is all or nothing: every block is read
+// and checked into staging memory (as much as this process's distinct
+// blocks) before any parameter changes, and with several processes they
+// agree first (it is collective, like saving), so after a failed restore,
+// on any process, every program keeps the parameters it had. Every shard
+// file's header is checked too, by one process each, even where no device
+// needs a block of it. Errors name the file and the tensor.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +73,7 @@ struct CheckpointTarget {
   std::span<const TensorInfo> parameters;
   std::vector<int> local_ranks;  // the devices this process drives
   int process = 0;               // this process, of all that save together
+  int processes = 1;             // how many save (and restore) together
   // Whether device `rank` (any, local or not) holds a block of `path` (not
   // every pipeline stage does). Unset: shard() is not null, which serves a
   // single process.
@@ -84,6 +97,7 @@ CheckpointTarget checkpoint_target(Program& p) {
   t.parameters = Program::parameters();
   t.local_ranks = p.local_ranks();
   t.process = p.world().process();
+  t.processes = p.world().processes();
   t.holds = [](int rank, std::string_view path) { return Program::holds_parameter(rank, path); };
   t.exchange = [&p](const std::string& mine) { return p.world().all_gather_host(mine); };
   t.shard = [&p](int rank, std::string_view path) { return std::as_const(p).parameter_shard(rank, path); };
@@ -98,35 +112,55 @@ struct SaveOptions {
   int keep = 3;      // checkpoints kept after this one is written (0: all)
   // Free-form state a training loop needs back (data position, RNG seeds).
   std::map<std::string, std::string> metadata = {};
+  // Every shard's bytes get a CRC-32 per chunk of this many bytes, so a
+  // restore that reads part of a shard (onto another mesh) checks what it
+  // reads: it reads whole chunks, at most two more per run than it needs.
+  uint64_t crc_chunk_bytes = uint64_t{1} << 16;
 };
 
 struct RestoreResult {
   std::filesystem::path dir;  // the step-N folder restored
   int64_t step = 0;
   std::map<std::string, std::string> metadata;
-  uint64_t bytes_read = 0;  // tensor bytes read from shard files
+  // Bytes read from shard files: the saved bytes the devices' blocks need,
+  // rounded out to whole CRC chunks, each chunk read once. A restore that
+  // fills every device of a mesh reads every saved byte exactly once.
+  uint64_t bytes_read = 0;
 };
 
 // A checkpoint's index, parsed and validated (exposed for tools and the fuzz
-// target): format and version known; the mesh well formed; every shard in a
-// listed file, its block inside the tensor and its byte count matching its
-// shape; a tensor's blocks disjoint and covering it exactly.
+// target): format and version known; (version 2) the index's own CRC-32
+// right; the mesh well formed; every shard in a listed file, its block
+// inside the tensor and its byte count matching its shape; a tensor's blocks
+// disjoint and covering it exactly.
 struct CheckpointShard {
   std::string file, tensor;
   std::vector<int64_t> offset, shape;  // the block in the global tensor
   uint64_t begin = 0, end = 0;         // byte range in `file`
-  uint32_t crc32 = 0;
+  uint32_t crc32 = 0;                  // of the whole range
+  // The range in chunks of chunk_bytes (the last one shorter), each with its
+  // CRC-32. An index of version 1 has none: the whole range is one chunk.
+  uint64_t chunk_bytes = 0;
+  std::vector<uint32_t> chunk_crc32;
 };
 struct CheckpointTensor {
   std::string dtype;  // "F32"
   std::vector<int64_t> shape;
   std::vector<CheckpointShard> shards;
 };
+// A shard file's first bytes (its header's length and JSON) and their
+// CRC-32 (index version 2).
+struct CheckpointFileHeader {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
 struct CheckpointIndex {
+  int version = 0;
   int64_t step = 0;
   MeshShape mesh;
   std::map<std::string, std::string> metadata;
   std::vector<std::string> files;
+  std::map<std::string, CheckpointFileHeader> headers;  // by file; empty in version 1
   std::map<std::string, CheckpointTensor> tensors;
 };
 // Throws CheckpointError naming `where` (the index file) and the tensor at
@@ -140,11 +174,14 @@ std::filesystem::path save_checkpoint(const CheckpointTarget& target, const std:
 // Complete checkpoints under `dir`, oldest first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
 // Restores `path`: a step-N folder, or a folder of them (the latest is
-// taken). Throws CheckpointError.
+// taken). With several processes, collective: every process calls it alike.
+// Throws CheckpointError (SafetensorsError for a shard file that is not
+// valid safetensors); the parameters are then as they were.
 RestoreResult restore_checkpoint(const CheckpointTarget& target, const std::filesystem::path& path);
 
 // Every parameter whole, under its path, as one safetensors file (F32),
-// readable by Python's safetensors package; and back.
+// readable by Python's safetensors package; and back. Importing checks and
+// reads every tensor before it sets any parameter.
 void export_parameters(const CheckpointTarget& target, const std::filesystem::path& file);
 void import_parameters(const CheckpointTarget& target, const std::filesystem::path& file);
 

@@ -211,6 +211,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     std::string text(n, '\0');
     read(8, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
     tensors_ = parse_header(text, 8 + n, size, file, &metadata_);
+    header_bytes_.assign(reinterpret_cast<const char*>(len), 8);
+    header_bytes_ += text;
     bytes_read_ = 0;  // bytes_read() counts tensor data only
   } catch (...) {
     ::close(fd_);

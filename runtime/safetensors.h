@@ -88,6 +88,9 @@ class SafetensorsFile {
   const std::filesystem::path& path() const { return path_; }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The file's first 8 + N bytes as read: the header's length and its JSON
+  // (a checkpoint records their CRC-32).
+  const std::string& header_bytes() const { return header_bytes_; }
   // The tensor named `name`; throws SafetensorsError naming the file.
   const SafetensorsTensor& tensor(const std::string& name) const;
   const SafetensorsTensor* find(const std::string& name) const;
@@ -104,6 +107,7 @@ class SafetensorsFile {
   int fd_ = -1;
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, std::string> metadata_;
+  std::string header_bytes_;
   mutable uint64_t bytes_read_ = 0;
 };
 

@@ -6,8 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${SHARC_BUILD_DIR:-build}
 jobs=${SHARC_JOBS:-$(nproc)}
-# SHARC_WERROR is passed only when set, so a plain rebuild keeps the tree's
-# setting (a tree CI configured stays -Werror without a full rebuild).
+# SHARC_REQUIRE_LIFT=ON and SHARC_REQUIRE_CUDA=ON make configuring fail
+# when sharc-lift (Clang LibTooling) or the CUDA kernels (nvcc) cannot be
+# built, instead of building without them (CI sets both).
+# These are passed only when set, so a plain rebuild keeps the tree's
+# settings (a tree CI configured stays -Werror without a full rebuild).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  ${SHARC_WERROR:+-DSHARC_WERROR="$SHARC_WERROR"} >/dev/null
+  ${SHARC_WERROR:+-DSHARC_WERROR="$SHARC_WERROR"} \
+  ${SHARC_REQUIRE_LIFT:+-DSHARC_REQUIRE_LIFT="$SHARC_REQUIRE_LIFT"} \
+  ${SHARC_REQUIRE_CUDA:+-DSHARC_REQUIRE_CUDA="$SHARC_REQUIRE_CUDA"} >/dev/null
 cmake --build "$build" -j "$jobs" "$@"

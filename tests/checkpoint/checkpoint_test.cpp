@@ -6,26 +6,36 @@
 //    pipe=2) gives every parameter exactly the saved values; training on is
 //    bit for bit the run that got the same values by set_parameter, and its
 //    losses stay within 1e-6 of the run that never left data=4,model=2;
-//  - a process driving one device reads exactly that device's blocks;
+//  - a process driving one device reads that device's blocks, rounded out
+//    to whole CRC chunks, and nothing else;
 //  - keep-last-K, and no temporaries left behind;
 //  - a saving process killed (SIGKILL) at 24 random points never leaves the
 //    previous checkpoint unloadable;
 //  - corrupt or foreign checkpoints fail with the file and the tensor named;
+//    a flipped bit anywhere in a checkpoint (shard data, shard header,
+//    index) is refused on every restore path (the mesh that saved it,
+//    fsdp=8, model=8, the pipelined program, one device of fsdp=8, an index
+//    of version 1), and every failed restore leaves the program's
+//    parameters bit for bit as they were;
 //  - whole-parameter export/import round trips onto another mesh.
 #include "runtime/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,20 +211,45 @@ TEST(Checkpoint, RestoresOntoOtherMeshesAndTrainsOn) {
   }
 }
 
-// A process that drives only device 3 of fsdp=8 reads device 3's blocks and
-// nothing more.
+CheckpointIndex read_index(const fs::path& step) {
+  std::ifstream in(step / "index.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_checkpoint_index(text.str(), (step / "index.json").string());
+}
+
+// A process that drives only device 3 of fsdp=8 reads device 3's blocks,
+// rounded out to whole CRC chunks, and nothing more. Device 3's row blocks
+// need one contiguous byte range of each saved shard they overlap, so at
+// most two chunks more than the block per (block, shard) pair.
 TEST(Checkpoint, ADeviceReadsOnlyItsOwnBlocks) {
   const fs::path dir = fresh_dir("one_device");
   Trainer<base::Program> first(kSeed);
   first.step(0);
-  save(first.program, dir, {.step = 1});
+  const fs::path step = save(first.program, dir, {.step = 1});
   Trainer<sharc_gen::mlp_train_fsdp8::Program> t(kSeed + 3);
   CheckpointTarget target = checkpoint_target(t.program);
   target.local_ranks = {3};
   const RestoreResult r = restore_checkpoint(target, dir);
-  uint64_t local = 0;
-  for (const TensorInfo& p : sharc_gen::mlp_train_fsdp8::kParameters) local += p.local_bytes();
-  EXPECT_EQ(r.bytes_read, local);
+  const CheckpointIndex index = read_index(step);
+  uint64_t local = 0, pairs = 0, chunk = 0;
+  for (const TensorInfo& p : sharc_gen::mlp_train_fsdp8::kParameters) {
+    local += p.local_bytes();
+    const std::vector<int64_t> off = block_offset(p, t.program.mesh_shape(), 3);
+    for (const CheckpointShard& sh : index.tensors.at(std::string(p.name)).shards) {
+      chunk = sh.chunk_bytes;
+      bool overlap = true;
+      for (size_t d = 0; d < off.size(); ++d)
+        overlap = overlap && off[d] < sh.offset[d] + sh.shape[d] && sh.offset[d] < off[d] + p.local_shape[d];
+      pairs += overlap ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(chunk, uint64_t{1} << 16);  // SaveOptions' default
+  EXPECT_GE(r.bytes_read, local);
+  EXPECT_LE(r.bytes_read, local + 2 * chunk * pairs);
+  std::printf("device 3 of fsdp=8: its blocks %llu bytes, read %llu (%llu block-shard pairs)\n",
+              static_cast<unsigned long long>(local), static_cast<unsigned long long>(r.bytes_read),
+              static_cast<unsigned long long>(pairs));
   // Device 3's blocks hold the saved values.
   const auto saved = first.parameters();
   for (const TensorInfo& p : sharc_gen::mlp_train_fsdp8::kParameters) {
@@ -335,6 +370,175 @@ TEST(CheckpointErrors, CorruptTruncatedAndMissingFilesAreNamed) {
   fs::remove(shard_file);
   EXPECT_ERROR_CONTAINS(restore(t.program, dir), CheckpointError,
                         (step / "index.json").string() + ": names file process-00000.safetensors, which is missing");
+}
+
+// Every parameter's bytes, to compare bit for bit (NaN included).
+using Bits = std::map<std::string, std::vector<uint32_t>>;
+template <class Program>
+Bits bits_of(const Trainer<Program>& t) {
+  Bits out;
+  for (const auto& [name, v] : t.parameters()) {
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    out[name] = std::move(b);
+  }
+  return out;
+}
+
+// One restore path: a program on some mesh, the parameters it had, and how
+// it restores (all its devices, or one of them).
+struct RestorePath {
+  std::string name;
+  std::function<void(const fs::path&)> restore;
+  std::function<bool()> unchanged;  // since the last rebaseline()
+  std::function<void()> rebaseline;
+  int refused = 0, read_past = 0;   // flips refused; flips the path never read
+};
+
+template <class Program>
+RestorePath restore_path(const std::string& name, uint64_t seed, std::vector<int> ranks = {}) {
+  auto t = std::make_shared<Trainer<Program>>(seed);
+  auto before = std::make_shared<Bits>(bits_of(*t));
+  return {name,
+          [t, ranks](const fs::path& dir) {
+            CheckpointTarget target = checkpoint_target(t->program);
+            if (!ranks.empty()) target.local_ranks = ranks;
+            restore_checkpoint(target, dir);
+          },
+          [t, before] { return bits_of(*t) == *before; }, [t, before] { *before = bits_of(*t); }};
+}
+
+std::vector<RestorePath> every_restore_path() {
+  std::vector<RestorePath> paths;
+  paths.push_back(restore_path<base::Program>("data=4,model=2 (the mesh that saved it)", kSeed + 10));
+  paths.push_back(restore_path<sharc_gen::mlp_train_fsdp8::Program>("fsdp=8", kSeed + 11));
+  paths.push_back(restore_path<sharc_gen::mlp_train_model8::Program>("model=8", kSeed + 12));
+  paths.push_back(restore_path<sharc_gen::mlp_train_pipe2::Program>("pipe=2 (pipelined)", kSeed + 13));
+  paths.push_back(restore_path<sharc_gen::mlp_train_fsdp8::Program>("device 3 of fsdp=8", kSeed + 14, {3}));
+  return paths;
+}
+
+// A flipped bit in `file` at `at` is refused by every path with a message
+// that names `file` (and contains `also`), and no path's parameters change.
+// A path that does not read the flipped byte at all (one device's restore)
+// may succeed, but only if it reads nothing at that position.
+void expect_refused(std::vector<RestorePath>& paths, const fs::path& dir, const fs::path& file, uint64_t at,
+                    int bit, const std::string& also, bool one_device_may_skip = false) {
+  edit_file(file, [&](std::string& b) { b[at] = static_cast<char>(b[at] ^ (1 << bit)); });
+  for (RestorePath& p : paths) {
+    std::string what;
+    try {
+      p.restore(dir);
+    } catch (const CheckpointError& e) {
+      what = e.what();
+    } catch (const SafetensorsError& e) {
+      what = e.what();
+    }
+    if (what.empty() && one_device_may_skip && p.name.rfind("device 3", 0) == 0) {
+      ++p.read_past;  // it restored what it reads, none of it at `at`
+      p.rebaseline();
+      continue;
+    }
+    p.refused += what.empty() ? 0 : 1;
+    EXPECT_FALSE(what.empty()) << p.name << ": restored a checkpoint with bit " << bit << " of byte " << at << " of "
+                               << file << " flipped";
+    EXPECT_NE(what.find(file.string()), std::string::npos) << p.name << ": the message: " << what;
+    EXPECT_NE(what.find(also), std::string::npos) << p.name << ": the message: " << what;
+    EXPECT_TRUE(p.unchanged()) << p.name << ": parameters changed by a restore that failed (byte " << at << ")";
+  }
+  edit_file(file, [&](std::string& b) { b[at] = static_cast<char>(b[at] ^ (1 << bit)); });
+}
+
+TEST(CheckpointErrors, AFlippedBitAnywhereIsRefusedOnEveryRestorePath) {
+  Trainer<base::Program> t(kSeed);
+  t.step(0);
+  const fs::path dir = fresh_dir("flipped");
+  // Small chunks, so that reads onto other meshes are partial.
+  const fs::path step = save(t.program, dir, {.step = 1, .crc_chunk_bytes = 4096});
+  const fs::path shard_file = step / "process-00000.safetensors";
+  const fs::path index_file = step / "index.json";
+  const CheckpointIndex index = read_index(step);
+  std::vector<RestorePath> paths = every_restore_path();
+  std::mt19937 rng(2024);
+  auto pick = [&](uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi - 1)(rng); };
+  auto bit = [&] { return static_cast<int>(pick(0, 8)); };
+
+  // One random byte of every saved shard's data: refused by its CRC, naming
+  // the shard, on every mesh. A one-device restore reads only some shards.
+  int flips = 0;
+  for (const auto& [name, tensor] : index.tensors)
+    for (const CheckpointShard& sh : tensor.shards) {
+      if (sh.end == sh.begin) continue;
+      SCOPED_TRACE(sh.tensor);
+      expect_refused(paths, dir, shard_file, pick(sh.begin, sh.end), bit(),
+                     "tensor \"" + sh.tensor + "\" (a shard of \"" + name + "\") fails its CRC-32 check", true);
+      ++flips;
+    }
+  // The shard file's header (its length and JSON: names, dtypes, shapes,
+  // byte ranges), and the index.
+  const SafetensorsFile f(shard_file);
+  const uint64_t header = f.header_bytes().size();
+  for (int k = 0; k < 12; ++k, ++flips) expect_refused(paths, dir, shard_file, pick(0, header), bit(), "");
+  const uint64_t index_size = fs::file_size(index_file);
+  for (int k = 0; k < 12; ++k, ++flips) expect_refused(paths, dir, index_file, pick(0, index_size), bit(), "");
+  // The value whose silent change worried us most: a user's metadata.
+  {
+    std::ifstream in(index_file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    expect_refused(paths, dir, index_file, text.find("\"step\": 1") + 8, 1, "the index fails its CRC-32 check");
+  }
+  std::printf("%d flipped bits, each refused on every restore path that reads it:\n", flips + 1);
+  for (const RestorePath& p : paths) std::printf("  %-42s refused %d, never read %d\n", p.name.c_str(), p.refused, p.read_past);
+  const RestorePath& one = paths.back();
+  // 25 refusals are the headers' and the index's; more are flips in the data it reads.
+  EXPECT_GT(one.refused, 25) << "the one-device restore refused no flip in the shards' data";
+  // And the pristine checkpoint still restores on every path.
+  for (RestorePath& p : paths) EXPECT_NO_THROW(p.restore(dir)) << p.name;
+}
+
+// An index of version 1 (one CRC per shard, no header or index CRC) is still
+// read: onto another mesh, a shard read from is read whole and checked.
+TEST(Checkpoint, ReadsIndexVersion1) {
+  Trainer<base::Program> t(kSeed);
+  t.step(0);
+  const fs::path dir = fresh_dir("version1");
+  const fs::path step = save(t.program, dir, {.step = 1});
+  const fs::path index_file = step / "index.json";
+  {
+    std::ifstream in(index_file);
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["version"] = 1;
+    j.erase("crc32");
+    j.erase("headers");
+    for (auto& [name, tensor] : j["tensors"].items())
+      for (auto& sh : tensor["shards"]) {
+        sh.erase("chunk_bytes");
+        sh.erase("chunk_crc32");
+      }
+    std::ofstream(index_file) << j.dump(1) << "\n";
+  }
+  const auto saved = t.parameters();
+  Trainer<sharc_gen::mlp_train_model8::Program> other(kSeed + 20);
+  const RestoreResult r = restore(other.program, dir);
+  EXPECT_EQ(other.parameters(), saved);
+  uint64_t global = 0;
+  for (const TensorInfo& p : base::kParameters) global += p.bytes();
+  EXPECT_EQ(r.bytes_read, global);  // every shard read whole, once
+  // A flipped bit in the last shard's data is refused onto another mesh too.
+  const CheckpointIndex index = read_index(step);
+  EXPECT_EQ(index.version, 1);
+  const CheckpointShard* last = nullptr;
+  std::string parameter;
+  for (const auto& [name, tensor] : index.tensors)
+    for (const CheckpointShard& sh : tensor.shards)
+      if (!last || sh.end > last->end) {
+        last = &sh;
+        parameter = name;
+      }
+  ASSERT_NE(last, nullptr);
+  std::vector<RestorePath> paths = every_restore_path();
+  expect_refused(paths, dir, step / "process-00000.safetensors", last->end - 1, 3,
+                 "tensor \"" + last->tensor + "\" (a shard of \"" + parameter + "\") fails its CRC-32 check", true);
 }
 
 TEST(CheckpointErrors, ACheckpointOfAnotherModelIsRefused) {

@@ -7,10 +7,12 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -175,6 +177,59 @@ TEST(CheckpointIndex, BadIndexesAreRefusedByName) {
   } catch (const CheckpointError& e) {
     EXPECT_STREQ(e.what(), "x.json: not a sharc checkpoint index (no \"format\": \"sharc-checkpoint\")");
   }
+}
+
+// Index version 2: its own CRC-32 (of its compact JSON without "crc32", keys
+// sorted; this one was computed by Python's json and zlib, an independent
+// implementation), per-chunk CRCs whose count must match the byte range,
+// and a CRC per file header.
+TEST(CheckpointIndex, Version2ChecksItsOwnCrcAndItsChunks) {
+  const std::string index =
+      R"({"crc32":3456791782,"files":["p.safetensors"],"format":"sharc-checkpoint",)"
+      R"("headers":{"p.safetensors":{"bytes":80,"crc32":12345}},"mesh":{"axes":["data"],"sizes":[2]},)"
+      R"("metadata":{"k":"v"},"step":3,"tensors":{"w":{"dtype":"F32","shape":[4],"shards":[)"
+      R"({"bytes":[80,88],"chunk_bytes":4,"chunk_crc32":[5,6],"crc32":1,"file":"p.safetensors","offset":[0],)"
+      R"("shape":[2],"tensor":"w@0"},{"bytes":[88,96],"chunk_bytes":8,"chunk_crc32":[7],"crc32":2,)"
+      R"("file":"p.safetensors","offset":[2],"shape":[2],"tensor":"w@1"}],"spec":[["data"]]}},"version":2})";
+  const CheckpointIndex parsed = parse_checkpoint_index(index, "ckpt/index.json");
+  EXPECT_EQ(parsed.version, 2);
+  EXPECT_EQ(parsed.headers.at("p.safetensors").bytes, 80u);
+  EXPECT_EQ(parsed.headers.at("p.safetensors").crc32, 12345u);
+  const CheckpointShard& w0 = parsed.tensors.at("w").shards.at(0);
+  EXPECT_EQ(w0.chunk_bytes, 4u);
+  EXPECT_EQ(w0.chunk_crc32, (std::vector<uint32_t>{5, 6}));
+
+  auto refused = [](const std::string& text, const std::string& message) {
+    try {
+      parse_checkpoint_index(text, "ckpt/index.json");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const CheckpointError& e) {
+      EXPECT_STREQ(e.what(), ("ckpt/index.json: " + message).c_str());
+    }
+  };
+  // Any value changed, the CRC no longer holds: here the step.
+  std::string other_step = index;
+  other_step.replace(other_step.find("\"step\":3"), 8, "\"step\":4");
+  refused(other_step, "the index fails its CRC-32 check: the file is corrupt");
+  nlohmann::json j = nlohmann::json::parse(index);
+  j.erase("crc32");
+  refused(j.dump(), "the index has no \"crc32\" of its own (version 2 has one)");
+  // With a right CRC (computed as the reader computes it), the chunk list
+  // must still fit the byte range.
+  auto with_crc = [](nlohmann::json v) {
+    v.erase("crc32");
+    const std::string text = v.dump();
+    v["crc32"] = ::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()));
+    return v.dump();
+  };
+  j["tensors"]["w"]["shards"][0]["chunk_crc32"] = {5};
+  refused(with_crc(j), "tensor \"w\": shard \"w@0\" has 1 chunk CRCs, but its 8 bytes make 2 chunks of 4");
+  j["tensors"]["w"]["shards"][0]["chunk_crc32"] = {5, 6};
+  j["tensors"]["w"]["shards"][0]["chunk_bytes"] = 0;
+  refused(with_crc(j), "tensor \"w\": a shard's chunk_bytes 0 is out of range");
+  j["tensors"]["w"]["shards"][0]["chunk_bytes"] = 4;
+  j["version"] = 3;
+  refused(with_crc(j), "index version 3 is not one this sharc reads (1 to 2)");
 }
 
 }  // namespace

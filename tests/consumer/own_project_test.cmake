@@ -57,7 +57,7 @@ endif()
 
 # The FetchContent route also builds without sharc-lift (as where Clang's
 # LibTooling is not installed): a model that lifts nothing must not need it,
-# and configuring says how to get it.
+# and configuring says why it is missing.
 set(lift)
 if(ROUTE STREQUAL "FetchContent")
   set(lift -DSHARC_LIFT=OFF)
@@ -65,7 +65,7 @@ endif()
 run("configure" ${CMAKE_COMMAND} -S "${project_dir}" -B "${BUILD_DIR}" -G Ninja
     "-DSHARC_SOURCE_DIR=${SHARC_SOURCE_DIR}" "-DOWN_PROJECT_GET_SHARC=${ROUTE}"
     -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON ${prefix_path} ${compiler} ${lift})
-if(lift AND NOT output MATCHES "sharc-lift is not built \\(SHARC_LIFT is OFF\\)")
+if(lift AND NOT output MATCHES "sharc-lift is not built: it is not built here \\(SHARC_LIFT is OFF")
   message(FATAL_ERROR "configuring without sharc-lift did not say so")
 endif()
 if(ROUTE STREQUAL "find_package")

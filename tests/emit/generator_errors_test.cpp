@@ -135,14 +135,28 @@ TEST_F(GeneratorErrors, MeshThatDoesNotFitTheDeviceCount) {
 }
 
 // A generation-time option the program does not read stops the build (a
-// misspelt one would otherwise build the default silently).
+// misspelt one would otherwise build the default silently), at the
+// program's SHARC_PROGRAM line, with a note at the sharc_add_program call
+// that gave it (--called-from, which sharc_add_program passes).
 TEST_F(GeneratorErrors, AnOptionTheProgramDoesNotRead) {
-  const Result r = generate("good_model", "data=2,model=4 --option layers=12");
+  const Result r = generate("good_model", "data=2,model=4 --option layers=12",
+                            "--called-from examples/own_project/CMakeLists.txt:21");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.err.rfind("sharc: good_model (program good_model on mesh data=2,model=4): error: option 'layers' is "
-                        "given, but program \"good_model\" does not read it (it reads no options)",
-                        0),
-            0u)
+  std::ifstream f(SHARC_BAD_MODEL_SOURCE);
+  std::string text;
+  int line = 1;
+  while (std::getline(f, text) && text.rfind("SHARC_PROGRAM(good_model", 0) != 0) ++line;
+  const std::string at = "tests/emit/bad_model.cpp:" + std::to_string(line) + ":";
+  EXPECT_EQ(r.err.rfind(at, 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(": error: option 'layers' is given, but program \"good_model\" does not read it (it reads "
+                       "no options)\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("\n " + std::to_string(line) + " | SHARC_PROGRAM(good_model, b) {\n"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("\nexamples/own_project/CMakeLists.txt:21: note: sharc_add_program(good_model) asked for "
+                       "program good_model on mesh data=2,model=4 with OPTIONS layers=12\n"),
+            std::string::npos)
       << r.err;
   EXPECT_TRUE(leftovers().empty());
 }

@@ -14,7 +14,10 @@
 //       (one file per process, the index by process 0), 2 more steps; a
 //       fresh program restored from it repeats those 2 steps bit for bit;
 //       and process 0 restores the same checkpoint into the fsdp=8 program
-//       on a one-process thread world: every parameter equal;
+//       on a one-process thread world: every parameter equal; a flipped bit
+//       in either process's shard file is refused on both processes, and
+//       by one process restoring onto fsdp=8, all of whose parameters stay
+//       bit for bit as they were;
 //   mpi_train_test <local devices> kill <dir>   process 1 SIGKILLs itself
 //       in the middle of training; the job must end, not hang (the ctest
 //       checks mpirun's exit and message).
@@ -24,6 +27,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +47,7 @@
 #include "mlp_train_fsdp8.h"
 #include "runtime/checkpoint.h"
 #include "runtime/mpi_world.h"
+#include "runtime/safetensors.h"
 #include "runtime/thread_world.h"
 
 namespace {
@@ -327,6 +332,69 @@ void checkpoint_case(MpiWorld& mpi, const fs::path& dir) {
     const auto got = parameters_of(p);
     for (const auto& [name, v] : saved_params)
       expect(same_bits(v, got.at(name)), "checkpoint: fsdp=8 restore of " + name + " differs");
+  }
+  // A flipped bit in either process's file is refused on both processes
+  // (restoring is collective: a process learns of the other's failure), and
+  // neither changes a parameter. Process 0 saved every distinct block here
+  // (the lowest holder of each); process 1's file holds none, only its
+  // header, which its process checks all the same.
+  const fs::path saved_step = list_checkpoints(dir / "ckpt").back();
+  for (int owner = 0; owner < 2; ++owner) {
+    const fs::path bad = dir / ("corrupt-" + std::to_string(owner));
+    const std::string file = owner == 0 ? "process-00000.safetensors" : "process-00001.safetensors";
+    if (mpi.process() == 0) {
+      fs::remove_all(bad);
+      fs::copy(saved_step, bad);
+      uint64_t at = 8;  // the header's first byte of JSON, in a file that holds no block
+      {
+        const SafetensorsFile f(bad / file);
+        for (const SafetensorsTensor& t : f.tensors()) at = std::max(at, t.end - 1);  // else the last data byte
+      }
+      std::FILE* fp = std::fopen((bad / file).c_str(), "r+b");
+      std::fseek(fp, static_cast<long>(at), SEEK_SET);
+      const int byte = std::fgetc(fp);
+      std::fseek(fp, static_cast<long>(at), SEEK_SET);
+      std::fputc(byte ^ 0x04, fp);
+      std::fclose(fp);
+    }
+    mpi.all_gather_host("");  // corrupted
+    mlp::Program p(mpi);
+    p.init(5);
+    const auto before = parameters_of(p);
+    std::string what;
+    try {
+      restore(p, bad);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    const std::string label = "checkpoint: a flipped bit in " + file + ": ";
+    expect(!what.empty(), label + "restored on process " + std::to_string(mpi.process()));
+    expect(what.find((bad / file).string()) != std::string::npos, label + "the message: " + what);
+    const auto after = parameters_of(p);
+    for (const auto& [name, v] : before)
+      expect(same_bits(v, after.at(name)), label + "parameter " + name + " changed by the failed restore");
+    if (mpi.process() == 0) std::printf("checkpoint: a flipped bit in %s: refused (%s)\n", file.c_str(), what.c_str());
+    // And onto another process count and mesh: process 0 alone, fsdp=8 on
+    // a thread world.
+    if (mpi.process() == 0) {
+      namespace f8 = sharc_gen::mlp_train_fsdp8;
+      ThreadWorld threads(f8::mesh_shape());
+      f8::Program one(threads);
+      one.init(6);
+      const auto had = parameters_of(one);
+      std::string why;
+      try {
+        restore(one, bad);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      expect(why.find((bad / file).string()) != std::string::npos,
+             label + "one process on fsdp=8: the message: " + why);
+      const auto now = parameters_of(one);
+      for (const auto& [name, v] : had)
+        expect(same_bits(v, now.at(name)), label + "one process on fsdp=8: parameter " + name + " changed");
+    }
+    mpi.all_gather_host("");
   }
 }
 
