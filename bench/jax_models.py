@@ -169,7 +169,10 @@ def gpt_loss(params, tokens, targets, seed, cfg, fused_sharding):
 # over n devices sends 2(n-1)/n S, an all-gather (n-1)/n of its result, a
 # reduce-scatter (n-1)/n of its operand, an all-to-all (n-1)/n of its
 # operand, a collective-permute its operand (on the devices that send). A
-# tuple all-reduce counts every operand.
+# tuple all-reduce counts every operand. A collective inside a while loop's
+# body (a scanned model's per-layer gradient all-reduce) runs once per trip:
+# it counts as many times as the loop's known_trip_count says, through
+# nested loops and calls.
 
 _DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "pred": 1, "s8": 1, "u8": 1,
                 "f64": 8, "s64": 8, "u64": 8}
@@ -201,31 +204,82 @@ def _group_size(line, devices):
     return devices
 
 
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([^\s(]+)\s*\(")
+_WHILE_BODY = re.compile(r"\swhile\(.*?body=%([^\s,]+)")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"([0-9]+)"\}')
+_CALLS = re.compile(r"\scalls=%([^\s,]+)")
+
+
+def _runs_per_step(hlo_text):
+    """How many times each computation runs in one execution of the entry
+    computation: while bodies their trip count times their caller's, called
+    computations their caller's. Computations not reached: once."""
+    lines_of, entry, current = {}, None, None
+    for line in hlo_text.splitlines():
+        m = _COMPUTATION.match(line)
+        if m and line.rstrip().endswith("{"):
+            current = m.group(1)
+            lines_of[current] = []
+            if line.startswith("ENTRY"):
+                entry = current
+        elif current is not None:
+            lines_of[current].append(line)
+    runs = {entry: 1} if entry else {}
+    todo = [entry] if entry else []
+    while todo:
+        c = todo.pop()
+        for line in lines_of.get(c, []):
+            callee, times = None, 1
+            m = _WHILE_BODY.search(line)
+            if m:
+                callee = m.group(1)
+                t = _TRIP_COUNT.search(line)
+                times = int(t.group(1)) if t else 1
+            else:
+                m = _CALLS.search(line)
+                if m:
+                    callee = m.group(1)
+            if callee and callee in lines_of:
+                n = runs[c] * times
+                if runs.get(callee, 0) < n:
+                    runs[callee] = n
+                    todo.append(callee)
+    return lines_of, runs
+
+
 def collective_bytes(hlo_text, devices):
     """Per kind: calls and bytes sent per device in one step."""
     kinds = {}
-    for line in hlo_text.splitlines():
-        m = _COLLECTIVE.search(line)
-        if not m:
-            continue
-        result, kind = m.group(1), m.group(2)
-        operands = line[m.end():]
-        n = _group_size(line, devices)
-        if kind == "all-reduce":
-            sent = 2.0 * (n - 1) / n * _array_bytes(result)
-        elif kind == "all-gather":
-            # An async start's result is (operand, output): count the output.
-            arrays = _ARRAY.findall(result)
-            out = _array_bytes("%s[%s]" % arrays[-1]) if arrays else 0
-            sent = (n - 1) / n * out
-        elif kind == "collective-permute":
-            sent = _array_bytes(operands.split(")")[0])
-        else:  # reduce-scatter, all-to-all: of the operands
-            sent = (n - 1) / n * _array_bytes(operands.split("), ")[0])
-        k = kinds.setdefault(kind, {"calls": 0, "bytes": 0.0})
-        k["calls"] += 1
-        k["bytes"] += sent
+    lines_of, runs = _runs_per_step(hlo_text)
+    for computation, lines in lines_of.items():
+        times = runs.get(computation, 1)
+        for line in lines:
+            _count(line, devices, times, kinds)
     return kinds
+
+
+def _count(line, devices, times, kinds):
+    """Adds the collective on `line`, if any, run `times` times, to kinds."""
+    m = _COLLECTIVE.search(line)
+    if not m:
+        return
+    result, kind = m.group(1), m.group(2)
+    operands = line[m.end():]
+    n = _group_size(line, devices)
+    if kind == "all-reduce":
+        sent = 2.0 * (n - 1) / n * _array_bytes(result)
+    elif kind == "all-gather":
+        # An async start's result is (operand, output): count the output.
+        arrays = _ARRAY.findall(result)
+        out = _array_bytes("%s[%s]" % arrays[-1]) if arrays else 0
+        sent = (n - 1) / n * out
+    elif kind == "collective-permute":
+        sent = _array_bytes(operands.split(")")[0])
+    else:  # reduce-scatter, all-to-all: of the operands
+        sent = (n - 1) / n * _array_bytes(operands.split("), ")[0])
+    k = kinds.setdefault(kind, {"calls": 0, "bytes": 0.0})
+    k["calls"] += times
+    k["bytes"] += sent * times
 
 
 # ----------------------------------------------------------------------------
