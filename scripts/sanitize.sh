@@ -46,7 +46,15 @@ run_tsan() {
   cmake --build "$dir" -j "$jobs" --target runtime_tests
   echo "== TSan: tests/runtime/runtime_tests"
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$dir/tests/runtime/runtime_tests" --gtest_brief=1
-  if cmake --build "$dir" --target help | grep -q '^mpi_world_test:'; then  # MPI was found
+  # MPI was found when the target exists; where mpirun is installed (as
+  # scripts/install_deps.sh installs it) it must have been. (The target list
+  # is read whole first: grep -q stopping early would fail the pipe.)
+  local targets; targets=$(cmake --build "$dir" --target help)
+  if ! grep -q '^mpi_world_test:' <<<"$targets" && command -v mpirun >/dev/null; then
+    echo "sanitize.sh: mpirun is installed but $dir has no mpi_world_test (MPI not found by CMake?)" >&2
+    exit 1
+  fi
+  if grep -q '^mpi_world_test:' <<<"$targets"; then
     cmake --build "$dir" -j "$jobs" --target mpi_world_test
     local supp; supp="$(pwd)/scripts/tsan-mpi.supp"
     for what in collectives failure; do
