@@ -345,6 +345,7 @@ std::vector<ir::Graph> split_stages(const ir::Graph& g, const StagePlan& plan) {
     sg.dtype = g.dtype;
     sg.pipeline = g.pipeline;
     sg.repeats = g.repeats;
+    sg.composites = g.composites;
     std::vector<int> map(N, -1);
     auto mapped = [&](int v) {
       if (map[v] < 0) internal_error("split_stages: stage " + std::to_string(s) + " reads %" + std::to_string(v) +

@@ -303,12 +303,19 @@ Tensor softmax_cross_entropy(Tensor logits, Tensor labels, SrcLoc loc) {
     user_error(loc, "softmax_cross_entropy: labels " + labels.describe() + " must have the batch shape " +
                         ir::shape_str(batch) + " of logits " + logits.describe());
   const int c = static_cast<int>(logits.rank()) - 1;
-  logits = astype(logits, DType::kF32, loc);  // the loss is f32 (mixed precision)
-  // logsumexp(x) - x[label], with the max subtracted for stability.
-  Tensor m = max(logits, {c}, /*keepdims=*/true, loc);
-  Tensor lse = add(log(sum(exp(sub(logits, m, loc), loc), {c}, false, loc), loc), reshape(m, batch, loc), loc);
-  Tensor picked = sum(mul(logits, one_hot(labels, logits.dim(-1), loc), loc), {c}, false, loc);
-  Tensor per_example = sub(lse, picked, loc);
+  Tensor per_example;
+  {
+    // The per-example losses (and, through autodiff, their gradient) are one
+    // composite region, a cross_entropy kernel's work on a GPU; the mean
+    // over the batch is not (it crosses the devices of a batch axis).
+    CompositeScope region(tracer_of(logits, loc), ir::make_composite(ir::CompositeKind::kSoftmaxCrossEntropy, loc));
+    logits = astype(logits, DType::kF32, loc);  // the loss is f32 (mixed precision)
+    // logsumexp(x) - x[label], with the max subtracted for stability.
+    Tensor m = max(logits, {c}, /*keepdims=*/true, loc);
+    Tensor lse = add(log(sum(exp(sub(logits, m, loc), loc), {c}, false, loc), loc), reshape(m, batch, loc), loc);
+    Tensor picked = sum(mul(logits, one_hot(labels, logits.dim(-1), loc), loc), {c}, false, loc);
+    per_example = sub(lse, picked, loc);
+  }
   std::vector<int> all;
   for (int i = 0; i < static_cast<int>(batch.size()); ++i) all.push_back(i);
   return all.empty() ? per_example : mean(per_example, all, false, loc);
@@ -487,6 +494,9 @@ Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps, SrcLoc loc) {
   if (scale.rank() != 1 || scale.dim(0) != c || bias.rank() != 1 || bias.dim(0) != c)
     user_error(loc, "layer_norm: scale " + scale.describe() + " and bias " + bias.describe() +
                         " must be 1-D of size " + std::to_string(c) + " to normalize " + x.describe());
+  ir::Composite ln = ir::make_composite(ir::CompositeKind::kLayerNorm, loc);
+  ln.eps = eps;
+  CompositeScope region(tracer_of(x, loc), std::move(ln));
   x = astype(x, DType::kF32, loc);  // statistics in f32 (mixed precision)
   scale = astype(scale, DType::kF32, loc);
   bias = astype(bias, DType::kF32, loc);

@@ -23,6 +23,7 @@ Tracer& Tracer::current(const SrcLoc& loc) {
 Tensor Tracer::add(ir::Node n) {
   if (n.op != ir::Op::kParameter && n.op != ir::Op::kInput && n.name.empty()) n.name = label_;
   if (n.layer < 0) n.layer = layer_;
+  if (n.composite < 0) n.composite = composite_;
   if (n.repeat < 0 && repeat_ >= 0) {
     n.repeat = repeat_;
     n.iteration = iteration_;

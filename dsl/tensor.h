@@ -71,6 +71,10 @@ class Tracer {
     repeat_ = repeat;
     iteration_ = iteration;
   }
+  // The composite region being traced (CompositeScope), -1 outside one;
+  // add() stamps it on every node.
+  int composite() const { return composite_; }
+  void set_composite(int composite) { composite_ = composite; }
   // The number of random_uniform calls traced before this one (their key).
   int next_random() { return randoms_++; }
 
@@ -78,8 +82,30 @@ class Tracer {
   ir::Graph graph_;
   std::string label_;
   int layer_ = -1;
+  int composite_ = -1;
   int repeat_ = -1, iteration_ = -1, randoms_ = 0;
   Tracer* previous_ = nullptr;
+};
+
+// RAII: the nodes traced in its lifetime form one composite region
+// (ir::Composite, Graph::composites), labelled with the current module path.
+// Inside another region it does nothing: regions do not nest, the outermost
+// one holds all.
+class CompositeScope {
+ public:
+  CompositeScope(Tracer& t, ir::Composite c) : t_(t), saved_(t.composite()) {
+    if (saved_ >= 0) return;
+    if (c.label.empty()) c.label = t.label();
+    t.graph().composites.push_back(std::move(c));
+    t.set_composite(static_cast<int>(t.graph().composites.size()) - 1);
+  }
+  ~CompositeScope() { t_.set_composite(saved_); }
+  CompositeScope(const CompositeScope&) = delete;
+  CompositeScope& operator=(const CompositeScope&) = delete;
+
+ private:
+  Tracer& t_;
+  int saved_;
 };
 
 // RAII: labels nodes created in its lifetime with a module path ("dot1").

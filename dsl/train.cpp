@@ -3,6 +3,7 @@
 #include "dsl/train.h"
 
 #include <cmath>
+#include <optional>
 
 #include "ir/autodiff.h"
 
@@ -139,7 +140,11 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
     loss_sum = mul(loss_sum, 1.0 / k, loc);
   }
 
-  // Global norm and clipping (optax.clip_by_global_norm).
+  // Global norm and clipping (optax.clip_by_global_norm): one composite
+  // region, the global_norm kernel's work on a GPU (its clip factor scales
+  // the gradients inside the optimizer's kernel).
+  std::optional<CompositeScope> norm_region(
+      std::in_place, t, ir::make_composite(ir::CompositeKind::kGlobalNorm, loc, "opt"));
   Tensor sq;
   for (size_t p = 0; p < params.size(); ++p) {
     const Tensor& gp = grads[p];
@@ -155,6 +160,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
                             div(scalar(*o.clip_global_norm, loc), maximum(norm, scalar(1e-30, loc), loc), loc), loc);
     for (auto& gp : grads) gp = mul(gp, factor, loc);
   }
+  norm_region.reset();
   for (size_t p = 0; p < params.size(); ++p) g.gradients.push_back({params[p], grads[p].id()});
 
   // Step count and learning rate.
@@ -175,6 +181,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
     Tensor w = tensor_of(t, pid);
     Tensor gp = grads[p];
     Tensor update;  // the step to subtract from w, before lr
+    std::optional<CompositeScope> adam_region;
     if (opt.kind == Optimizer::Kind::kSgd) {
       if (opt.momentum != 0.0) {
         Tensor trace = state_like(t, "opt/trace/" + pn.name, pn, pid, loc);
@@ -187,6 +194,9 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
     } else {
       Tensor m = state_like(t, "opt/m/" + pn.name, pn, pid, loc);
       Tensor v = state_like(t, "opt/v/" + pn.name, pn, pid, loc);
+      // This parameter's update: one composite region, a share of the
+      // multi-tensor AdamW kernel's work on a GPU.
+      adam_region.emplace(t, ir::make_composite(ir::CompositeKind::kAdam, loc, pn.name));
       Tensor new_m = add(mul(m, opt.b1, loc), mul(gp, 1.0 - opt.b1, loc), loc);
       Tensor new_v = add(mul(v, opt.b2, loc), mul(mul(gp, gp, loc), 1.0 - opt.b2, loc), loc);
       g.updates.push_back({m.id(), new_m.id()});
@@ -201,6 +211,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
         update = add(update, mul(w, opt.weight_decay, loc), loc);
     }
     Tensor new_w = sub(w, mul(update, lr, loc), loc);
+    adam_region.reset();
     g.updates.push_back({pid, new_w.id()});
   }
   g.updates.push_back({step.id(), count.id()});

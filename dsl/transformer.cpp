@@ -141,18 +141,29 @@ Tensor CausalSelfAttention::operator()(Tensor x, Tensor seed, SrcLoc loc) const 
   // is what reports heads % model != 0 at this line.
   Tensor fused = reshape(qkv(x), {b, t, h, 3 * d});
   fused = with_sharding_constraint(fused, P("batch", "seq", "heads", "kv"));
-  // (B, T, H, Dh) -> (B, H, T, Dh); the 1/sqrt(Dh) goes on q (T*Dh, not T*T, multiplies).
-  Tensor q =
-      mul(transpose(slice(fused, 3, 0, d), {0, 2, 1, 3}), 1.0 / std::sqrt(static_cast<double>(d)));
-  Tensor k_t = transpose(slice(fused, 3, d, d), {0, 2, 3, 1});    // (B, H, Dh, T)
-  Tensor v = transpose(slice(fused, 3, 2 * d, d), {0, 2, 1, 3});  // (B, H, T, Dh)
-  // Causal mask: key position j > query position i gets -1e9, which exp()
-  // turns into exactly 0 in fp32 and fp64 alike.
-  Tensor future = greater(iota({t, t}, 1), iota({t, t}, 0));  // (T, T)
-  Tensor scores = add(matmul(q, k_t), astype(mul(future, -1e9), q.dtype()));  // (B, H, T, T)
-  Tensor weights = maybe_dropout(softmax(scores, -1), dropout_, seed);
-  Tensor y = transpose(matmul(weights, v), {0, 2, 1, 3});  // (B, T, H, Dh)
-  y = proj(reshape(y, {b, t, h * d}));                     // row-parallel
+  Tensor y;
+  {
+    // From the packed projection to the heads' outputs: one composite
+    // region, an attention kernel's work on a GPU (ir::Composite).
+    ir::Composite attention = ir::make_composite(ir::CompositeKind::kAttention, loc);
+    attention.heads = h;
+    attention.head_dim = d;
+    attention.causal = true;
+    attention.dropout = seed.valid() ? dropout_ : 0.0;
+    CompositeScope region(*qkv.kernel.tracer(), std::move(attention));
+    // (B, T, H, Dh) -> (B, H, T, Dh); the 1/sqrt(Dh) goes on q (T*Dh, not T*T, multiplies).
+    Tensor q =
+        mul(transpose(slice(fused, 3, 0, d), {0, 2, 1, 3}), 1.0 / std::sqrt(static_cast<double>(d)));
+    Tensor k_t = transpose(slice(fused, 3, d, d), {0, 2, 3, 1});    // (B, H, Dh, T)
+    Tensor v = transpose(slice(fused, 3, 2 * d, d), {0, 2, 1, 3});  // (B, H, T, Dh)
+    // Causal mask: key position j > query position i gets -1e9, which exp()
+    // turns into exactly 0 in fp32 and fp64 alike.
+    Tensor future = greater(iota({t, t}, 1), iota({t, t}, 0));  // (T, T)
+    Tensor scores = add(matmul(q, k_t), astype(mul(future, -1e9), q.dtype()));  // (B, H, T, T)
+    Tensor weights = maybe_dropout(softmax(scores, -1), dropout_, seed);
+    y = transpose(matmul(weights, v), {0, 2, 1, 3});  // (B, T, H, Dh)
+  }
+  y = proj(reshape(y, {b, t, h * d}));  // row-parallel
   return maybe_dropout(y, dropout_, seed);
 }
 

@@ -31,6 +31,7 @@ class Builder {
     layer_ = forward.layer;
     repeat_ = forward.repeat;
     iteration_ = forward.iteration;
+    composite_ = forward.composite;
   }
 
   const Shape& shape(int id) const { return g_.nodes[id].shape; }
@@ -42,6 +43,7 @@ class Builder {
     n.layer = layer_;
     n.repeat = repeat_;
     n.iteration = iteration_;
+    n.composite = composite_;
     return g_.add(std::move(n));
   }
 
@@ -186,6 +188,7 @@ class Builder {
   int layer_ = -1;
   int repeat_ = -1;
   int iteration_ = -1;
+  int composite_ = -1;
 };
 
 bool contains(const std::vector<int>& v, int x) {

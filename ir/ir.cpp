@@ -16,6 +16,22 @@ const char* op_name(Op op) {
   return "?";
 }
 
+const char* composite_name(CompositeKind kind) {
+  switch (kind) {
+    case CompositeKind::kLayerNorm:
+      return "layer_norm";
+    case CompositeKind::kAttention:
+      return "attention";
+    case CompositeKind::kSoftmaxCrossEntropy:
+      return "softmax_cross_entropy";
+    case CompositeKind::kAdam:
+      return "adam";
+    case CompositeKind::kGlobalNorm:
+      return "global_norm";
+  }
+  return "?";
+}
+
 int op_arity(Op op) {
   switch (op) {
 #define SHARC_X(e, n, a) \

@@ -201,6 +201,42 @@ struct Repeat {
   SrcLoc loc;
 };
 
+// A composite region (Graph::composites; Node::composite): the ops one DSL
+// function traced that a GPU backend may run as one hand-written kernel
+// (runtime/gpu/kernel_set.h), as XLA's composite ops mark theirs. Autodiff
+// gives a gradient its forward node's region, so a region has a forward
+// part and a backward part (Node::backward); the partitioner gives the
+// nodes it makes for a node that node's region, the collectives included:
+// a collective inside a region is what keeps its kernel from running on
+// the region's local shapes (codegen/kernel_select.h). Regions do not nest:
+// inside one, the DSL traces no other.
+enum class CompositeKind {
+  kLayerNorm,            // layer_norm: normalise over the last axis, scale, shift
+  kAttention,            // softmax(q k^T / sqrt(d) + mask) v of CausalSelfAttention
+  kSoftmaxCrossEntropy,  // softmax_cross_entropy: the mean loss over the batch
+  kAdam,                 // one parameter's Adam / AdamW update (train_step)
+  kGlobalNorm,           // the gradients' global norm and clip factor (train_step)
+};
+const char* composite_name(CompositeKind kind);  // "layer_norm", "attention", ...
+
+struct Composite {
+  CompositeKind kind = CompositeKind::kLayerNorm;
+  std::string label;  // the module path traced in ("h/ln1"), or the parameter's (kAdam)
+  SrcLoc loc;         // the DSL call
+  // What a kernel's fit depends on beyond shapes and dtypes.
+  int64_t heads = 0, head_dim = 0;  // kAttention (global: the local head count is the partitioner's)
+  bool causal = false;              // kAttention
+  double dropout = 0.0;             // kAttention: on the attention weights
+  double eps = 0.0;                 // kLayerNorm
+};
+inline Composite make_composite(CompositeKind kind, SrcLoc loc, std::string label = "") {
+  Composite c;
+  c.kind = kind;
+  c.loc = std::move(loc);
+  c.label = std::move(label);
+  return c;
+}
+
 // Node::micro_batch of the optimizer step that follows all micro-batches.
 inline constexpr int kAfterMicroBatches = 1 << 30;
 
@@ -362,6 +398,11 @@ struct Node {
   int repeat = -1;
   int iteration = -1;
 
+  // The composite region (Graph::composites) whose DSL function traced this
+  // node, -1 outside one; autodiff, the partitioner and the passes copy it
+  // like `layer`.
+  int composite = -1;
+
   // Per-device programs: for the op partition_per_device lowers a node of the
   // global program to, how many nodes of the global program before that one
   // have the same op, name, `backward` and `remat` (-1 on the collectives and slices
@@ -437,6 +478,8 @@ struct Graph {
   std::vector<RematRule> remat;
   // The program's repeated layers (Node::repeat indexes them).
   std::vector<Repeat> repeats;
+  // The program's composite regions (Node::composite indexes them).
+  std::vector<Composite> composites;
   // While train_step traces micro-batch j (or the optimizer step), add()
   // stamps j (kAfterMicroBatches) on nodes that carry no micro-batch.
   int tracing_micro_batch = -1;

@@ -33,6 +33,7 @@ class Partitioner {
     out_.mesh = g.mesh;
     out_.pipeline = g.pipeline;
     out_.repeats = g.repeats;
+    out_.composites = g.composites;
     out_.partitioned = true;
   }
 
@@ -77,6 +78,7 @@ class Partitioner {
     if (n.layer < 0) n.layer = cur_->layer;
     if (n.repeat < 0) n.repeat = cur_->repeat;
     if (n.iteration < 0) n.iteration = cur_->iteration;
+    if (n.composite < 0) n.composite = cur_->composite;
     if (n.micro_batch < 0) n.micro_batch = cur_->micro_batch;
     // A reshard made for a gradient is part of the backward pass (the
     // emitter's parts and loops go by it), as the collectives are.

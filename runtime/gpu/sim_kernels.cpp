@@ -11,6 +11,7 @@
 
 #include "runtime/elementwise.h"
 #include "runtime/gpu/kernel_launches.h"
+#include "runtime/gpu/kernel_limits.h"
 
 namespace sharc::gpu {
 
@@ -22,9 +23,7 @@ size_t bias_grad_scratch(int rows, int cols) {
   return static_cast<size_t>(layernorm_slices(rows)) * static_cast<size_t>(cols);
 }
 
-bool attention_supports_head_dim(int head_dim) {
-  return head_dim == 16 || head_dim == 32 || head_dim == 64;
-}
+bool attention_supports_head_dim(int head_dim) { return attention_head_dim_supported(head_dim); }
 
 std::vector<TensorChunk> tensor_chunks(const std::vector<int64_t>& sizes) {
   std::vector<TensorChunk> chunks;

@@ -1,0 +1,147 @@
+// Kernel selection (codegen/kernel_select.h) on the GPT sample's training
+// program: the DSL marks layer_norm, attention, softmax_cross_entropy, each
+// parameter's AdamW update and the global norm as composite regions;
+// autodiff carries the marks to their gradients; the partitioner to the
+// nodes it makes. Asserted on the per-device program: which parts run as
+// which kernel, and the reason of each fallback (a head size without a
+// kernel, dropout on the attention weights, a collective inside a region).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_select.h"
+#include "codegen/pipeline.h"
+#include "samples/gpt2/model.h"
+
+namespace sharc {
+namespace {
+
+GPTConfig config(int64_t embed, int64_t heads, double dropout) {
+  GPTConfig c;
+  c.vocab = 16;
+  c.context = 8;
+  c.embed = embed;
+  c.heads = heads;
+  c.layers = 2;
+  c.dropout = dropout;
+  return c;
+}
+
+Lowered lowered(const GPTConfig& c, const std::string& mesh) {
+  const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
+    gpt2::build_train(b, c, /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2));
+  });
+  return lower(g, Mesh::parse(mesh, 8));
+}
+
+// kind forward|backward -> the kernels (or "fallback: reason") its parts got.
+std::multimap<std::string, std::string> choices(const ir::Graph& g) {
+  std::multimap<std::string, std::string> out;
+  for (const KernelChoice& k : select_kernels(g)) {
+    EXPECT_FALSE(k.nodes.empty());
+    out.emplace(std::string(ir::composite_name(g.composites[k.composite].kind)) + (k.backward ? " backward" : " forward"),
+                k.kernel.empty() ? "fallback: " + k.reason : k.kernel);
+  }
+  return out;
+}
+
+// Every part of `kind` got `what`, and there are `count` of them.
+void expect_all(const std::multimap<std::string, std::string>& c, const std::string& kind, const std::string& what,
+                size_t count) {
+  EXPECT_EQ(c.count(kind), count) << kind;
+  for (auto [it, end] = c.equal_range(kind); it != end; ++it) EXPECT_EQ(it->second, what) << kind;
+}
+
+TEST(KernelSelection, TheGptRunsItsRegionsAsKernelsOnTheMegatronMesh) {
+  // 4 heads of 16 on data=2,model=4: each device holds one whole head.
+  const Lowered l = lowered(config(64, 4, 0.0), "data=2,model=4");
+  const auto c = choices(l.partitioned);
+  // Two blocks' ln1 and ln2 and the final ln_f, whose features 'model' does
+  // not split.
+  expect_all(c, "layer_norm forward", "layernorm_forward", 5);
+  expect_all(c, "layer_norm backward", "layernorm_backward", 5);
+  expect_all(c, "attention forward", "attention_forward", 2);
+  expect_all(c, "attention backward", "attention_backward", 2);
+  // Every parameter's update.
+  size_t params = 0;
+  for (const ir::Node& n : l.partitioned.nodes)
+    params += n.op == ir::Op::kParameter && n.name.rfind("opt/", 0) != 0;
+  expect_all(c, "adam forward", "adamw", params);
+  // The tied embedding splits the logits' vocabulary over 'model', so the
+  // loss's logsumexp crosses devices; so does the norm of gradients that
+  // 'model' shards.
+  expect_all(c, "softmax_cross_entropy forward",
+             "fallback: the partitioner put a reduce_scatter over 'model' inside it: the mesh splits a dimension "
+             "the kernel needs whole",
+             1);
+  expect_all(c, "softmax_cross_entropy backward",
+             "fallback: the partitioner put an all_reduce over 'model' inside it: the mesh splits a dimension the "
+             "kernel needs whole",
+             1);
+  expect_all(c, "global_norm forward",
+             "fallback: the partitioner put an all_reduce over 'model' inside it: the mesh splits a dimension the "
+             "kernel needs whole",
+             1);
+  std::printf("%s", format_kernel_choices(l.partitioned, select_kernels(l.partitioned)).c_str());
+}
+
+// Data parallel, scanned blocks: every region whole on every device (the
+// gradients' all-reduce over 'data' follows the kernels that make them).
+TEST(KernelSelection, DataParallelRunsEveryRegionAsItsKernel) {
+  GPTConfig cfg = config(64, 4, 0.0);
+  cfg.scan = true;
+  const Lowered l = lowered(cfg, "data=8");
+  const auto c = choices(l.partitioned);
+  // Each layer of a scan is traced (the emitter writes the layers' code
+  // once, from the first): a region per layer.
+  expect_all(c, "layer_norm forward", "layernorm_forward", 5);
+  expect_all(c, "layer_norm backward", "layernorm_backward", 5);
+  expect_all(c, "attention forward", "attention_forward", 2);
+  expect_all(c, "attention backward", "attention_backward", 2);
+  expect_all(c, "softmax_cross_entropy forward", "cross_entropy", 1);
+  expect_all(c, "softmax_cross_entropy backward", "cross_entropy", 1);
+  expect_all(c, "global_norm forward", "global_norm", 1);
+}
+
+TEST(KernelSelection, AHeadSizeWithoutAKernelFallsBackSayingWhy) {
+  // 4 heads of 24.
+  const Lowered l = lowered(config(96, 4, 0.0), "data=2,model=4");
+  const auto c = choices(l.partitioned);
+  const std::string why = "fallback: head size 24: the attention kernels are built for 16, 32, 64";
+  expect_all(c, "attention forward", why, 2);
+  expect_all(c, "attention backward", why, 2);
+  expect_all(c, "layer_norm forward", "layernorm_forward", 5);  // the rest still fits
+}
+
+TEST(KernelSelection, DropoutOnTheAttentionWeightsFallsBack) {
+  const Lowered l = lowered(config(64, 4, 0.1), "data=8");
+  const auto c = choices(l.partitioned);
+  expect_all(c, "attention forward", "fallback: dropout 0.1 on the attention weights: the attention kernels have none",
+             2);
+}
+
+// A layer norm over a feature axis the mesh splits needs its statistics
+// summed across devices: a collective inside the region, so no kernel.
+TEST(KernelSelection, ACollectiveInsideARegionFallsBack) {
+  const ir::Graph g = trace("ln", [](ProgramBuilder& b) {
+    Scope s = b.scope();
+    Tensor x = b.input("x", {8, 16}, P(None, "model"));
+    Param scale = s.param("scale", {16}, with_partitioning(ones(), P("model")));
+    Param bias = s.param("bias", {16}, with_partitioning(zeros(), P("model")));
+    b.output("y", layer_norm(x, scale, bias), P(None, "model"));
+  });
+  const Lowered l = lower(g, Mesh::parse("model=2", 2));
+  const std::vector<KernelChoice> k = select_kernels(l.partitioned);
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_EQ(k[0].kernel, "");
+  EXPECT_NE(k[0].reason.find("inside it: the mesh splits a dimension the kernel needs whole"), std::string::npos)
+      << k[0].reason;
+  EXPECT_EQ(k[0].reason.rfind("the partitioner put a", 0), 0u) << k[0].reason;
+  EXPECT_NE(format_kernel_choices(l.partitioned, k).find(" layer_norm forward: falls back: the partitioner put a"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace sharc
