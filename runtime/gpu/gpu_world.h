@@ -1,0 +1,63 @@
+// GPU worlds: rt::World whose devices are GPUs, each with its kernels and
+// its device memory (gpu::KernelSet), as the generated CUDA programs will
+// run on them (issue 35). The World side is unchanged: a device's rank,
+// communicator, memory account and timeline, run() over the local devices.
+//
+//  - SimGpuWorld: N devices on the block simulator. Device memory is host
+//    memory and every device is a device of a ThreadWorld, so collectives
+//    run on device buffers directly through the ThreadWorld's ring
+//    communicators: the bytes each device sends equal a ThreadWorld's
+//    running the same collectives, and so the cost report's.
+//  - CudaWorld (N virtual devices on one GPU) and NcclWorld (a GPU per rank)
+//    are to come.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/gpu/kernel_set.h"
+#include "runtime/thread_world.h"
+#include "runtime/world.h"
+
+namespace sharc::gpu {
+
+class GpuWorld : public rt::World {
+ public:
+  // Local device `rank`'s kernels and memory; throws std::out_of_range for a
+  // rank this process does not drive.
+  virtual KernelSet& kernels(int rank) = 0;
+  // Whether device pointers are host pointers (the simulator): a program
+  // may then hand device buffers to comm(rank) as they are.
+  virtual bool device_memory_is_host() const = 0;
+};
+
+class SimGpuWorld final : public GpuWorld {
+ public:
+  // Throws std::invalid_argument as ThreadWorld does.
+  explicit SimGpuWorld(rt::MeshShape mesh);
+
+  const rt::MeshShape& mesh() const override { return threads_.mesh(); }
+  int process() const override { return 0; }
+  int processes() const override { return 1; }
+  std::vector<int> local_ranks() const override { return threads_.local_ranks(); }
+  bool is_local(int rank) const override { return threads_.is_local(rank); }
+  rt::Communicator& comm(int rank) override { return threads_.comm(rank); }
+  rt::DeviceMemory& memory(int rank) override { return threads_.memory(rank); }
+  rt::Timeline& timeline(int rank) override { return threads_.timeline(rank); }
+  void run(const std::function<void(int rank)>& fn) override { threads_.run(fn); }
+  std::vector<std::string> all_gather_host(const std::string& mine) override {
+    return threads_.all_gather_host(mine);
+  }
+  rt::CommStats local_stats() const override { return threads_.local_stats(); }
+
+  KernelSet& kernels(int rank) override;
+  bool device_memory_is_host() const override { return true; }
+
+  // The devices' threads (set_device_threads, set_clock, set_recv_timeout, ...).
+  rt::ThreadWorld& threads() { return threads_; }
+
+ private:
+  rt::ThreadWorld threads_;
+};
+
+}  // namespace sharc::gpu
