@@ -35,15 +35,15 @@ std::string kernel_for(CompositeKind kind, bool backward) {
 // between two of the part's own nodes splits its computation; one that only
 // feeds the part (an input gathered first) or only leaves it (a parameter
 // gradient all-reduced after) runs before or after the kernel.
-std::string misfit(const ir::Graph& g, const ir::Composite& c, const std::vector<int>& nodes,
-                   const std::vector<std::vector<int>>& users) {
+std::string misfit(const ir::Graph& g, const ir::Composite& c, const std::vector<int>& nodes) {
   const std::set<int> in(nodes.begin(), nodes.end());
   for (int id : nodes) {
     const ir::Node& n = g.nodes[id];
     if (!ir::is_collective(n.op) && n.op != ir::Op::kRingDot) continue;
     bool from_inside = false, to_inside = false;
     for (int a : n.args) from_inside = from_inside || in.count(a);
-    for (int u : users[id]) to_inside = to_inside || in.count(u);
+    for (int other : nodes)
+      for (int a : g.nodes[other].args) to_inside = to_inside || a == id;
     if (from_inside && to_inside) {
       std::string axes;
       for (const std::string& a : n.axes) axes += (axes.empty() ? "'" : ", '") + a + "'";
@@ -82,17 +82,13 @@ std::vector<KernelChoice> select_kernels(const ir::Graph& g) {
                      std::to_string(n.composite) + " of " + std::to_string(g.composites.size()));
     parts[{n.composite, n.backward}].push_back(static_cast<int>(i));
   }
-  std::vector<std::vector<int>> users(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (int a : g.nodes[i].args)
-      if (a >= 0) users[a].push_back(static_cast<int>(i));
   std::vector<KernelChoice> out;
   for (auto& [key, nodes] : parts) {
     const ir::Composite& c = g.composites[key.first];
     KernelChoice k;
     k.composite = key.first;
     k.backward = key.second;
-    k.reason = misfit(g, c, nodes, users);
+    k.reason = misfit(g, c, nodes);
     if (k.reason.empty()) k.kernel = kernel_for(c.kind, k.backward);
     k.nodes = std::move(nodes);
     out.push_back(std::move(k));

@@ -57,6 +57,9 @@ uint32_t crc32_of(const std::byte* data, size_t n) {
   }
   return static_cast<uint32_t>(crc);
 }
+uint32_t crc32_of(std::string_view text) {
+  return crc32_of(reinterpret_cast<const std::byte*>(text.data()), text.size());
+}
 
 // The CRC-32 of every `chunk`-byte piece of [data, data + n) (the last one
 // shorter), and of the whole, combined from them.
@@ -164,7 +167,7 @@ std::vector<std::string> exchange_or_fail(const CheckpointTarget& target, const 
 uint32_t index_crc(json index) {
   index.erase("crc32");
   const std::string text = index.dump();
-  return crc32_of(reinterpret_cast<const std::byte*>(text.data()), text.size());
+  return crc32_of(text);
 }
 
 }  // namespace
@@ -239,7 +242,7 @@ fs::path save_checkpoint(const CheckpointTarget& target, const fs::path& dir, co
                                    {"chunk_crc32", chunks}}}});
     }
     return json{{"header", {{"bytes", head.size()},
-                            {"crc32", crc32_of(reinterpret_cast<const std::byte*>(head.data()), head.size())}}},
+                            {"crc32", crc32_of(head)}}},
                 {"shards", shards}}
         .dump();
   });
@@ -584,7 +587,7 @@ RestoreResult restore_checkpoint(const CheckpointTarget& target, const fs::path&
         if (auto h = index.headers.find(name); h != index.headers.end()) {
           const std::string& head = f->header_bytes();
           if (head.size() != h->second.bytes ||
-              crc32_of(reinterpret_cast<const std::byte*>(head.data()), head.size()) != h->second.crc32)
+              crc32_of(head) != h->second.crc32)
             fail(p.string() + ": its header (tensor names and byte ranges) fails its CRC-32 check: the file is "
                  "corrupt");
         }

@@ -281,6 +281,26 @@ float mlp_step(mlp::Program& p, int step) {
   return out.values.at("loss")[0];
 }
 
+// Restores checkpoint `bad` into `p`: expects it refused with a message
+// naming `file`, and every parameter of `p` bit for bit as it was. Returns
+// the message.
+template <class Program>
+std::string expect_refused(Program& p, const fs::path& bad, const fs::path& file, const std::string& label) {
+  const auto before = parameters_of(p);
+  std::string what;
+  try {
+    restore(p, bad);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  expect(!what.empty(), label + "restored");
+  expect(what.find(file.string()) != std::string::npos, label + "the message: " + what);
+  const auto after = parameters_of(p);
+  for (const auto& [name, v] : before)
+    expect(same_bits(v, after.at(name)), label + "parameter " + name + " changed by the failed restore");
+  return what;
+}
+
 void checkpoint_case(MpiWorld& mpi, const fs::path& dir) {
   // One process's save restores onto 2 processes: process 0 saves a
   // thread-world program after 3 steps; every process trains the same
@@ -358,41 +378,19 @@ void checkpoint_case(MpiWorld& mpi, const fs::path& dir) {
       std::fclose(fp);
     }
     mpi.all_gather_host("");  // corrupted
+    const std::string label = "checkpoint: a flipped bit in " + file + ": ";
     mlp::Program p(mpi);
     p.init(5);
-    const auto before = parameters_of(p);
-    std::string what;
-    try {
-      restore(p, bad);
-    } catch (const std::exception& e) {
-      what = e.what();
-    }
-    const std::string label = "checkpoint: a flipped bit in " + file + ": ";
-    expect(!what.empty(), label + "restored on process " + std::to_string(mpi.process()));
-    expect(what.find((bad / file).string()) != std::string::npos, label + "the message: " + what);
-    const auto after = parameters_of(p);
-    for (const auto& [name, v] : before)
-      expect(same_bits(v, after.at(name)), label + "parameter " + name + " changed by the failed restore");
+    const std::string what =
+        expect_refused(p, bad, bad / file, label + "on process " + std::to_string(mpi.process()) + ": ");
     if (mpi.process() == 0) std::printf("checkpoint: a flipped bit in %s: refused (%s)\n", file.c_str(), what.c_str());
     // And onto another process count and mesh: process 0 alone, fsdp=8 on
     // a thread world.
     if (mpi.process() == 0) {
-      namespace f8 = sharc_gen::mlp_train_fsdp8;
-      ThreadWorld threads(f8::mesh_shape());
-      f8::Program one(threads);
+      ThreadWorld threads(sharc_gen::mlp_train_fsdp8::mesh_shape());
+      sharc_gen::mlp_train_fsdp8::Program one(threads);
       one.init(6);
-      const auto had = parameters_of(one);
-      std::string why;
-      try {
-        restore(one, bad);
-      } catch (const std::exception& e) {
-        why = e.what();
-      }
-      expect(why.find((bad / file).string()) != std::string::npos,
-             label + "one process on fsdp=8: the message: " + why);
-      const auto now = parameters_of(one);
-      for (const auto& [name, v] : had)
-        expect(same_bits(v, now.at(name)), label + "one process on fsdp=8: parameter " + name + " changed");
+      expect_refused(one, bad, bad / file, label + "one process on fsdp=8: ");
     }
     mpi.all_gather_host("");
   }
