@@ -4,7 +4,7 @@
 #
 #   sharc_add_program(NAME SOURCE model.cpp [PROGRAM registered-name]
 #                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR]
-#                     [CPP_FILES n] [OPTIONS name=value...])
+#                     [CPP_FILES n] [OPTIONS name=value...] [BACKEND cpu|cuda])
 #
 #  0. when SOURCE marks functions SHARC_ELEMENTWISE (dsl/lift.h), or LIFT is
 #     given (for marked functions in a header SOURCE includes), runs sharc-lift
@@ -38,6 +38,14 @@
 #     <build>/sharc_generated/NAME/NAME_schedule.svg;
 #  5. adds the target NAME_explain (not built by default), which prints what
 #     NAME_explain.txt holds (the generator's --explain).
+#
+# BACKEND cuda (default cpu) writes the step as CUDA: NAME.cu and its part
+# files (.cu), whose statements are kernels in sharc's dialect, cuBLASLt GEMMs
+# through the device's KernelSet, and collectives on device buffers. Each .cu
+# compiles twice: into NAME with the host compiler, for the block simulator
+# (a gpu::SimGpuWorld runs it), and into NAME_device with nvcc for the GPU.
+# It needs sharc built with SHARC_ENABLE_CUDA (nvcc found); without it
+# configuring stops at the call. The API (NAME.h) is the CPU program's.
 #
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
 # when one axis is -1). OPTIONS are generation-time integers the model reads
@@ -205,7 +213,7 @@ endfunction()
 
 function(sharc_add_program NAME)
   set(options DUMP_IR LIFT)
-  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES)
+  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "OPTIONS")
   set(keywords "${one_value};OPTIONS;${options}")
   string(REPLACE ";" ", " keywords "${keywords}")
@@ -257,6 +265,18 @@ function(sharc_add_program NAME)
   if(NOT ARG_CPP_FILES MATCHES "^[1-9][0-9]*$" OR ARG_CPP_FILES GREATER 1000)
     _sharc_fail(${NAME} "CPP_FILES ${ARG_CPP_FILES} is not a number of files from 1 to 1000 (the most "
                         ".cpp files the generated step is spread over, e.g. CPP_FILES 8)")
+  endif()
+  if(NOT DEFINED ARG_BACKEND)
+    set(ARG_BACKEND cpu)
+  endif()
+  if(NOT ARG_BACKEND MATCHES "^(cpu|cuda)$")
+    _sharc_fail(${NAME} "BACKEND ${ARG_BACKEND} is not a backend: BACKEND cpu (the default: C++ for "
+                        "device threads) or BACKEND cuda (CUDA kernels, run on a gpu::GpuWorld)")
+  endif()
+  if(ARG_BACKEND STREQUAL "cuda" AND NOT SHARC_ENABLE_CUDA)
+    _sharc_fail(${NAME} "BACKEND cuda needs sharc built with SHARC_ENABLE_CUDA=ON (nvcc compiles each "
+                        "generated .cu for the GPU besides the simulator's build), but SHARC_ENABLE_CUDA "
+                        "is OFF or nvcc was not found; install the CUDA toolkit or use BACKEND cpu")
   endif()
   set(option_args "")
   foreach(option IN LISTS ARG_OPTIONS)
@@ -322,12 +342,17 @@ function(sharc_add_program NAME)
   endif()
 
   set(out_dir ${CMAKE_BINARY_DIR}/sharc_generated/${NAME})
-  set(outputs ${out_dir}/${NAME}.h ${out_dir}/${NAME}_step.h ${out_dir}/${NAME}.cpp)
+  set(ext cpp)
+  if(ARG_BACKEND STREQUAL "cuda")
+    set(ext cu)
+  endif()
+  set(sources ${out_dir}/${NAME}.${ext})
   if(ARG_CPP_FILES GREATER 1)
     foreach(part RANGE 2 ${ARG_CPP_FILES})
-      list(APPEND outputs ${out_dir}/${NAME}_part${part}.cpp)
+      list(APPEND sources ${out_dir}/${NAME}_part${part}.${ext})
     endforeach()
   endif()
+  set(outputs ${out_dir}/${NAME}.h ${out_dir}/${NAME}_step.h ${sources})
   # This call's place, for the notes under the generator's errors: the
   # calling CMakeLists.txt (relative to the top project, as the model's
   # lines are), and the line of the call when NAME is written there once
@@ -349,7 +374,7 @@ function(sharc_add_program NAME)
                   --name ${NAME} --source-root ${CMAKE_SOURCE_DIR} ${option_args}
                   --called-from ${called_from})
   set(args ${common_args} --namespace ${ARG_NAMESPACE} --cpp-files ${ARG_CPP_FILES}
-           --out-dir ${out_dir} --templates ${templates_dir})
+           --backend ${ARG_BACKEND} --out-dir ${out_dir} --templates ${templates_dir})
   if(ARG_DUMP_IR)
     list(APPEND args --dump-ir ${out_dir}/ir)
   endif()
@@ -360,10 +385,39 @@ function(sharc_add_program NAME)
     COMMENT "sharc: generating ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     VERBATIM)
 
-  add_library(${NAME} STATIC ${outputs})
+  separate_arguments(_sharc_arch UNIX_COMMAND "${SHARC_ARCH_FLAGS}")
+  if(ARG_BACKEND STREQUAL "cuda")
+    # Each generated .cu compiles twice: the library NAME builds it with the
+    # host compiler for the block simulator (gpu::SimGpuWorld), NAME_device
+    # with nvcc for the GPU. Both build it through a one-line source that
+    # includes it (a source file has one language per directory).
+    set_source_files_properties(${sources} PROPERTIES HEADER_FILE_ONLY TRUE)
+    set(sim_sources "")
+    set(device_sources "")
+    foreach(cu IN LISTS sources)
+      cmake_path(GET cu STEM stem)
+      file(CONFIGURE OUTPUT ${out_dir}/build/${stem}_sim.cpp
+           CONTENT "// The simulator's build of ${stem}.cu (cmake/sharc.cmake).\n#include \"${stem}.cu\"\n")
+      file(CONFIGURE OUTPUT ${out_dir}/build/${stem}_device.cu
+           CONTENT "// nvcc's build of ${stem}.cu (cmake/sharc.cmake).\n#include \"${stem}.cu\"\n")
+      list(APPEND sim_sources ${out_dir}/build/${stem}_sim.cpp)
+      list(APPEND device_sources ${out_dir}/build/${stem}_device.cu)
+    endforeach()
+    add_library(${NAME} STATIC ${outputs} ${sim_sources})
+    target_link_libraries(${NAME} PUBLIC sharc::runtime sharc::gpu)
+    add_library(${NAME}_device STATIC ${outputs} ${device_sources})
+    target_include_directories(${NAME}_device PUBLIC ${out_dir})
+    target_link_libraries(${NAME}_device PUBLIC sharc::runtime sharc::gpu)
+    set_target_properties(${NAME}_device PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
+    target_compile_options(${NAME}_device PRIVATE --expt-relaxed-constexpr -Xcompiler=-fno-math-errno)
+    if(SHARC_WERROR)
+      target_compile_options(${NAME}_device PRIVATE --Werror=all-warnings)
+    endif()
+  else()
+    add_library(${NAME} STATIC ${outputs})
+  endif()
   target_include_directories(${NAME} PUBLIC ${out_dir})
   target_link_libraries(${NAME} PUBLIC sharc::runtime)
-  separate_arguments(_sharc_arch UNIX_COMMAND "${SHARC_ARCH_FLAGS}")
   target_compile_options(${NAME} PRIVATE -O3 ${_sharc_arch} -ffp-contract=off -fno-math-errno
                          -fno-trapping-math)
   # Generated code compiles with the project's warnings but is not linted.
@@ -375,9 +429,10 @@ function(sharc_add_program NAME)
     COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     USES_TERMINAL VERBATIM)
   add_custom_target(${NAME}_explain
-    COMMAND ${generator} ${common_args} --cpp-files ${ARG_CPP_FILES} --templates ${templates_dir} --explain
+    COMMAND ${generator} ${common_args} --cpp-files ${ARG_CPP_FILES} --backend ${ARG_BACKEND}
+            --templates ${templates_dir} --explain
     DEPENDS ${generator}
-    COMMENT "sharc: what each model line of ${NAME} became in ${NAME}.cpp"
+    COMMENT "sharc: what each model line of ${NAME} became in ${NAME}.${ext}"
     USES_TERMINAL VERBATIM)
 
   # What sharc_add_golden_test needs to generate this program again; the
@@ -386,7 +441,7 @@ function(sharc_add_program NAME)
   set_target_properties(${NAME} PROPERTIES
     SHARC_GENERATED_DIR ${out_dir}
     SHARC_GENERATOR ${generator}
-    SHARC_GENERATOR_ARGS "${common_args};--namespace;${ARG_NAMESPACE};--cpp-files;${ARG_CPP_FILES};--templates;${templates_dir}"
+    SHARC_GENERATOR_ARGS "${common_args};--namespace;${ARG_NAMESPACE};--cpp-files;${ARG_CPP_FILES};--backend;${ARG_BACKEND};--templates;${templates_dir}"
     SHARC_REPORT_ARGS "${common_args}"
     SHARC_TEMPLATE_FILES "${templates}")
 endfunction()

@@ -37,8 +37,11 @@ EmittedFiles CpuEmitter::run() {
                            "templates/program.h");
   f.step_header = fill_template(o_.templates.step_header,
                                 with({{"SHARC_HEADER_NAME", o_.header_name},
-                                      {"SHARC_SOURCE_NAME", source_file_name(stem, 0)},
+                                      {"SHARC_SOURCE_NAME", source_file_name(stem, 0, o_.backend)},
                                       {"SHARC_DEVICE_FIELDS", device_fields()},
+                                      {"SHARC_BACKEND_INCLUDES",
+                                       cuda() ? "\n#include \"runtime/gpu/device_ops.h\"\n#include \"runtime/gpu/gpu_world.h\"" : ""},
+                                      {"SHARC_BACKEND_ALIASES", cuda() ? "\nnamespace gpu = sharc::gpu;" : ""},
                                       {"SHARC_STEP_STRUCT", step_struct_}}),
                                 "templates/program_step.h");
   // Everything of the main source but its share of the step, made once.
@@ -97,7 +100,7 @@ EmittedFiles CpuEmitter::run() {
   };
   std::vector<std::string> elsewhere;
   for (int k = 1; k < files; ++k)
-    if (!in_file[k].empty()) elsewhere.push_back(source_file_name(stem, k) + " (" + range(k) + ")");
+    if (!in_file[k].empty()) elsewhere.push_back(source_file_name(stem, k, o_.backend) + " (" + range(k) + ")");
   std::string where;
   if (elsewhere.empty())
     where = "all of them are below, after forward_device().";
@@ -113,7 +116,7 @@ EmittedFiles CpuEmitter::run() {
         "Part " + std::to_string(k + 1) + " of " + std::to_string(files) + " of program " + o_.program + "'s step: ";
     if (in_file[k].empty()) {  // nothing to compile, not even the headers
       f.parts.push_back(banner() + "\n//\n// " +
-                        comment_lines(head + "empty. The step fits in fewer files (" + source_file_name(stem, 0) +
+                        comment_lines(head + "empty. The step fits in fewer files (" + source_file_name(stem, 0, o_.backend) +
                                           " says where it is).",
                                       3) +
                         "\n");
@@ -122,7 +125,7 @@ EmittedFiles CpuEmitter::run() {
     const std::string title = head + range(k) + ".";
     f.parts.push_back(fill_template(o_.templates.part,
                                     with({{"SHARC_PART_TITLE", comment_lines(title, 3)},
-                                          {"SHARC_SOURCE_NAME", source_file_name(stem, 0)},
+                                          {"SHARC_SOURCE_NAME", source_file_name(stem, 0, o_.backend)},
                                           {"SHARC_STEP_HEADER_NAME", step_header_name(stem)},
                                           {"SHARC_STEP_PARTS", definitions(k).substr(1)}}),
                                     "templates/program_part.cpp"));
@@ -204,6 +207,8 @@ std::vector<CpuEmitter::Chunk> CpuEmitter::step_chunks() {
     c.marks_begin = marks_->size();
     emit_mark(w, stmts[k]);
     emit_stmt(w, stmts[k]);
+    c.kernels = std::move(pending_kernels_);
+    pending_kernels_.clear();
     c.marks_end = marks_->size();
     c.declares.assign(declared_.begin() + static_cast<std::ptrdiff_t>(before), declared_.end());
     for (int r : plan_.frees_after[k]) {
@@ -467,9 +472,11 @@ std::string CpuEmitter::split_step(const std::vector<Chunk>& chunks, const std::
   st.line("const Inputs& in;");
   st.line("Outputs& out;");
   st.line("int rank;");
+  if (cuda()) st.line("gpu::DeviceContext gpu_dev;  // the device's kernels, transfers and stream");
   st.line(type + "(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,");
   st.line(std::string(type.size() + 1, ' ') + "rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)");
-  st.line("    : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_) {}");
+  st.line("    : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_)" +
+          std::string(cuda() ? ",\n      gpu_dev(gpu::device_context(world, rank_, kProgram))" : "") + " {}");
   st.line();
   for (const auto& [v, p] : declared) {
     // No shapes here (the assignment has them), so a mesh changes only the
@@ -500,6 +507,8 @@ std::string CpuEmitter::split_step(const std::vector<Chunk>& chunks, const std::
 
   for (size_t p = 0; p < parts.size(); ++p) {
     CodeWriter fn(0);
+    for (int k : parts[p].chunks)  // CUDA: the kernels the part launches
+      if (!chunks[k].kernels.empty()) fn.text(chunks[k].kernels);
     fn.line("// " + parts[p].what);
     fn.open("void " + qualified + "::" + parts[p].name + (parts[p].loop >= 0 ? "(int64_t l)" : "()"));
     fn.text(raw[p]);
@@ -597,7 +606,7 @@ void CpuEmitter::emit_updates(CodeWriter& w) {
     const std::string n = std::to_string(ir::num_elements(g_[u.value].shape));
     w.line("rt::Buffer " + t + "(" + n + ", &mem, rt::uninitialized, rt::persistent);  // \"" +
            g_[u.value].name + "\" as the step found it");
-    w.line("rt::copy(" + ptr(u.value) + ", " + t + ".data(), " + n + ");");
+    w.line(call("copy") + ptr(u.value) + ", " + t + ".data(), " + n + ");");
     snapshot[u.value] = t;
   }
   for (auto& u : g_.updates) {
@@ -616,9 +625,9 @@ void CpuEmitter::emit_updates(CodeWriter& w) {
     } else if (snapshot.count(u.value)) {
       const std::string t = snapshot[u.value];
       w.line(last ? dst + " = std::move(" + t + ");"
-                  : "rt::copy(" + t + ".data(), " + dst + ".data(), " + n + ");");
+                  : call("copy") + t + ".data(), " + dst + ".data(), " + n + ");");
     } else if (v.op == Op::kParameter || !last) {
-      w.line("rt::copy(" + ptr(u.value) + ", " + dst + ".data(), " + n + ");");
+      w.line(call("copy") + ptr(u.value) + ", " + dst + ".data(), " + n + ");");
     } else {
       w.line(dst + " = std::move(" + var_[u.value] + ");");
     }
@@ -666,9 +675,12 @@ std::string fill_template(const std::string& text,
 
 std::string step_header_name(const std::string& stem) { return stem + "_step.h"; }
 
-std::string source_file_name(const std::string& stem, int file) {
-  return file == 0 ? stem + ".cpp" : stem + "_part" + std::to_string(file + 1) + ".cpp";
+std::string source_file_name(const std::string& stem, int file, Backend backend) {
+  const std::string ext = backend == Backend::kCuda ? ".cu" : ".cpp";
+  return file == 0 ? stem + ext : stem + "_part" + std::to_string(file + 1) + ext;
 }
+
+const char* backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "cpu"; }
 
 EmitTemplates load_templates(const std::string& dir) {
   auto read = [&](const std::string& file) {

@@ -37,6 +37,14 @@ struct EmitTemplates {
 // file.
 EmitTemplates load_templates(const std::string& dir);
 
+// What the generated program runs on. kCpu: C++ for device threads
+// (rt::ThreadWorld, rt::MpiWorld). kCuda: the same program with its
+// statements as GPU kernels and library calls, in .cu sources that compile
+// twice, by nvcc for a GPU and by the host compiler for the block simulator;
+// it runs on a gpu::GpuWorld (runtime/gpu/gpu_world.h).
+enum class Backend { kCpu, kCuda };
+const char* backend_name(Backend b);  // "cpu", "cuda"
+
 struct EmitOptions {
   std::string program;        // the registered program name, e.g. "dot_relu_dot"
   std::string cpp_namespace;  // e.g. "sharc_gen::dot_relu_dot"
@@ -48,6 +56,7 @@ struct EmitOptions {
   // kLinesPerFile lines to a file, in order; the files a small program does
   // not need are written empty (the build names them all in advance).
   int files = 1;
+  Backend backend = Backend::kCpu;
   EmitTemplates templates;
 };
 
@@ -57,9 +66,9 @@ inline constexpr int kLinesPerFile = 2000;
 
 // The generated files of a program whose header is STEM.h: the private header
 // STEM_step.h, and file k of the step's sources (0: STEM.cpp, else
-// STEM_part<k+1>.cpp).
+// STEM_part<k+1>.cpp; .cu for Backend::kCuda).
 std::string step_header_name(const std::string& stem);
-std::string source_file_name(const std::string& stem, int file);
+std::string source_file_name(const std::string& stem, int file, Backend backend = Backend::kCpu);
 
 // One mark on a device's timeline in the generated source: a line
 // `timeline.op(...)` before a kernel or `timeline.comm_op(...)` before a

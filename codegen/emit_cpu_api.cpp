@@ -76,6 +76,7 @@ std::string CpuEmitter::ptr(int v) const {
 }
 
 std::string CpuEmitter::elem_at(int v, const std::string& index) const {
+  if (in_kernel_) return in_kernel_->param.at(v) + "[" + index + "]";
   return (g_[v].op == Op::kParameter ? "dev." : "") + var_[v] + "[" + index + "]";
 }
 
@@ -330,6 +331,8 @@ uint64_t CpuEmitter::arena_bytes() const {
 
 std::string CpuEmitter::device_setup() const {
   CodeWriter w(2);
+  if (cuda())
+    w.line("gpu::device_context(world, rank, kProgram);  // refuses a world that is not a gpu::GpuWorld");
   w.line("mem.reserve_arena(" + std::to_string(arena_bytes()) +
          ");  // the step's buffers (rt::StepArena), placed as the buffer plan replays them");
   for (size_t k = 0; k < mesh_.axes().size(); ++k)

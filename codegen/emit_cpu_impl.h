@@ -285,14 +285,14 @@ class CpuEmitter {
              ", &mem, rt::uninitialized);  // " +
              ir::shape_str(moved, dtype) + ": " + role + " as " +
              (role == "lhs" ? "(batch, free, contract)" : "(batch, contract, free)"));
-      w.line("rt::transpose(" + x + ", " + braced(shape) + ", " + braced(perm) + ", " + t +
+      w.line(call("transpose") + x + ", " + braced(shape) + ", " + braced(perm) + ", " + t +
              ".data());");
       temps.push_back(t);
       return t + ".data()";
     };
     if (layout.transpose_lhs) lp = transposed(ls, lp, layout.lhs_perm, "lhs");
     if (layout.transpose_rhs) rp = transposed(rs, rp, layout.rhs_perm, "rhs");
-    w.line("rt::gemm(/*batch=*/" + std::to_string(B) + ", /*M=*/" + std::to_string(M) + ", /*N=*/" +
+    w.line((cuda() ? "gpu::gemm(gpu_dev, /*batch=*/" : "rt::gemm(/*batch=*/") + std::to_string(B) + ", /*M=*/" + std::to_string(M) + ", /*N=*/" +
            std::to_string(N) + ", /*K=*/" + std::to_string(K) + ",");
     w.line("         " + lp + (layout.trans_lhs ? ", /*trans_a=*/true, " : ", false, ") + rp +
            (layout.trans_rhs ? ", /*trans_b=*/true, " : ", false, ") + out_expr + ");");
@@ -374,6 +374,36 @@ class CpuEmitter {
   static Window window(const Shape& in, const Shape& out, int d);
 
   void emit_stmt(CodeWriter& w, const Stmt& s);
+
+  // ---- the CUDA renderer (emit_cuda_stmt.cpp) ---------------------------
+  //
+  // With Backend::kCuda the same plan is printed with every statement on
+  // the device: runtime calls go to runtime/gpu/device_ops.h on the step's
+  // gpu_dev (call()), a fusion group becomes a kernel in the dialect
+  // (emit_fused, with the kernel's text going before the part that
+  // launches it), and inputs and outputs cross between the caller's host
+  // arrays and device buffers. Collectives take the device buffers as they
+  // are.
+
+  bool cuda() const { return o_.backend == Backend::kCuda; }
+  // The opening of a runtime call: "rt::copy(" for the CPU, "gpu::copy(gpu_dev, "
+  // for CUDA.
+  std::string call(const std::string& fn) const {
+    return cuda() ? "gpu::" + fn + "(gpu_dev, " : "rt::" + fn + "(";
+  }
+  // Refuses, naming the model line, what the CUDA renderer does not render yet.
+  void cuda_unsupported(const Node& v, const std::string& what) const;
+  // A fusion group's kernel: its name and parameters (the buffers it reads,
+  // then those it writes), set while emit_fused writes its body.
+  struct FusedKernel {
+    std::string name;
+    std::map<int, std::string> param;  // value -> the kernel parameter that points at it
+    std::vector<int> reads, writes;
+  };
+  FusedKernel fused_kernel(const Stmt& s) const;
+  // The kernel's definition (its loop body written by emit_fused) for
+  // pending_kernels_, and the launch at the statement.
+  void finish_fused_kernel(CodeWriter& w, const Stmt& s, const FusedKernel& k, const std::string& body);
 
   // Each device writes its block of every output into the block the caller
   // bound for it, if any, and into the caller's global array, if any. A block
@@ -467,6 +497,7 @@ class CpuEmitter {
     std::string heading;  // a pipeline stage's unit title, at the first statement of a unit
     std::string rule;     // the section's rule line, "" inside a section
     std::string text;     // the statement, its mark and the buffers freed after it
+    std::string kernels;  // CUDA: the kernels it launches, defined before its part
     std::vector<int> declares;  // the values whose buffers it makes (declare())
     int lines = 0;
     int unit = -1;             // a pipeline stage's unit (StagePlan::units), -1 for a whole program
@@ -578,6 +609,11 @@ class CpuEmitter {
   };
   std::vector<Loop> loops_;
   std::vector<int> declared_;
+  // CUDA: the kernel definitions the statement being written needs (moved
+  // into its Chunk), and the kernel whose body is being written (elem_at
+  // then names its parameters).
+  std::string pending_kernels_;
+  const FusedKernel* in_kernel_ = nullptr;
   const EmissionPlan ep_;
   const BufferPlan& plan_;
   const std::vector<std::string>& var_;

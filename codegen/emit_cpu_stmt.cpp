@@ -131,6 +131,15 @@ void CpuEmitter::emit_fused(CodeWriter& w, const Stmt& s) {
   w.line(describe(anchor(s), s.reads, what));
   w.line(declare(s.node, /*writes_all=*/true));
   for (int t : s.stores) w.line(declare(t, /*writes_all=*/true));
+  // CUDA: the loop is the body of a kernel, written to kw, whose parameters
+  // elem_at() names; the statement launches it.
+  std::optional<FusedKernel> kernel;
+  CodeWriter kw(1);
+  if (cuda()) {
+    kernel = fused_kernel(s);
+    in_kernel_ = &*kernel;
+  }
+  CodeWriter& lw = cuda() ? kw : w;
   std::map<int, std::string> scalar;
   auto operand = [&](int a) {
     if (scalar.count(a)) return scalar[a];
@@ -221,7 +230,7 @@ void CpuEmitter::emit_fused(CodeWriter& w, const Stmt& s) {
     if (n <= 1 || (split != 0 && n != split)) splittable = false;
     split = n;
   }
-  if (s.tree.size() == 1 || split == 0 || ir::num_elements(root.shape) % split != 0)
+  if (s.tree.size() == 1 || split == 0 || ir::num_elements(root.shape) % split != 0 || cuda())
     splittable = false;
   auto broadcast_read = [&](const Node& v) {
     const Node& x = g_[v.args[0]];
@@ -253,21 +262,23 @@ void CpuEmitter::emit_fused(CodeWriter& w, const Stmt& s) {
   // A loop of rt::kParallelMin elements or more runs over the device's
   // team (rt::parallel_for, runtime/team.h): the loop becomes a lambda
   // over [lo, hi) of its outer index.
-  const bool parallel = count >= rt::kParallelMin;
+  const bool parallel = count >= rt::kParallelMin && !cuda();
   const int64_t outer = splittable ? count / split : count;
   const std::string lo = parallel ? "lo" : "0", hi = parallel ? "hi" : std::to_string(outer);
-  const std::string head = "for (int64_t i = " + lo + "; i < " + hi + "; ++i)";
-  for (const std::string& line : before) w.line(line);
+  const std::string head = cuda() ? "for (int64_t i = gpu::element_index(); i < n; i += gpu::element_stride())"
+                                  : "for (int64_t i = " + lo + "; i < " + hi + "; ++i)";
+  for (const std::string& line : before) lw.line(line);
   if (parallel)
     w.open("rt::parallel_for(" + std::to_string(outer) + ", /*grain=*/" + (splittable ? "1" : "64") +
            ", [&](int64_t lo, int64_t hi)");
   if (s.tree.size() == 1) {
-    w.line(head + " " + var_[s.node] + "[i] = " + stored(root.dtype, expr(s.node)) + ";");
+    lw.line(head + " " + elem_at(s.node, "i") + " = " + stored(root.dtype, expr(s.node)) + ";");
     if (parallel) (--w).line("});");
+    if (cuda()) finish_fused_kernel(w, s, *kernel, kw.str());
     return;
   }
   // The vectorised loop says its buffers do not overlap (runtime/elementwise.h).
-  const bool independent = count > 1;
+  const bool independent = count > 1 && !cuda();
   if (splittable) {
     const std::string sp = std::to_string(split);
     w.open("for (int64_t o = " + lo + "; o < " + hi + "; ++o)");
@@ -276,7 +287,7 @@ void CpuEmitter::emit_fused(CodeWriter& w, const Stmt& s) {
     w.line("const int64_t i = o * " + sp + " + j;");
   } else {
     if (independent) w.line("SHARC_INDEPENDENT_ITERATIONS");
-    w.open(head);
+    lw.open(head);
   }
   int k = 0;
   for (int t : s.tree) {
@@ -285,7 +296,7 @@ void CpuEmitter::emit_fused(CodeWriter& w, const Stmt& s) {
     const std::string where = v.loc.known() ? "  // " + v.loc.str() + " " + ir::op_name(v.op)
                                             : "  // " + std::string(ir::op_name(v.op));
     if (t == s.node) {
-      w.line(var_[s.node] + "[i] = " + stored(root.dtype, expr(t)) + ";" + where);
+      lw.line(elem_at(s.node, "i") + " = " + stored(root.dtype, expr(t)) + ";" + where);
     } else {
       // A bf16 op's result is rounded where it is made, as if stored.
       const std::string name = "v" + std::to_string(k++);
@@ -294,16 +305,17 @@ void CpuEmitter::emit_fused(CodeWriter& w, const Stmt& s) {
           v.dtype == ir::DType::kBF16 ? "rt::round_to_bf16(" + expr(t) + ")"
           : v.dtype == ir::DType::kI32 ? "static_cast<float>(static_cast<int32_t>(" + expr(t) + "))"
                                        : expr(t);
-      w.line("const float " + name + " = " + e + ";" + where);
+      lw.line("const float " + name + " = " + e + ";" + where);
       scalar[t] = name;
       // A kept value is also stored, for the readers after this loop.
       if (plan_.kept[t])
-        w.line(var_[t] + "[i] = " + stored(v.dtype, name) + ";");
+        lw.line(elem_at(t, "i") + " = " + stored(v.dtype, name) + ";");
     }
   }
   if (splittable) w.close("");
-  w.close("fused loop of " + var_[s.node]);
+  lw.close("fused loop of " + var_[s.node]);
   if (parallel) (--w).line("});");
+  if (cuda()) finish_fused_kernel(w, s, *kernel, kw.str());
 }
 
 void CpuEmitter::emit_dot(CodeWriter& w, const Stmt& s) {
@@ -370,7 +382,7 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
     if (plan.slice_contiguous)
       return x + " + " + (H == 1 ? i : "(" + i + ")") + " * " +
              std::to_string(plan.step_operand_count(plan.sliced));
-    w.line("rt::slice_block(" + x + ", " + braced(plan.operand[plan.sliced]) + ", /*dim=*/" +
+    w.line(call("slice_block") + x + ", " + braced(plan.operand[plan.sliced]) + ", /*dim=*/" +
            std::to_string(plan.slice_dim) + ", " + std::to_string(plan.pieces()) + ", " + i +
            ", " + slice_buf + ".data());");
     return slice_buf + ".data()";
@@ -404,10 +416,10 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
              (H == 2 ? std::string(", half ") + std::to_string(h) + " (travels " + way[h] + ")"
                      : ""));
       if (H == 1)
-        w.line("rt::copy(" + operand[m] + ", " + cur[h] + ".data(), " + count +
+        w.line(call("copy") + operand[m] + ", " + cur[h] + ".data(), " + count +
                ");  // this device's block");
       else
-        w.line("rt::slice_block(" + operand[m] + ", " + braced(plan.operand[m]) + ", /*dim=*/" +
+        w.line(call("slice_block") + operand[m] + ", " + braced(plan.operand[m]) + ", /*dim=*/" +
                std::to_string(plan.move_dim) + ", 2, " + std::to_string(h) + ", " + cur[h] +
                ".data());  // half " + std::to_string(h) + " of this device's block");
     }
@@ -441,7 +453,7 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
       emit_local_dot(w, v.dot, plan.step_operand[0], step[0], plan.step_operand[1], step[1], dst,
                      var_[id], v.dtype);
       if (!plan.out_contiguous)
-        w.line("rt::place_block(" + piece_buf + ".data(), " + braced(plan.result) + ", /*dim=*/" +
+        w.line(call("place_block") + piece_buf + ".data(), " + braced(plan.result) + ", /*dim=*/" +
                std::to_string(plan.out_dim) + ", " + std::to_string(plan.out_parts) + ", " + i +
                ", " + ptr(id) + ");");
     }
@@ -514,13 +526,16 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
             ? "rt::bf16(static_cast<float>(" + part[h] + "[i]) + static_cast<float>(" +
                   incoming[h] + "[i]))"
             : part[h] + "[i] + " + incoming[h] + "[i]";
-    w.line("for (int64_t i = 0; i < " + piece + "; ++i) " + acc[h] + "[i] = " + sum + ";");
+    if (cuda())
+      w.line("gpu::add(gpu_dev, " + part[h] + ".data(), " + incoming[h] + ".data(), " + acc[h] + ", " + piece + ");");
+    else
+      w.line("for (int64_t i = 0; i < " + piece + "; ++i) " + acc[h] + "[i] = " + sum + ";");
   }
   w.close();
   w.close("ring step");
   if (!plan.out_contiguous)
     for (int h = 0; h < H; ++h)
-      w.line("rt::place_block(" + acc[h] + ", " + braced(plan.result) + ", /*dim=*/" +
+      w.line(call("place_block") + acc[h] + ", " + braced(plan.result) + ", /*dim=*/" +
              std::to_string(plan.out_dim) + ", " + std::to_string(plan.out_parts) + ", " +
              std::to_string(h) + ", " + ptr(id) + ");");
   w.close("ring_dot " + var_[id]);
@@ -670,7 +685,7 @@ void CpuEmitter::emit_bucket(CodeWriter& w, const Stmt& s) {
                         std::to_string(at[k] + n) + ")"));
     if (!take_operand_buffer(w, m)) {
       w.line(declare(m, /*writes_all=*/true));
-      w.line("rt::copy(" + ptr(a) + ", " + ptr(m) + ", " + std::to_string(n) + ");");
+      w.line(call("copy") + ptr(a) + ", " + ptr(m) + ", " + std::to_string(n) + ");");
     }
   }
   w.line("comm.all_reduce(std::vector<rt::Segment<" + elem_type(head.dtype) + ">>{");
@@ -746,6 +761,7 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
   if (!s.bucket.empty()) return emit_bucket(w, s);
   if (ir::is_elementwise(v.op)) return emit_fused(w, s);
   if (v.op == Op::kDot) return emit_dot(w, s);
+  if (cuda() && v.op == Op::kRandomUniform) cuda_unsupported(v, "random_uniform (dropout)");
   if (v.op == Op::kRingDot) return emit_ring_dot(w, s);
   if (v.op == Op::kRandomUniform) return emit_random_uniform(w, s);
   switch (v.op) {
@@ -756,6 +772,14 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
       w.line(declare(id, /*writes_all=*/true));
       const std::string k = std::to_string(ep_.input_index.at(v.name));
       w.line("if (const auto* block = in.blocks.get<" + elem_type(v.dtype) + ">(" + k + ", rank))  // set_block()");
+      if (cuda()) {  // from the caller's host arrays to the device
+        const std::string off = block_offset_expr(v), src = "in." + field_.at(v.name);
+        w.line("  gpu::upload(gpu_dev, " + var_[id] + ".data(), block, " + count + ");");
+        w.line("else");
+        w.line("  gpu::upload_strided(gpu_dev, " + (off == "0" ? src : src + " + " + off) + ", " +
+               braced(v.shape) + ", " + braced(strides_of(global_shape(v))) + ", " + var_[id] + ".data());");
+        return;
+      }
       w.line("  std::copy_n(block, " + std::to_string(ir::num_elements(v.shape)) + ", " + var_[id] + ".data());");
       w.line("else");
       w.line("  " + block_from_global(v, "in." + field_.at(v.name), var_[id] + ".data()"));
@@ -764,7 +788,7 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
     case Op::kConstant:
       w.line(describe(v, {}, "constant"));
       w.line(declare(id, /*writes_all=*/true));
-      w.line("rt::fill(" + ptr(id) + ", " + count + ", " + float_literal(v.scalar) + ");");
+      w.line(call("fill") + ptr(id) + ", " + count + ", " + float_literal(v.scalar) + ");");
       return;
     case Op::kIota: {
       // value = global index along d: this block's start + the local index.
@@ -778,6 +802,11 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
       const std::string index = start == "0" ? local : start + " + " + local;
       w.line(describe(v, {}, "iota dim=" + std::to_string(d) + " (global index)"));
       w.line(declare(id));
+      if (cuda()) {
+        w.line("gpu::iota(gpu_dev, " + ptr(id) + ", " + count + ", /*inner=*/" + std::to_string(inner) +
+               ", /*extent=*/" + std::to_string(v.shape[d]) + ", /*start=*/" + start + ");");
+        return;
+      }
       w.line("for (int64_t i = 0; i < " + count + "; ++i) " + var_[id] +
              "[i] = " + stored(v.dtype, "static_cast<float>(" + index + ")") + ";");
       return;
@@ -794,7 +823,7 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
       w.line(declare(id, /*writes_all=*/true));
       const std::string at = row ? a0() + " + " + iter_int(v, v.ints[1]) + " * " + std::to_string(st[0])
                              : start == 0 ? a0() : a0() + " + " + std::to_string(start);
-      w.line("rt::strided_copy(" + at + ", " + braced(v.shape) + ", " + braced(st) + ", " + ptr(id) + ");");
+      w.line(call("strided_copy") + at + ", " + braced(v.shape) + ", " + braced(st) + ", " + ptr(id) + ");");
       return;
     }
     case Op::kPad: {
@@ -810,8 +839,13 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
                       "pad dim=" + std::to_string(d) + " before=" + std::to_string(v.ints[1]) +
                           " after=" + std::to_string(v.ints[2])));
       w.line(declare(id) + ", zeroed");
+      if (cuda()) {
+        w.line("gpu::copy_rows(gpu_dev, " + a0() + ", " + ptr(id) + ", /*rows=*/" + std::to_string(outer) +
+               ", /*run=*/" + run + ", /*out_run=*/" + out_run + ", /*offset=*/" + std::to_string(before) + ");");
+        return;
+      }
       if (outer == 1) {
-        w.line("rt::copy(" + a0() + ", " + ptr(id) + at + ", " + run + ");");
+        w.line(call("copy") + a0() + ", " + ptr(id) + at + ", " + run + ");");
       } else {
         w.line("for (int64_t i = 0; i < " + std::to_string(outer) + "; ++i)");
         w.line("  rt::copy(" + a0() + " + i * " + run + ", " + ptr(id) + " + i * " + out_run +
@@ -833,7 +867,13 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
                                       iter_int(v, v.ints[1] + in[d], 1) + ")"));
       if (!take_operand_buffer(w, id)) {
         w.line(declare(id, /*writes_all=*/true));
-        w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        w.line(call("copy") + a0() + ", " + ptr(id) + ", " + count + ");");
+      }
+      if (cuda()) {
+        w.line("gpu::add_rows(gpu_dev, " + ptr(v.args[1]) + ", " + ptr(id) + ", /*rows=*/" + std::to_string(outer) +
+               ", /*run=*/" + std::to_string(run) + ", /*out_run=*/" + std::to_string(out_run) +
+               ", /*offset=*/" + before_expr + ");");
+        return;
       }
       const std::string x = var_[id], y = var_[v.args[1]];
       const std::string sum = stored(v.dtype, "static_cast<float>(" + x + "[o]) + static_cast<float>(" + y + "[i])");
@@ -854,7 +894,7 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
       w.line(describe(v, s.reads, ir::op_name(v.op)));
       if (!take_operand_buffer(w, id)) {
         w.line(declare(id, /*writes_all=*/true));
-        w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        w.line(call("copy") + a0() + ", " + ptr(id) + ", " + count + ");");
       }
       return;
     case Op::kBroadcast: {
@@ -862,20 +902,20 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
       for (size_t i = 0; i < v.ints.size(); ++i) expanded[v.ints[i]] = g_[v.args[0]].shape[i];
       w.line(describe(v, s.reads, "broadcast"));
       w.line(declare(id, /*writes_all=*/true));
-      w.line("rt::broadcast(" + a0() + ", " + braced(expanded) + ", " + braced(v.shape) + ", " +
+      w.line(call("broadcast") + a0() + ", " + braced(expanded) + ", " + braced(v.shape) + ", " +
              ptr(id) + ");");
       return;
     }
     case Op::kTranspose:
       w.line(describe(v, s.reads, "transpose"));
       w.line(declare(id, /*writes_all=*/true));
-      w.line("rt::transpose(" + a0() + ", " + shape0() + ", " + braced(v.ints) + ", " + ptr(id) +
+      w.line(call("transpose") + a0() + ", " + shape0() + ", " + braced(v.ints) + ", " + ptr(id) +
              ");");
       return;
     case Op::kReduce:
       w.line(describe(v, s.reads, std::string("reduce ") + ir::reduce_name(v.reduce)));
       w.line(declare(id, /*writes_all=*/true));
-      w.line("rt::reduce(" + a0() + ", " + shape0() + ", " + braced(v.ints) + ", " +
+      w.line(call("reduce") + a0() + ", " + shape0() + ", " + braced(v.ints) + ", " +
              reduce_op(v.reduce) + ", " + ptr(id) + ");");
       return;
     case Op::kAllGather:
@@ -895,7 +935,7 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
       w.line(describe(v, s.reads, "all_reduce" + axes));
       if (!take_operand_buffer(w, id)) {
         w.line(declare(id, /*writes_all=*/true));
-        w.line("rt::copy(" + a0() + ", " + ptr(id) + ", " + count + ");");
+        w.line(call("copy") + a0() + ", " + ptr(id) + ", " + count + ");");
       }
       w.line("comm.all_reduce(" + ptr(id) + ", " + count + ", " + group(v) + ", " +
              reduce_op(v.reduce) + ");");
@@ -939,12 +979,15 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
     case Op::kAxisIndex:
       w.line(describe(v, s.reads, "axis_index" + axes));
       w.line(declare(id));
-      w.line(ptr(id) + "[0] = static_cast<float>(" + group(v) + ".position);");
+      if (cuda())
+        w.line("gpu::fill(gpu_dev, " + ptr(id) + ", 1, static_cast<float>(" + group(v) + ".position));");
+      else
+        w.line(ptr(id) + "[0] = static_cast<float>(" + group(v) + ".position);");
       return;
     case Op::kLocalSlice:
       w.line(describe(v, s.reads, "local_slice" + axes));
       w.line(declare(id, /*writes_all=*/true));
-      w.line("rt::slice_block(" + a0() + ", " + shape0() + ", /*dim=*/" + std::to_string(v.dim) +
+      w.line(call("slice_block") + a0() + ", " + shape0() + ", /*dim=*/" + std::to_string(v.dim) +
              ", " + group(v) + ".size(), " + group(v) + ".position, " + ptr(id) + ");");
       return;
     default:
@@ -960,8 +1003,19 @@ void CpuEmitter::emit_output(CodeWriter& w, const ir::Output& o) {
   const std::string field = "out." + out_field_.at(o.name);
   w.line("// \"" + o.name + "\" (" + o.loc.str() + "): block " + shape_comment(v) +
          " of the global " + ir::shape_str(global_shape(v)) + replicated_note(v));
+  const std::string n = std::to_string(ir::num_elements(v.shape));
+  if (cuda()) {  // from the device to the caller's host arrays, through host memory
+    w.open("");
+    w.line("std::vector<float> host(" + n + ");");
+    w.line("gpu::download(gpu_dev, host.data(), " + ptr(o.value) + ", " + n + ");");
+    w.line("if (float* block = out.blocks.get_mutable<float>(" + k + ", rank))  // set_block()");
+    w.line("  std::copy_n(host.data(), " + n + ", block);");
+    emit_block_to_global(w, v, "host.data()", field, quoted(o.name), field, "out.blocks.mark(" + k + ", rank);");
+    w.close("\"" + o.name + "\" on the host");
+    return;
+  }
   w.line("if (float* block = out.blocks.get_mutable<float>(" + k + ", rank))  // set_block()");
-  w.line("  std::copy_n(" + ptr(o.value) + ", " + std::to_string(ir::num_elements(v.shape)) + ", block);");
+  w.line("  std::copy_n(" + ptr(o.value) + ", " + n + ", block);");
   emit_block_to_global(w, v, ptr(o.value), field, quoted(o.name), field, "out.blocks.mark(" + k + ", rank);");
 }
 

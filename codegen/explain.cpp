@@ -148,7 +148,7 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
   for (const EmittedMark& m : files.marks)
     if (m.file != used.back()) used.push_back(m.file);
   std::vector<std::string> names;
-  for (int k : used) names.push_back(source_file_name(o.stem, k));
+  for (int k : used) names.push_back(source_file_name(o.stem, k, o.backend));
   const std::string src = names.size() == 1 ? names[0] : "the sources (" + cpp::join(names, ", ") + ")";
 
   std::map<Line, Made> made;
@@ -248,7 +248,7 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
       std::string line = std::to_string(x.line), kind = x.kind;
       line.resize(std::max<size_t>(line.size(), 6), ' ');
       kind.resize(std::max<size_t>(kind.size(), 11), ' ');
-      os << "  " << source_file_name(o.stem, x.file) << ":" << line << " " << kind << " " << x.text << "\n";
+      os << "  " << source_file_name(o.stem, x.file, o.backend) << ":" << line << " " << kind << " " << x.text << "\n";
     }
   }
   os << "\n// " << made.size() << " model lines, " << marks << " marks, " << parameters << " parameters.\n";

@@ -35,6 +35,7 @@ struct ExplainOptions {
   std::string model_file;   // the model file, as the banner names it
   std::string stem;         // the generated files' stem: "dot_relu_dot" for dot_relu_dot.cpp
                             // and its part files (source_file_name)
+  Backend backend = Backend::kCpu;  // the sources' kind: .cpp or .cu
 };
 
 // `files`: emit_cpu(lowered, ...)'s output for the same program.

@@ -6,6 +6,7 @@
 //                   --out-dir DIR --templates DIR [--name STEM] [--namespace NS]
 //                   [--cpp-files N] [--dump-ir DIR] [--source-root DIR]...
 //                   [--option NAME=VALUE]... [--called-from FILE[:LINE]]
+//                   [--backend cpu|cuda]
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --report
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --explain --templates DIR
 //
@@ -57,6 +58,7 @@ constexpr const char* kUsage =
     "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
     "          [--devices N] [--name FILE_STEM] [--namespace NS] [--cpp-files N] [--dump-ir DIR]\n"
     "          [--source-root DIR]... [--option NAME=VALUE]... [--called-from FILE[:LINE]]\n"
+    "          [--backend cpu|cuda]\n"
     "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name TARGET] --report\n"
     "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name STEM] --templates DIR --explain\n";
 
@@ -69,6 +71,7 @@ struct Args {
   int cpp_files = 1;  // the most .cpp files the step is spread over
   bool report = false;  // print the predicted costs instead of generating
   bool explain = false;  // print the model-line map instead of generating
+  sharc::Backend backend = sharc::Backend::kCpu;  // --backend: the sources' kind (.cpp or .cu)
   std::string schedule_svg;  // with --report, a pipelined program's schedule picture goes here
 };
 
@@ -109,7 +112,11 @@ Args parse_args(int argc, char** argv) {
       a.report = true;
     else if (flag == "--explain")
       a.explain = true;
-    else if (flag == "--schedule-svg")
+    else if (flag == "--backend") {
+      const std::string v = value();
+      if (v != "cpu" && v != "cuda") throw UsageError{"--backend is cpu or cuda, not '" + v + "'"};
+      a.backend = v == "cuda" ? sharc::Backend::kCuda : sharc::Backend::kCpu;
+    } else if (flag == "--schedule-svg")
       a.schedule_svg = value();
     else if (flag == "--devices" || flag == "--cpp-files") {
       const std::string v = value();
@@ -161,9 +168,9 @@ void write_file(const fs::path& path, const std::string& text) {
 class Outputs {
  public:
   // STEM.h, STEM_step.h, the `cpp_files` sources and STEM_explain.txt.
-  Outputs(const fs::path& dir, const std::string& stem, int cpp_files)
+  Outputs(const fs::path& dir, const std::string& stem, int cpp_files, sharc::Backend backend)
       : finals_{dir / (stem + ".h"), dir / sharc::step_header_name(stem)} {
-    for (int k = 0; k < cpp_files; ++k) finals_.push_back(dir / sharc::source_file_name(stem, k));
+    for (int k = 0; k < cpp_files; ++k) finals_.push_back(dir / sharc::source_file_name(stem, k, backend));
     finals_.push_back(dir / (stem + "_explain.txt"));
     for (auto& f : finals_) temps_.push_back(fs::path(f.string() + ".tmp"));
   }
@@ -236,16 +243,17 @@ int run(const Args& a) {
   eo.model_file = where.file;
   eo.options = option_text;
   eo.files = a.cpp_files;
+  eo.backend = a.backend;
   eo.templates = sharc::load_templates(a.templates);
   const sharc::EmittedFiles files = sharc::emit_cpu(lowered, eo);
   const std::string map =
-      sharc::explain(lowered, files, {.program = a.program, .model_file = where.file, .stem = a.name});
+      sharc::explain(lowered, files, {.program = a.program, .model_file = where.file, .stem = a.name, .backend = a.backend});
   if (a.explain) {
     std::cout << map;
     return 0;
   }
 
-  Outputs out(a.out_dir, a.name, a.cpp_files);
+  Outputs out(a.out_dir, a.name, a.cpp_files, a.backend);
   std::vector<std::string> texts = {files.header, files.step_header, files.source};
   texts.insert(texts.end(), files.parts.begin(), files.parts.end());
   texts.push_back(map);
@@ -269,7 +277,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, kUsage, argv[0], argv[0], argv[0]);
     return e.message.empty() ? 0 : 2;
   }
-  Outputs outputs(args.out_dir, args.name, args.cpp_files);
+  Outputs outputs(args.out_dir, args.name, args.cpp_files, args.backend);
   try {
     return run(args);
   } catch (const sharc::Error& e) {

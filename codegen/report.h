@@ -92,7 +92,7 @@ struct Measured {
 
 // Every device's CommStats and DeviceMemory peak, as they stand. For the
 // numbers of one step: construct the Program, init, reset_stats, one step.
-inline Measured measure(rt::ThreadWorld& world) {
+inline Measured measure(rt::World& world) {
   Measured m;
   for (int r = 0; r < world.size(); ++r) {
     m.comm.push_back(world.comm(r).stats());

@@ -12,6 +12,14 @@
 #include <cstring>
 #include <string_view>
 
+// Functions that device code also calls (generated CUDA kernels convert bf16
+// with them): __host__ __device__ under nvcc, plain inline elsewhere.
+#if defined(__CUDACC__)
+#define SHARC_HD __host__ __device__
+#else
+#define SHARC_HD
+#endif
+
 namespace sharc::rt {
 
 enum class DType : uint8_t { kF32, kBF16, kI32 };
@@ -25,7 +33,7 @@ constexpr std::string_view dtype_name(DType t) {
 }
 
 // The bf16 bit pattern nearest to f (ties to even).
-inline uint16_t bf16_bits_from_float(float f) {
+SHARC_HD inline uint16_t bf16_bits_from_float(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
@@ -37,7 +45,7 @@ inline uint16_t bf16_bits_from_float(float f) {
   return static_cast<uint16_t>((u + bias) >> 16);
 }
 
-inline float float_from_bf16_bits(uint16_t b) {
+SHARC_HD inline float float_from_bf16_bits(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
   float f;
   std::memcpy(&f, &u, sizeof f);
@@ -45,7 +53,7 @@ inline float float_from_bf16_bits(uint16_t b) {
 }
 
 // f rounded to the nearest bf16, as a float: what a bf16 store then load gives.
-inline float round_to_bf16(float f) {
+SHARC_HD inline float round_to_bf16(float f) {
   return float_from_bf16_bits(bf16_bits_from_float(f));
 }
 
@@ -54,9 +62,9 @@ struct bf16 {
   uint16_t bits = 0;
 
   bf16() = default;
-  explicit bf16(float f) : bits(bf16_bits_from_float(f)) {}
-  operator float() const { return float_from_bf16_bits(bits); }
-  static bf16 from_bits(uint16_t b) {
+  SHARC_HD explicit bf16(float f) : bits(bf16_bits_from_float(f)) {}
+  SHARC_HD operator float() const { return float_from_bf16_bits(bits); }
+  SHARC_HD static bf16 from_bits(uint16_t b) {
     bf16 x;
     x.bits = b;
     return x;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "runtime/dtype.h"  // SHARC_HD
+
 // Put before a generated fused loop: its iterations are independent and its
 // buffers do not overlap (each output is a fresh block, live beside its
 // inputs). Without it GCC checks every pair of buffers for overlap at run
@@ -25,7 +27,7 @@
 
 namespace sharc::rt {
 
-inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
+SHARC_HD inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
 
 // e^x without a library call, so that a fused loop using it still
 // vectorises (GCC vectorises std::exp only under -ffast-math): x = n ln2 + r
@@ -35,7 +37,7 @@ inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
 // range (tests/runtime/elementwise_test.cpp); inf above 88.72, 0 far below,
 // NaN stays NaN. No branch or select on the result: GCC then vectorises it
 // (generated code compiles with -fno-trapping-math, cmake/sharc.cmake).
-inline float exp(float x) {
+SHARC_HD inline float exp(float x) {
   float xc = x < -104.0f ? -104.0f : x;
   xc = xc > 89.0f ? 89.0f : xc;
   // n = round(x / ln2), ties away from zero.
@@ -67,7 +69,7 @@ inline float exp(float x) {
 // and one is picked by a bit mask, not a branch, so GCC vectorises it.
 // Within 2 ulp of the correctly rounded value
 // (tests/runtime/elementwise_test.cpp).
-inline float tanh(float x) {
+SHARC_HD inline float tanh(float x) {
   const float a = std::fabs(x), z = a * a;
   float p = -2.39129114e-4f;
   p = p * z + 5.90027441e-4f;
@@ -87,15 +89,15 @@ inline float tanh(float x) {
 }
 
 // tanh approximation, as jax.nn.gelu(approximate=True).
-inline float gelu(float x) {
+SHARC_HD inline float gelu(float x) {
   constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
   return 0.5f * x * (1.0f + rt::tanh(kC * (x + 0.044715f * x * x * x)));
 }
 
 // 1 / (1 + e^-x): 0 for very negative x (e^-x overflows to inf), 1 for large x.
-inline float sigmoid(float x) { return 1.0f / (1.0f + rt::exp(-x)); }
+SHARC_HD inline float sigmoid(float x) { return 1.0f / (1.0f + rt::exp(-x)); }
 // select: on_true where the predicate (a comparison's 0/1 mask) is non-zero.
-inline float select(float pred, float on_true, float on_false) {
+SHARC_HD inline float select(float pred, float on_true, float on_false) {
   return pred != 0.0f ? on_true : on_false;
 }
 

@@ -22,11 +22,11 @@
 #include "runtime/memory.h"
 #include "runtime/philox.h"
 #include "runtime/team.h"
-#include "runtime/tensor_collectives.h"
+#include "runtime/tensor_collectives.h"@SHARC_BACKEND_INCLUDES@
 
 namespace @SHARC_NAMESPACE@ {
 
-namespace rt = sharc::rt;
+namespace rt = sharc::rt;@SHARC_BACKEND_ALIASES@
 
 struct Program::Device {
 @SHARC_DEVICE_FIELDS@

@@ -16,7 +16,8 @@ macro(sharc_read_program_list)
 endmacro()
 
 # The files sharc_add_program generates for `program` (ARGS_<program> has
-# its --cpp-files): <program>.h, _step.h, .cpp, _part2.cpp .. and _explain.txt.
+# its --cpp-files and --backend): <program>.h, _step.h, .cpp, _part2.cpp .. (.cu
+# for BACKEND cuda) and _explain.txt.
 function(sharc_generated_files program out_list)
   list(FIND ARGS_${program} --cpp-files at)
   if(at LESS 0)
@@ -24,10 +25,20 @@ function(sharc_generated_files program out_list)
   endif()
   math(EXPR at "${at} + 1")
   list(GET ARGS_${program} ${at} files)
-  set(names ${program}.h ${program}_step.h ${program}.cpp)
+  # BACKEND cuda's sources are .cu.
+  set(ext cpp)
+  list(FIND ARGS_${program} --backend b)
+  if(b GREATER_EQUAL 0)
+    math(EXPR b "${b} + 1")
+    list(GET ARGS_${program} ${b} backend)
+    if(backend STREQUAL "cuda")
+      set(ext cu)
+    endif()
+  endif()
+  set(names ${program}.h ${program}_step.h ${program}.${ext})
   if(files GREATER 1)
     foreach(k RANGE 2 ${files})
-      list(APPEND names ${program}_part${k}.cpp)
+      list(APPEND names ${program}_part${k}.${ext})
     endforeach()
   endif()
   list(APPEND names ${program}_explain.txt)

@@ -149,6 +149,15 @@ void launch(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t sme
   if (err != cudaSuccess) throw_launch_error(what, err);
 }
 
+// launch() of a kernel whose threads never wait for each other (no
+// sync_block, no warp function, no shared memory exchange): the same launch
+// on a GPU; the simulator runs its threads one after another.
+template <class... P, class... A>
+void launch_independent(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t smem,
+                        Stream stream, A... args) {
+  launch(what, k, grid, block, smem, stream, args...);
+}
+
 #else  // the block simulator
 
 using bf16 = rt::bf16;
@@ -209,6 +218,14 @@ void launch(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t sme
   (void)stream;
   sim::run(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
            [&] { k(static_cast<P>(args)...); });
+}
+
+template <class... P, class... A>
+void launch_independent(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t smem,
+                        Stream stream, A... args) {
+  (void)stream;
+  sim::run_independent(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
+                       [&] { k(static_cast<P>(args)...); });
 }
 
 #endif

@@ -18,4 +18,21 @@ KernelSet& SimGpuWorld::kernels(int rank) {
   return simulated_kernels();
 }
 
+DeviceContext device_context(rt::World& world, int rank, std::string_view program) {
+  auto* gpu = dynamic_cast<GpuWorld*>(&world);
+  const std::string name(program);
+  if (!gpu)
+    throw std::invalid_argument("program \"" + name +
+                                "\" was generated with BACKEND cuda: it runs on a gpu::GpuWorld "
+                                "(gpu::SimGpuWorld), not on this world; generate it with BACKEND "
+                                "cpu to run it on rt::ThreadWorld or rt::MpiWorld");
+  if (!gpu->device_memory_is_host())
+    throw std::invalid_argument("program \"" + name +
+                                "\" (BACKEND cuda) reads its parameters' device buffers from the "
+                                "host (init, set_parameter, get_parameter, checkpoints), so it runs "
+                                "on gpu::SimGpuWorld only for now, not on " +
+                                gpu->kernels(rank).name());
+  return DeviceContext{&gpu->kernels(rank), nullptr};
+}
+
 }  // namespace sharc::gpu

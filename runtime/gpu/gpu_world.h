@@ -13,8 +13,10 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 #include <vector>
 
+#include "runtime/gpu/device_ops.h"
 #include "runtime/gpu/kernel_set.h"
 #include "runtime/thread_world.h"
 #include "runtime/world.h"
@@ -59,5 +61,14 @@ class SimGpuWorld final : public GpuWorld {
  private:
   rt::ThreadWorld threads_;
 };
+
+// Local device `rank` of `world` as a BACKEND cuda program's step uses it
+// (device_ops.h): the world's kernels for the device, on its stream. Throws
+// std::invalid_argument naming `program` when `world` is not a GpuWorld, or
+// is one whose device memory the host cannot read: a generated program's
+// parameter API (init, set_parameter, get_parameter, parameter_shard and so
+// checkpoints) still reads and writes its device buffers from the host, so
+// until that goes through transfers it runs on SimGpuWorld only.
+DeviceContext device_context(rt::World& world, int rank, std::string_view program);
 
 }  // namespace sharc::gpu

@@ -37,6 +37,7 @@ struct Barrier {
 struct BlockRun : Block {
   const char* what = "";
   bool fibers = false;
+  bool independent = false;  // run_independent: the threads run one after another
   rt::FiberPool* pool = nullptr;
   std::mutex mu;  // thread mode
   std::condition_variable cv;
@@ -70,6 +71,10 @@ void wake_all(BlockRun& b) {
 void arrive_and_wait(Barrier& bar, const char* kind) {
   Thread* me = t_current;
   BlockRun& b = block_of(*me);
+  if (b.independent)
+    throw std::logic_error(std::string("gpu simulator: kernel ") + b.what +
+                           " was launched as one whose threads never wait for each other "
+                           "(launch_independent), but it calls a " + kind);
   std::unique_lock<std::mutex> lock(b.mu, std::defer_lock);
   if (!b.fibers) lock.lock();
   if (bar.broken || bar.gone > 0) {
@@ -175,6 +180,41 @@ void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2], const flo
   }
   arrive_and_wait(bar, "mma_16x8x16");
   for (unsigned r = 0; r < 4; ++r) d[r] = out[r];
+}
+
+void run_independent(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
+                     const std::function<void()>& body) {
+  if (threads == 0 || threads % kLanes != 0 || threads > 1024)
+    throw std::invalid_argument(std::string("gpu simulator: kernel ") + what + ": a block of " +
+                                std::to_string(threads) +
+                                " threads; sharc's kernels use whole warps, 32 to 1024 threads");
+  const size_t words = (shared_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+  std::unique_ptr<std::max_align_t[]> shared(new std::max_align_t[words > 0 ? words : 1]);
+  BlockRun b;
+  b.grid = grid;
+  b.threads = threads;
+  b.shared = reinterpret_cast<unsigned char*>(shared.get());
+  b.what = what;
+  b.independent = true;
+  Thread t{0, &b};
+  Thread* const outer = t_current;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        b.index = {x, y, z};
+        std::memset(b.shared, 0xff, words * sizeof(std::max_align_t));
+        for (unsigned i = 0; i < threads; ++i) {
+          t.thread = i;
+          t_current = &t;
+          try {
+            body();
+          } catch (...) {
+            t_current = outer;
+            throw;
+          }
+        }
+      }
+  t_current = outer;
 }
 
 void run(const char* what, Dim grid, unsigned threads, size_t shared_bytes,

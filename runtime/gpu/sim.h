@@ -56,4 +56,12 @@ void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2], const flo
 void run(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
          const std::function<void()>& body);
 
+// run() for a kernel whose threads never wait for each other (no
+// sync_block, no warp function): each block's threads run one after
+// another on the calling thread, without fibers, which is what makes the
+// simulator fast enough for whole generated programs. A kernel that does
+// call a barrier throws std::logic_error naming it.
+void run_independent(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
+                     const std::function<void()>& body);
+
 }  // namespace sharc::gpu::sim

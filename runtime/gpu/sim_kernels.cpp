@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/elementwise.h"
 #include "runtime/gpu/kernel_launches.h"
@@ -89,16 +90,23 @@ class SimKernels final : public LaunchingKernels {
       throw std::invalid_argument("gemm: the GELU backward epilogue reads pre_gelu and takes no bias");
     if (g.ab_dtype == DType::kI32 || g.c_dtype == DType::kI32)
       throw std::invalid_argument("gemm: operands are f32 or bf16");
-    for (int i = 0; i < g.m; ++i)
+    // The operands widened to f32 once, op(B) as [k, n]; each row of C
+    // accumulates over p in order (the reference order), a row at a time.
+    std::vector<float> b(static_cast<size_t>(g.k) * g.n), acc(static_cast<size_t>(g.n));
+    for (int p = 0; p < g.k; ++p)
+      for (int j = 0; j < g.n; ++j)
+        b[static_cast<size_t>(p) * g.n + j] =
+            load(g.ab_dtype, g.b, g.trans_b ? int64_t{j} * g.ldb + p : int64_t{p} * g.ldb + j);
+    for (int i = 0; i < g.m; ++i) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int p = 0; p < g.k; ++p) {
+        const float a = load(g.ab_dtype, g.a, g.trans_a ? int64_t{p} * g.lda + i : int64_t{i} * g.lda + p);
+        const float* brow = b.data() + static_cast<size_t>(p) * g.n;
+        for (int j = 0; j < g.n; ++j) acc[j] += a * brow[j];
+      }
       for (int j = 0; j < g.n; ++j) {
-        float acc = 0.0f;
-        for (int p = 0; p < g.k; ++p) {
-          const float a = load(g.ab_dtype, g.a, g.trans_a ? p * g.lda + i : i * g.lda + p);
-          const float b = load(g.ab_dtype, g.b, g.trans_b ? j * g.ldb + p : p * g.ldb + j);
-          acc += a * b;
-        }
-        const int64_t c = i * g.ldc + j;
-        float v = g.alpha * acc;
+        const int64_t c = int64_t{i} * g.ldc + j;
+        float v = g.alpha * acc[j];
         if (g.beta != 0.0f) v += g.beta * load(g.c_dtype, g.c, c);
         if (g.epilogue == Gemm::Epilogue::kGeluBackward) {
           v *= gelu_derivative(load(g.c_dtype, g.pre_gelu, c));
@@ -112,6 +120,7 @@ class SimKernels final : public LaunchingKernels {
         }
         store(g.c_dtype, g.c, c, v);
       }
+    }
   }
 };
 

@@ -14,10 +14,18 @@
 // oracle's (sharc::interpret carrying parameters and Adam state across steps
 // in its `state`); it exits non-zero unless every loss is within 1e-5
 // relative of the oracle's and the loss falls at every step.
+//
+// `--backend cuda [--world sim]` runs the same programs generated with
+// BACKEND cuda (their statements as CUDA kernels) on gpu::SimGpuWorld, the
+// devices on the block simulator, with the same checks: against the oracle,
+// and every device's bytes sent per collective kind against the report.
+// --world gpu and nccl need a GPU (samples/common/worlds.h).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,6 +33,10 @@
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
 #include "dot_relu_dot.h"
+#include "dot_relu_dot_cuda.h"
+#include "dot_relu_dot_train_cuda_data2_model4.h"
+#include "dot_relu_dot_train_cuda_data8.h"
+#include "dot_relu_dot_train_cuda_model8.h"
 #include "dot_relu_dot_train_data2_model4.h"
 #include "dot_relu_dot_train_data4_model2.h"
 #include "dot_relu_dot_train_data8.h"
@@ -34,6 +46,7 @@
 #include "runtime/init.h"
 #include "runtime/visualize.h"
 #include "samples/dot_relu_dot/model.h"
+#include "samples/common/worlds.h"
 #include "samples/dot_relu_dot/train_model.h"
 
 namespace gen = sharc_gen::dot_relu_dot;
@@ -48,7 +61,7 @@ void show_layout(const char* what, const std::array<int64_t, N>& shape,
               sharc::rt::visualize_sharding({shape.begin(), shape.end()}, spec, mesh).c_str());
 }
 
-void show_traffic(sharc::rt::ThreadWorld& world, const char* when = "") {
+void show_traffic(sharc::rt::World& world, const char* when = "") {
   std::printf("per device%s: bytes sent by collectives, peak memory\n", when);
   for (int r = 0; r < world.size(); ++r) {
     const sharc::rt::CommStats& s = world.comm(r).stats();
@@ -74,18 +87,26 @@ std::vector<float> normal_batch(uint64_t seed) {
   return v;
 }
 
+samples::WorldChoice choice;  // --backend, --world
+
 template <class Program>
 int train(const char* mesh_text, const sharc::rt::MeshShape& mesh,
           const std::array<int64_t, 2>& kernel_shape,
           const std::vector<std::vector<std::string>>& kernel_spec,
           const std::vector<std::vector<std::string>>& w2_spec) {
-  sharc::rt::ThreadWorld world(mesh);
+  std::string error;
+  const std::unique_ptr<sharc::rt::World> made = choice.make(mesh, &error);
+  if (!made) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
+  sharc::rt::World& world = *made;
   Program program(world);
   program.init(/*seed=*/0);
   const std::vector<float> x = normal_batch(1), label = normal_batch(2);
 
-  std::printf("DotReluDot training (Adam 1e-3, mean squared error) on %d devices, mesh %s\n\n",
-              world.size(), mesh_text);
+  std::printf("DotReluDot training (Adam 1e-3, mean squared error) on %d devices, mesh %s, backend %s\n\n",
+              world.size(), mesh_text, choice.backend.c_str());
   show_layout("dot1/kernel", kernel_shape, kernel_spec, world.mesh());
   show_layout("w2", kernel_shape, w2_spec, world.mesh());
 
@@ -145,6 +166,13 @@ struct TrainStrategy {
   int (*run)();
 };
 
+// BACKEND cuda's programs (samples/dot_relu_dot/CMakeLists.txt).
+const TrainStrategy kCudaTrainStrategies[] = {
+    SHARC_TRAIN_STRATEGY("data=2,model=4", cuda_data2_model4),
+    SHARC_TRAIN_STRATEGY("data=8", cuda_data8),
+    SHARC_TRAIN_STRATEGY("model=8", cuda_model8),
+};
+
 const TrainStrategy kTrainStrategies[] = {
     SHARC_TRAIN_STRATEGY("data=2,model=4", data2_model4),
     SHARC_TRAIN_STRATEGY("data=8", data8),
@@ -160,15 +188,26 @@ int usage(const char* error) {
                "       dot_relu_dot_main --train [--mesh M]   five Adam steps, M one of:",
                error);
   for (const TrainStrategy& s : kTrainStrategies) std::fprintf(stderr, " %s", s.mesh);
-  std::fprintf(stderr, "\n");
+  std::fprintf(stderr,
+               "\n       either with --backend cuda [--world sim|gpu|nccl]: the BACKEND cuda "
+               "programs (--train: M one of");
+  for (const TrainStrategy& s : kCudaTrainStrategies) std::fprintf(stderr, " %s", s.mesh);
+  std::fprintf(stderr, ")\n");
   return 2;
 }
 
 // ---- the default: one forward pass on data=2,model=4.
 
+template <class Program>
 int forward() {
-  sharc::rt::ThreadWorld world(gen::mesh_shape());
-  gen::Program program(world);
+  std::string error;
+  const std::unique_ptr<sharc::rt::World> made = choice.make(gen::mesh_shape(), &error);
+  if (!made) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
+  sharc::rt::World& world = *made;
+  Program program(world);
   program.init(/*seed=*/0);
 
   // A deterministic input batch: x[i] = sin(0.37 i) + 0.25, the tests' input.
@@ -176,14 +215,14 @@ int forward() {
   std::vector<float> x(n_in);
   for (int64_t i = 0; i < n_in; ++i) x[i] = static_cast<float>(std::sin(0.37 * i) + 0.25);
   std::vector<float> y(gen::kOutput_y_shape[0] * gen::kOutput_y_shape[1]);
-  gen::Program::Inputs in;
+  typename Program::Inputs in;
   in.x = x.data();
-  gen::Program::Outputs out;
+  typename Program::Outputs out;
   out.y = y.data();
   program.forward(in, out);
 
-  std::printf("DotReluDot on %d devices, mesh %s\n\n", gen::kNumDevices,
-              std::string(gen::kMesh).c_str());
+  std::printf("DotReluDot on %d devices, mesh %s, backend %s\n\n", gen::kNumDevices,
+              std::string(gen::kMesh).c_str(), choice.backend.c_str());
   show_layout("dot1/kernel", gen::kParam_dot1_kernel_shape, gen::kParam_dot1_kernel_spec,
               world.mesh());
   show_layout("w2", gen::kParam_w2_shape, gen::kParam_w2_spec, world.mesh());
@@ -236,17 +275,21 @@ int main(int argc, char** argv) {
     } else if (arg.rfind("--mesh=", 0) == 0) {
       mesh = arg.substr(7);
       mesh_given = true;
+    } else if (std::string error; choice.parse(argc, argv, i, &error)) {
+      if (!error.empty()) return usage(error.c_str());
     } else {
       return usage(("unknown argument " + arg).c_str());
     }
   }
+  if (const std::string error = choice.check(); !error.empty()) return usage(error.c_str());
   if (!train_mode) {
     if (mesh_given && mesh != "data=2,model=4")
       return usage(
           "the forward program is generated for data=2,model=4 only; --mesh is for --train");
-    return forward();
+    return choice.cuda() ? forward<sharc_gen::dot_relu_dot_cuda::Program>() : forward<gen::Program>();
   }
-  for (const TrainStrategy& s : kTrainStrategies)
+  for (const TrainStrategy& s : choice.cuda() ? std::span<const TrainStrategy>(kCudaTrainStrategies)
+                                              : std::span<const TrainStrategy>(kTrainStrategies))
     if (mesh == s.mesh) return s.run();
-  return usage(("no training program was generated for --mesh " + mesh).c_str());
+  return usage(("no " + choice.backend + " training program was generated for --mesh " + mesh).c_str());
 }

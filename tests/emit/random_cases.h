@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codegen/interpret.h"
+#include "runtime/gpu/gpu_world.h"
 #include "runtime/thread_world.h"
 
 struct RandomCase {
@@ -16,3 +17,10 @@ struct RandomCase {
 };
 
 const std::vector<RandomCase>& random_cases();
+
+// --backend cuda: the programs the CUDA renderer refused, with its message.
+struct RandomRefused {
+  uint64_t seed;
+  const char* why;
+};
+const std::vector<RandomRefused>& random_refused();

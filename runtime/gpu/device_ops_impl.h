@@ -1,0 +1,437 @@
+// The definitions behind device_ops.h, in the dialect: device_ops_sim.cpp
+// (host compiler, block simulator) and device_ops_cuda.cu (nvcc) include
+// this file and nothing else does.
+//
+// Layout kernels are one strided copy: an out element's flat index is taken
+// apart over the out shape and put together again with the input's strides
+// (transpose, broadcast and slice_block are strided copies; place_block is
+// the same with the strides on the write side). A reduction gives each
+// result one thread, which adds its reduced elements (in row-major order) in
+// f32 into eight partial sums, element r into partial r % 8, and adds the
+// partials pairwise: the CPU runtime's sum_row order for a contiguous run, so
+// a reduction over the innermost dimensions matches the CPU bit for bit, and
+// any other is as accurate (error growing with n / 8, not n).
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/gpu/device_ops.h"
+
+namespace sharc::gpu {
+#if defined(__CUDACC__)
+inline namespace cuda_target {
+#else
+inline namespace sim_target {
+#endif
+
+namespace device_ops_detail {
+
+// The most dimensions a layout kernel takes (the IR's tensors have fewer).
+constexpr int kMaxRank = 8;
+
+// A shape and one stride per dimension, by value into a kernel.
+struct Strided {
+  int rank = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+};
+
+inline Strided strided(const char* what, const std::vector<int64_t>& shape,
+                       const std::vector<int64_t>& strides) {
+  if (shape.size() > static_cast<size_t>(kMaxRank) || strides.size() != shape.size())
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(shape.size()) +
+                                " dimensions with " + std::to_string(strides.size()) +
+                                " strides (at most " + std::to_string(kMaxRank) + ")");
+  Strided s;
+  s.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < s.rank; ++d) {
+    s.size[d] = shape[d];
+    s.stride[d] = strides[d];
+  }
+  return s;
+}
+
+inline std::vector<int64_t> contiguous(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> st(shape.size(), 1);
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * shape[d + 1];
+  return st;
+}
+
+inline int64_t count_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+// The offset, under s's strides, of the element at flat index i of s's shape.
+SHARC_DEVICE int64_t offset_of(const Strided& s, int64_t i) {
+  int64_t off = 0;
+  for (int d = s.rank - 1; d >= 0; --d) {
+    const int64_t e = s.size[d];
+    off += (i % e) * s.stride[d];
+    i /= e;
+  }
+  return off;
+}
+
+SHARC_HOST_DEVICE float load(float x) { return x; }
+SHARC_HOST_DEVICE float load(rt::bf16 x) { return static_cast<float>(x); }
+SHARC_HOST_DEVICE float load(int32_t x) { return static_cast<float>(x); }
+template <class T>
+SHARC_HOST_DEVICE T store(float v);
+template <>
+SHARC_HOST_DEVICE float store<float>(float v) {
+  return v;
+}
+template <>
+SHARC_HOST_DEVICE rt::bf16 store<rt::bf16>(float v) {
+  return rt::bf16(v);
+}
+template <>
+SHARC_HOST_DEVICE int32_t store<int32_t>(float v) {
+  return static_cast<int32_t>(v);
+}
+
+template <class T>
+SHARC_KERNEL void fill_kernel(T* out, int64_t n, T value) {
+  for (int64_t i = element_index(); i < n; i += element_stride()) out[i] = value;
+}
+
+template <class T>
+SHARC_KERNEL void copy_kernel(const T* in, T* out, int64_t n) {
+  for (int64_t i = element_index(); i < n; i += element_stride()) out[i] = in[i];
+}
+
+template <class T>
+SHARC_KERNEL void add_kernel(const T* a, const T* b, T* out, int64_t n) {
+  for (int64_t i = element_index(); i < n; i += element_stride()) out[i] = store<T>(load(a[i]) + load(b[i]));
+}
+
+// out[i] = in[offset_of(src, i)]: out is contiguous of src's shape.
+template <class T>
+SHARC_KERNEL void gather_kernel(const T* in, Strided src, T* out, int64_t n) {
+  for (int64_t i = element_index(); i < n; i += element_stride()) out[i] = in[offset_of(src, i)];
+}
+
+// out[offset_of(dst, i)] = in[i]: in is contiguous of dst's shape.
+template <class T>
+SHARC_KERNEL void scatter_kernel(const T* in, Strided dst, T* out, int64_t n) {
+  for (int64_t i = element_index(); i < n; i += element_stride()) out[offset_of(dst, i)] = in[i];
+}
+
+// Result i: its kept coordinates (over `kept`, with the input's strides)
+// and every reduced element (over `reduced`), in row-major order.
+template <class T>
+SHARC_KERNEL void reduce_kernel(const T* in, Strided kept, Strided reduced, int64_t n_out,
+                                int64_t n_reduced, bool max, T* out) {
+  for (int64_t i = element_index(); i < n_out; i += element_stride()) {
+    const int64_t base = offset_of(kept, i);
+    if (max) {
+      float acc = -INFINITY;
+      for (int64_t r = 0; r < n_reduced; ++r) {
+        const float x = load(in[base + offset_of(reduced, r)]);
+        acc = x > acc ? x : acc;
+      }
+      out[i] = store<T>(acc);
+      continue;
+    }
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t r = 0; r < n_reduced; ++r) s[r % 8] += load(in[base + offset_of(reduced, r)]);
+    out[i] = store<T>(((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])));
+  }
+}
+
+template <class T>
+SHARC_KERNEL void rows_kernel(const T* in, T* out, int64_t n, int64_t run, int64_t out_run,
+                              int64_t offset, bool add) {
+  for (int64_t i = element_index(); i < n; i += element_stride()) {
+    const int64_t o = i / run * out_run + offset + i % run;
+    out[o] = add ? store<T>(load(out[o]) + load(in[i])) : in[i];
+  }
+}
+
+template <class T>
+SHARC_KERNEL void iota_kernel(T* out, int64_t n, int64_t inner, int64_t extent, int64_t start) {
+  for (int64_t i = element_index(); i < n; i += element_stride())
+    out[i] = store<T>(static_cast<float>(start + (i / inner) % extent));
+}
+
+template <class T>
+void gather(const DeviceContext& d, const char* what, const T* in,
+            const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, T* out) {
+  const int64_t n = count_of(shape);
+  if (n == 0) return;
+  launch_independent(what, gather_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads}, 0,
+         d.stream, in, strided(what, shape, strides), out, n);
+}
+
+// The strides and offset of block `index` of `parts` along dim of `shape`.
+inline std::pair<std::vector<int64_t>, int64_t> block_of(const char* what,
+                                                         const std::vector<int64_t>& shape,
+                                                         int dim, int parts, int index,
+                                                         std::vector<int64_t>* block_shape) {
+  if (dim < 0 || dim >= static_cast<int>(shape.size()) || parts <= 0 ||
+      shape[dim] % parts != 0 || index < 0 || index >= parts)
+    throw std::invalid_argument(std::string(what) + ": block " + std::to_string(index) + " of " +
+                                std::to_string(parts) + " along dim " + std::to_string(dim) +
+                                " does not fit the shape");
+  const std::vector<int64_t> st = contiguous(shape);
+  *block_shape = shape;
+  (*block_shape)[dim] /= parts;
+  return {st, index * (*block_shape)[dim] * st[dim]};
+}
+
+}  // namespace device_ops_detail
+
+unsigned elementwise_blocks(int64_t count) {
+#if defined(__CUDACC__)
+  constexpr int64_t kMaxBlocks = 4096;
+#else
+  constexpr int64_t kMaxBlocks = 4;  // the simulator runs the threads one by one anyway
+#endif
+  const int64_t b = (count + kElementwiseThreads - 1) / kElementwiseThreads;
+  return static_cast<unsigned>(std::clamp<int64_t>(b, 1, kMaxBlocks));
+}
+
+template <class T>
+void fill(const DeviceContext& d, T* out, size_t count, float value) {
+  using namespace device_ops_detail;
+  if (count == 0) return;
+  const int64_t n = static_cast<int64_t>(count);
+  launch_independent("fill", fill_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads}, 0,
+         d.stream, out, n, store<T>(value));
+}
+
+template <class T>
+void copy(const DeviceContext& d, const T* in, T* out, size_t count) {
+  using namespace device_ops_detail;
+  if (count == 0) return;
+  const int64_t n = static_cast<int64_t>(count);
+  launch_independent("copy", copy_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads}, 0,
+         d.stream, in, out, n);
+}
+
+template <class T>
+void add(const DeviceContext& d, const T* a, const T* b, T* out, size_t count) {
+  using namespace device_ops_detail;
+  if (count == 0) return;
+  const int64_t n = static_cast<int64_t>(count);
+  launch_independent("add", add_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads}, 0,
+                     d.stream, a, b, out, n);
+}
+
+template <class T>
+void strided_copy(const DeviceContext& d, const T* in, const std::vector<int64_t>& shape,
+                  const std::vector<int64_t>& in_strides, T* out) {
+  device_ops_detail::gather(d, "strided_copy", in, shape, in_strides, out);
+}
+
+template <class T>
+void transpose(const DeviceContext& d, const T* in, const std::vector<int64_t>& in_shape,
+               const std::vector<int>& perm, T* out) {
+  using namespace device_ops_detail;
+  const std::vector<int64_t> st = contiguous(in_shape);
+  std::vector<bool> seen(in_shape.size(), false);
+  std::vector<int64_t> shape, strides;
+  for (int p : perm) {
+    if (p < 0 || p >= static_cast<int>(in_shape.size()) || seen[p])
+      throw std::invalid_argument("transpose: the permutation does not fit the shape");
+    seen[p] = true;
+    shape.push_back(in_shape[p]);
+    strides.push_back(st[p]);
+  }
+  if (perm.size() != in_shape.size())
+    throw std::invalid_argument("transpose: the permutation does not fit the shape");
+  gather(d, "transpose", in, shape, strides, out);
+}
+
+template <class T>
+void broadcast(const DeviceContext& d, const T* in, const std::vector<int64_t>& in_shape,
+               const std::vector<int64_t>& out_shape, T* out) {
+  using namespace device_ops_detail;
+  if (in_shape.size() != out_shape.size())
+    throw std::invalid_argument("broadcast: the operand's shape has another rank than the result's");
+  std::vector<int64_t> st = contiguous(in_shape);
+  for (size_t k = 0; k < in_shape.size(); ++k) {
+    if (in_shape[k] == out_shape[k]) continue;
+    if (in_shape[k] != 1) throw std::invalid_argument("broadcast: the shapes do not broadcast");
+    st[k] = 0;
+  }
+  gather(d, "broadcast", in, out_shape, st, out);
+}
+
+template <class T>
+void reduce(const DeviceContext& d, const T* in, const std::vector<int64_t>& in_shape,
+            const std::vector<int>& axes, rt::ReduceOp op, T* out) {
+  using namespace device_ops_detail;
+  const std::vector<int64_t> st = contiguous(in_shape);
+  std::vector<bool> reduced(in_shape.size(), false);
+  for (int a : axes) {
+    if (a < 0 || a >= static_cast<int>(in_shape.size()) || reduced[a])
+      throw std::invalid_argument("reduce: axis " + std::to_string(a) + " out of range or repeated");
+    reduced[a] = true;
+  }
+  std::vector<int64_t> kept_shape, kept_st, red_shape, red_st;
+  for (size_t k = 0; k < in_shape.size(); ++k) {
+    (reduced[k] ? red_shape : kept_shape).push_back(in_shape[k]);
+    (reduced[k] ? red_st : kept_st).push_back(st[k]);
+  }
+  const int64_t n_out = count_of(kept_shape), n_red = count_of(red_shape);
+  if (n_out == 0) return;
+  launch_independent("reduce", reduce_kernel<T>, Dim3{elementwise_blocks(n_out)}, Dim3{kElementwiseThreads}, 0,
+         d.stream, in, strided("reduce", kept_shape, kept_st), strided("reduce", red_shape, red_st),
+         n_out, n_red, op == rt::ReduceOp::kMax, out);
+}
+
+template <class T>
+void slice_block(const DeviceContext& d, const T* in, const std::vector<int64_t>& shape, int dim,
+                 int parts, int index, T* out) {
+  using namespace device_ops_detail;
+  std::vector<int64_t> block;
+  const auto [st, offset] = block_of("slice_block", shape, dim, parts, index, &block);
+  gather(d, "slice_block", in + offset, block, st, out);
+}
+
+template <class T>
+void place_block(const DeviceContext& d, const T* in, const std::vector<int64_t>& shape, int dim,
+                 int parts, int index, T* out) {
+  using namespace device_ops_detail;
+  std::vector<int64_t> block;
+  const auto [st, offset] = block_of("place_block", shape, dim, parts, index, &block);
+  const int64_t n = count_of(block);
+  if (n == 0) return;
+  launch_independent("place_block", scatter_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads},
+         0, d.stream, in, strided("place_block", block, st), out + offset, n);
+}
+
+template <class T>
+void copy_rows(const DeviceContext& d, const T* in, T* out, int64_t rows, int64_t run,
+               int64_t out_run, int64_t offset) {
+  using namespace device_ops_detail;
+  const int64_t n = rows * run;
+  if (n == 0) return;
+  launch_independent("copy_rows", rows_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads}, 0,
+         d.stream, in, out, n, run, out_run, offset, false);
+}
+
+template <class T>
+void add_rows(const DeviceContext& d, const T* in, T* out, int64_t rows, int64_t run,
+              int64_t out_run, int64_t offset) {
+  using namespace device_ops_detail;
+  const int64_t n = rows * run;
+  if (n == 0) return;
+  launch_independent("add_rows", rows_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads}, 0,
+         d.stream, in, out, n, run, out_run, offset, true);
+}
+
+template <class T>
+void iota(const DeviceContext& d, T* out, int64_t count, int64_t inner, int64_t extent,
+          int64_t start) {
+  using namespace device_ops_detail;
+  if (count == 0) return;
+  launch_independent("iota", iota_kernel<T>, Dim3{elementwise_blocks(count)}, Dim3{kElementwiseThreads}, 0,
+         d.stream, out, count, inner, extent, start);
+}
+
+namespace device_ops_detail {
+
+inline void batched_gemm(const DeviceContext& d, DType t, size_t elem, int64_t batch, int64_t M,
+                         int64_t N, int64_t K, const void* A, bool trans_a, const void* B,
+                         bool trans_b, void* C) {
+  for (int64_t b = 0; b < batch; ++b) {
+    Gemm g;
+    g.trans_a = trans_a;
+    g.trans_b = trans_b;
+    g.m = static_cast<int>(M);
+    g.n = static_cast<int>(N);
+    g.k = static_cast<int>(K);
+    g.ab_dtype = t;
+    g.c_dtype = t;
+    g.a = static_cast<const char*>(A) + b * M * K * elem;
+    g.lda = trans_a ? M : K;
+    g.b = static_cast<const char*>(B) + b * K * N * elem;
+    g.ldb = trans_b ? K : N;
+    g.c = static_cast<char*>(C) + b * M * N * elem;
+    g.ldc = N;
+    d.kernels->gemm(g);
+  }
+}
+
+}  // namespace device_ops_detail
+
+void gemm(const DeviceContext& d, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+          bool trans_a, const float* B, bool trans_b, float* C) {
+  device_ops_detail::batched_gemm(d, DType::kF32, sizeof(float), batch, M, N, K, A, trans_a, B,
+                                  trans_b, C);
+}
+
+void gemm(const DeviceContext& d, int64_t batch, int64_t M, int64_t N, int64_t K,
+          const rt::bf16* A, bool trans_a, const rt::bf16* B, bool trans_b, rt::bf16* C) {
+  device_ops_detail::batched_gemm(d, DType::kBF16, sizeof(rt::bf16), batch, M, N, K, A, trans_a,
+                                  B, trans_b, C);
+}
+
+template <class T>
+void upload(const DeviceContext& d, T* device, const T* host, size_t count) {
+  if (count > 0) d.kernels->upload(device, host, count * sizeof(T));
+}
+
+template <class T>
+void download(const DeviceContext& d, T* host, const T* device, size_t count) {
+  if (count > 0) d.kernels->download(host, device, count * sizeof(T));
+}
+
+template <class T>
+void upload_strided(const DeviceContext& d, const T* host, const std::vector<int64_t>& shape,
+                    const std::vector<int64_t>& host_strides, T* device) {
+  using namespace device_ops_detail;
+  const int64_t n = count_of(shape);
+  if (n == 0) return;
+  const Strided s = strided("upload_strided", shape, host_strides);
+  std::vector<T> staging(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0, rest = i;
+    for (int k = s.rank - 1; k >= 0; --k) {
+      off += (rest % s.size[k]) * s.stride[k];
+      rest /= s.size[k];
+    }
+    staging[static_cast<size_t>(i)] = host[off];
+  }
+  d.kernels->upload(device, staging.data(), static_cast<size_t>(n) * sizeof(T));
+}
+
+#define SHARC_DEVICE_OPS_FOR(T)                                                                  \
+  template void fill<T>(const DeviceContext&, T*, size_t, float);                                \
+  template void copy<T>(const DeviceContext&, const T*, T*, size_t);                             \
+  template void add<T>(const DeviceContext&, const T*, const T*, T*, size_t);                    \
+  template void strided_copy<T>(const DeviceContext&, const T*, const std::vector<int64_t>&,     \
+                                const std::vector<int64_t>&, T*);                                \
+  template void transpose<T>(const DeviceContext&, const T*, const std::vector<int64_t>&,        \
+                             const std::vector<int>&, T*);                                       \
+  template void broadcast<T>(const DeviceContext&, const T*, const std::vector<int64_t>&,        \
+                             const std::vector<int64_t>&, T*);                                   \
+  template void reduce<T>(const DeviceContext&, const T*, const std::vector<int64_t>&,           \
+                          const std::vector<int>&, rt::ReduceOp, T*);                            \
+  template void slice_block<T>(const DeviceContext&, const T*, const std::vector<int64_t>&, int, \
+                               int, int, T*);                                                    \
+  template void place_block<T>(const DeviceContext&, const T*, const std::vector<int64_t>&, int, \
+                               int, int, T*);                                                    \
+  template void copy_rows<T>(const DeviceContext&, const T*, T*, int64_t, int64_t, int64_t,      \
+                             int64_t);                                                           \
+  template void add_rows<T>(const DeviceContext&, const T*, T*, int64_t, int64_t, int64_t,       \
+                            int64_t);                                                            \
+  template void iota<T>(const DeviceContext&, T*, int64_t, int64_t, int64_t, int64_t);           \
+  template void upload<T>(const DeviceContext&, T*, const T*, size_t);                           \
+  template void download<T>(const DeviceContext&, T*, const T*, size_t);                         \
+  template void upload_strided<T>(const DeviceContext&, const T*, const std::vector<int64_t>&,   \
+                                  const std::vector<int64_t>&, T*);
+SHARC_DEVICE_OPS_FOR(float)
+SHARC_DEVICE_OPS_FOR(rt::bf16)
+SHARC_DEVICE_OPS_FOR(int32_t)
+#undef SHARC_DEVICE_OPS_FOR
+
+}  // inline namespace cuda_target / sim_target
+}  // namespace sharc::gpu

@@ -1,0 +1,72 @@
+// The samples' --backend and --world: which generated program runs (BACKEND
+// cpu or cuda in sharc_add_program) and on which world.
+//
+//   --backend cpu              rt::ThreadWorld: one thread per device (default)
+//   --backend cuda --world sim gpu::SimGpuWorld: the devices on the block
+//                              simulator, device memory in host memory
+//   --backend cuda --world gpu N virtual devices on one GPU (CudaWorld)
+//   --backend cuda --world nccl one GPU per rank (NcclWorld)
+//
+// gpu and nccl need a GPU; without one they say so, and until CudaWorld and
+// NcclWorld exist (issue 35) they say that instead. Either way the sample
+// exits non-zero rather than run something else.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/gpu/gpu_world.h"
+#include "runtime/thread_world.h"
+
+namespace samples {
+
+struct WorldChoice {
+  std::string backend = "cpu";  // cpu | cuda
+  std::string world = "sim";    // sim | gpu | nccl (cuda only)
+  bool world_given = false;
+
+  bool cuda() const { return backend == "cuda"; }
+
+  // Takes argv[i] (and its value) when it is --backend or --world; returns
+  // whether it did. A bad value sets *error.
+  bool parse(int argc, char** argv, int& i, std::string* error) {
+    const std::string arg = argv[i];
+    std::string* field = arg == "--backend" ? &backend : arg == "--world" ? &world : nullptr;
+    if (!field) return false;
+    if (i + 1 >= argc) {
+      *error = arg + " needs a value";
+      return true;
+    }
+    *field = argv[++i];
+    if (field == &world) world_given = true;
+    if (backend != "cpu" && backend != "cuda")
+      *error = "--backend is cpu or cuda, not " + backend;
+    else if (world != "sim" && world != "gpu" && world != "nccl")
+      *error = "--world is sim, gpu or nccl, not " + world;
+    return true;
+  }
+
+  // After parsing: "" or what is wrong with the combination.
+  std::string check() const {
+    if (!cuda() && world_given) return "--world picks a GPU world: it needs --backend cuda";
+    return "";
+  }
+
+  // The world for `mesh`, or null with *error saying why there is none.
+  std::unique_ptr<sharc::rt::World> make(const sharc::rt::MeshShape& mesh, std::string* error) const {
+    if (!cuda()) return std::make_unique<sharc::rt::ThreadWorld>(mesh);
+    if (world == "sim") return std::make_unique<sharc::gpu::SimGpuWorld>(mesh);
+    std::string why;
+    if (!sharc::gpu::cuda_kernels(&why)) {
+      *error = "--world " + world + " needs a GPU: " + why;
+      return nullptr;
+    }
+    *error = "--world " + world + ": " +
+             (world == "gpu" ? std::string("CudaWorld (virtual devices on one GPU)")
+                             : std::string("NcclWorld (one GPU per rank)")) +
+             " is not built yet (issue 35); --world sim runs the same program on the simulator";
+    return nullptr;
+  }
+};
+
+}  // namespace samples
