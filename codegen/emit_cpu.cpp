@@ -90,7 +90,12 @@ EmittedFiles CpuEmitter::run() {
   }
   auto definitions = [&](int k) {
     std::string t;
-    for (size_t i : in_file[k]) t += "\n\n" + step_fns_[i].text;
+    std::set<std::string> defined;  // CUDA: each kernel once per file, before its first use there
+    for (size_t i : in_file[k]) {
+      for (const auto& [name, text] : step_fns_[i].kernels)
+        if (defined.insert(name).second) t += "\n\n" + text;
+      t += "\n\n" + step_fns_[i].text;
+    }
     return t;
   };
   auto range = [&](int k) {
@@ -507,13 +512,16 @@ std::string CpuEmitter::split_step(const std::vector<Chunk>& chunks, const std::
 
   for (size_t p = 0; p < parts.size(); ++p) {
     CodeWriter fn(0);
-    for (int k : parts[p].chunks)  // CUDA: the kernels the part launches
-      if (!chunks[k].kernels.empty()) fn.text(chunks[k].kernels);
     fn.line("// " + parts[p].what);
     fn.open("void " + qualified + "::" + parts[p].name + (parts[p].loop >= 0 ? "(int64_t l)" : "()"));
     fn.text(raw[p]);
     fn.close(qualified + "::" + parts[p].name);
-    step_fns_.push_back({qualified + "::" + parts[p].name, fn.str()});
+    StepFn f{qualified + "::" + parts[p].name, fn.str(), {}};
+    for (int k : parts[p].chunks)  // CUDA: the kernels the part launches
+      for (const auto& kernel : chunks[k].kernels)
+        if (std::none_of(f.kernels.begin(), f.kernels.end(), [&](const auto& x) { return x.first == kernel.first; }))
+          f.kernels.push_back(kernel);
+    step_fns_.push_back(std::move(f));
   }
 
   CodeWriter w(indent);

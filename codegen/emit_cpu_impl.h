@@ -391,9 +391,8 @@ class CpuEmitter {
   std::string call(const std::string& fn) const {
     return cuda() ? "gpu::" + fn + "(gpu_dev, " : "rt::" + fn + "(";
   }
-  // Refuses, naming the model line, what the CUDA renderer does not render yet.
-  void cuda_unsupported(const Node& v, const std::string& what) const;
-  // A fusion group's kernel: its name and parameters (the buffers it reads,
+  // A fusion group's kernel: its name (a scanned layer's statements share
+  // one kernel, named without the layer) and parameters (the buffers it reads,
   // then those it writes), set while emit_fused writes its body.
   struct FusedKernel {
     std::string name;
@@ -497,7 +496,7 @@ class CpuEmitter {
     std::string heading;  // a pipeline stage's unit title, at the first statement of a unit
     std::string rule;     // the section's rule line, "" inside a section
     std::string text;     // the statement, its mark and the buffers freed after it
-    std::string kernels;  // CUDA: the kernels it launches, defined before its part
+    std::vector<std::pair<std::string, std::string>> kernels;  // CUDA: the kernels it launches (name, definition)
     std::vector<int> declares;  // the values whose buffers it makes (declare())
     int lines = 0;
     int unit = -1;             // a pipeline stage's unit (StagePlan::units), -1 for a whole program
@@ -599,6 +598,9 @@ class CpuEmitter {
   std::string step_struct_;
   struct StepFn {
     std::string name, text;
+    // CUDA: the kernels it launches (name, definition), defined before it
+    // in its file unless an earlier function there already needed them.
+    std::vector<std::pair<std::string, std::string>> kernels;
   };
   std::vector<StepFn> step_fns_;
   // Scanned layers' random streams: table name -> key literal per layer.
@@ -612,7 +614,10 @@ class CpuEmitter {
   // CUDA: the kernel definitions the statement being written needs (moved
   // into its Chunk), and the kernel whose body is being written (elem_at
   // then names its parameters).
-  std::string pending_kernels_;
+  std::vector<std::pair<std::string, std::string>> pending_kernels_;
+  // CUDA: each kernel text's name, and the names taken (finish_fused_kernel).
+  std::map<std::string, std::string> kernel_names_;
+  std::set<std::string> kernel_taken_;
   const FusedKernel* in_kernel_ = nullptr;
   const EmissionPlan ep_;
   const BufferPlan& plan_;

@@ -560,7 +560,8 @@ void CpuEmitter::emit_random_uniform(CodeWriter& w, const Stmt& s) {
   w.line(describe(v, s.reads, "random_uniform over the global " + ir::shape_str(gs)));
   w.line(declare(id, /*writes_all=*/true));
   w.open("");
-  w.line("const uint64_t key = rt::random_stream_key(" + site + ", " + elem0(v.args[0]) + ");  // (site, seed)");
+  if (!cuda())
+    w.line("const uint64_t key = rt::random_stream_key(" + site + ", " + elem0(v.args[0]) + ");  // (site, seed)");
   std::vector<std::string> local, global;
   int loops = 0;
   const size_t rank = v.shape.size();
@@ -583,10 +584,13 @@ void CpuEmitter::emit_random_uniform(CodeWriter& w, const Stmt& s) {
   }
   const std::string l = local.empty() ? "0" : join(local, " + ");
   const std::string g = global.empty() ? "0" : join(global, " + ");
-  w.line("rt::uniform_fill(key, " + (g == "0" ? g : "static_cast<uint64_t>(" + g + ")") + ", " +
-         std::to_string(run_count) +
-         ", " + ptr(id) +
-         (l == "0" ? "" : " + " + l) + ");");
+  const std::string first = g == "0" ? g : "static_cast<uint64_t>(" + g + ")";
+  if (cuda())  // the key is made on the device, from the seed in device memory
+    w.line("gpu::uniform_fill(gpu_dev, " + site + ", " + ptr(v.args[0]) + ", " + first + ", " +
+           std::to_string(run_count) + ", " + ptr(id) + (l == "0" ? "" : " + " + l) + ");");
+  else
+    w.line("rt::uniform_fill(key, " + first + ", " + std::to_string(run_count) + ", " + ptr(id) +
+           (l == "0" ? "" : " + " + l) + ");");
   for (int k = 0; k < loops; ++k) w.close();
   w.close("random_uniform " + var_[id]);
 }
@@ -761,7 +765,6 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
   if (!s.bucket.empty()) return emit_bucket(w, s);
   if (ir::is_elementwise(v.op)) return emit_fused(w, s);
   if (v.op == Op::kDot) return emit_dot(w, s);
-  if (cuda() && v.op == Op::kRandomUniform) cuda_unsupported(v, "random_uniform (dropout)");
   if (v.op == Op::kRingDot) return emit_ring_dot(w, s);
   if (v.op == Op::kRandomUniform) return emit_random_uniform(w, s);
   switch (v.op) {

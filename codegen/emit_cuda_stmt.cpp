@@ -1,21 +1,15 @@
 // The CUDA renderer's own spellings (emit_cpu_impl.h, "the CUDA renderer"):
-// a fusion group as a kernel in sharc's dialect (runtime/gpu/dialect.h) and
-// what the CUDA renderer refuses. Everything else it prints is the CPU
+// a fusion group as a kernel in sharc's dialect (runtime/gpu/dialect.h).
+// Everything else it prints is the CPU
 // renderer's statements with the runtime calls of runtime/gpu/device_ops.h
 // (CpuEmitter::call), so the two renderers share one plan and one text.
 #include "codegen/emit_cpu_impl.h"
 
 namespace sharc::emit_cpu_detail {
 
-void CpuEmitter::cuda_unsupported(const Node& v, const std::string& what) const {
-  throw Error(v.loc, "BACKEND cuda does not render " + what +
-                         " yet (issue 35); generate this program with BACKEND cpu");
-}
-
 CpuEmitter::FusedKernel CpuEmitter::fused_kernel(const Stmt& s) const {
   FusedKernel k;
-  if (per_layer(var_[s.node])) cuda_unsupported(anchor(s), "a scanned layer's fused loop");
-  k.name = (stage_ >= 0 ? "stage" + std::to_string(stage_) + "_" : "") + var_[s.node] + "_kernel";
+  k.name = (stage_ >= 0 ? "stage" + std::to_string(stage_) + "_" : "") + base_name(var_[s.node]) + "_kernel";
   const std::set<int> tree(s.tree.begin(), s.tree.end());
   auto add = [&](int v, std::vector<int>& to) {
     if (k.param.count(v)) return;
@@ -48,15 +42,30 @@ void CpuEmitter::finish_fused_kernel(CodeWriter& w, const Stmt& s, const FusedKe
   }
   std::vector<std::string> ops;
   for (int t : s.tree) ops.push_back(ir::op_name(g_[t].op));
-  CodeWriter kw(0);
-  kw.line("// " + loc_prefix(a) + (s.tree.size() > 1 ? "fused " : "") + join(ops, ", ") + ": one thread per element");
-  kw.line("// of " + shape_comment(g_[s.node]) + ", the grid striding over the rest.");
-  kw.line("static SHARC_KERNEL void " + k.name + "(" + join(params, ", ") + ") {");
-  kw.text(body);
-  kw.line("}");
-  pending_kernels_ += kw.str() + "\n";
+  auto text = [&](const std::string& name) {
+    CodeWriter kw(0);
+    kw.line("// " + loc_prefix(a) + (s.tree.size() > 1 ? "fused " : "") + join(ops, ", ") + ": one thread per element");
+    kw.line("// of " + shape_comment(g_[s.node]) + ", the grid striding over the rest.");
+    kw.line("static SHARC_KERNEL void " + name + "(" + join(params, ", ") + ") {");
+    kw.text(body);
+    kw.line("}");
+    return kw.str();
+  };
+  // One name per kernel text: a scanned layer's statements share their
+  // kernel, but a layer run written apart (the first, reading values from
+  // before the layers) gets its own, name_2.
+  const std::string key = text("@");
+  std::string name = k.name;
+  if (const auto it = kernel_names_.find(key); it != kernel_names_.end()) {
+    name = it->second;
+  } else {
+    for (int v = 2; kernel_taken_.count(name); ++v) name = k.name + "_" + std::to_string(v);
+    kernel_taken_.insert(name);
+    kernel_names_[key] = name;
+  }
+  pending_kernels_.emplace_back(name, text(name));
   const std::string n = std::to_string(ir::num_elements(g_[s.node].shape));
-  w.line("gpu::launch_independent(" + quoted(k.name) + ", " + k.name + ", gpu::Dim3{gpu::elementwise_blocks(" + n +
+  w.line("gpu::launch_independent(" + quoted(name) + ", " + name + ", gpu::Dim3{gpu::elementwise_blocks(" + n +
          ")}, gpu::Dim3{gpu::kElementwiseThreads}, 0,");
   w.line("                        gpu_dev.stream, int64_t{" + n + "}, " + join(args, ", ") + ");");
 }

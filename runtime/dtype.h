@@ -12,13 +12,7 @@
 #include <cstring>
 #include <string_view>
 
-// Functions that device code also calls (generated CUDA kernels convert bf16
-// with them): __host__ __device__ under nvcc, plain inline elsewhere.
-#if defined(__CUDACC__)
-#define SHARC_HD __host__ __device__
-#else
-#define SHARC_HD
-#endif
+#include "runtime/host_device.h"
 
 namespace sharc::rt {
 

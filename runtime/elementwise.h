@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "runtime/dtype.h"  // SHARC_HD
+#include "runtime/host_device.h"
 
 // Put before a generated fused loop: its iterations are independent and its
 // buffers do not overlap (each output is a fresh block, live beside its

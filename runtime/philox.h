@@ -13,6 +13,8 @@
 #include <numbers>
 #include <string_view>
 
+#include "runtime/host_device.h"
+
 namespace sharc::rt {
 
 namespace philox_detail {
@@ -21,7 +23,7 @@ inline constexpr uint32_t kMul1 = 0xCD9E8D57u;
 inline constexpr uint32_t kWeyl0 = 0x9E3779B9u;  // golden ratio
 inline constexpr uint32_t kWeyl1 = 0xBB67AE85u;  // sqrt(3) - 1
 
-inline void mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
+SHARC_HD inline void mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
   const uint64_t p = static_cast<uint64_t>(a) * b;
   *hi = static_cast<uint32_t>(p >> 32);
   *lo = static_cast<uint32_t>(p);
@@ -29,7 +31,7 @@ inline void mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
 }  // namespace philox_detail
 
 // Ten rounds of the Philox 4x32 bijection of `counter` under `key`.
-inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter,
+SHARC_HD inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter,
                                           std::array<uint32_t, 2> key) {
   using namespace philox_detail;
   for (int round = 0; round < 10; ++round) {
@@ -64,7 +66,7 @@ inline double uniform01(uint32_t x) {
 
 // Four random words for element `index` of stream `key`: the counter is
 // (index, stream), so distinct streams under one key never overlap.
-inline std::array<uint32_t, 4> random_block(uint64_t key, uint64_t index, uint64_t stream = 0) {
+SHARC_HD inline std::array<uint32_t, 4> random_block(uint64_t key, uint64_t index, uint64_t stream = 0) {
   return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
                      static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)},
                     {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
@@ -72,14 +74,14 @@ inline std::array<uint32_t, 4> random_block(uint64_t key, uint64_t index, uint64
 
 // A random word's top 24 bits as a float in (0, 1): exact, and never rounds
 // up to 1.
-inline float unit_from_bits(uint32_t x) {
+SHARC_HD inline float unit_from_bits(uint32_t x) {
   return (static_cast<float>(x >> 8) + 0.5f) * 0x1p-24f;
 }
 
 // Uniform in (0, 1) for global element `index` of the stream named by `key`:
 // word index % 4 of block index / 4, so that one Philox evaluation serves four
 // consecutive elements (uniform_fill draws them that way).
-inline float uniform_at(uint64_t key, uint64_t index) {
+SHARC_HD inline float uniform_at(uint64_t key, uint64_t index) {
   return unit_from_bits(random_block(key, index >> 2)[index & 3]);
 }
 
@@ -104,7 +106,7 @@ inline void uniform_fill(uint64_t key, uint64_t first, int64_t count, float* out
 // multiple, so consecutive seeds give unrelated streams. The one definition
 // the oracle, the per-device interpreter and generated code all call, so
 // dropout masks agree bit for bit.
-inline uint64_t random_stream_key(uint64_t node_key, double seed_value) {
+SHARC_HD inline uint64_t random_stream_key(uint64_t node_key, double seed_value) {
   return node_key ^
          (static_cast<uint64_t>(static_cast<int64_t>(seed_value)) * 0x9E3779B97F4A7C15ull);
 }

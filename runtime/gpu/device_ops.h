@@ -23,6 +23,7 @@
 #include "runtime/dtype.h"
 #include "runtime/gpu/dialect.h"
 #include "runtime/gpu/kernel_set.h"
+#include "runtime/philox.h"
 
 namespace sharc::gpu {
 
@@ -102,6 +103,13 @@ void add_rows(const DeviceContext& d, const T* in, T* out, int64_t rows, int64_t
 template <class T>
 void iota(const DeviceContext& d, T* out, int64_t count, int64_t inner, int64_t extent,
           int64_t start);
+
+// A random_uniform's contiguous run: out[k] = rt::uniform_at(key, first + k)
+// for k < count, key = rt::random_stream_key(node_key, seed[0]), the seed
+// operand read on the device (a step counter, say), so nothing waits for it.
+template <class S>
+void uniform_fill(const DeviceContext& d, uint64_t node_key, const S* seed, uint64_t first,
+                  int64_t count, float* out);
 
 // As rt::gemm: C[b] = A[b] B[b] for b < batch, row major, A MxK (KxM when
 // trans_a), B KxN (NxK when trans_b); through the device's KernelSet::gemm

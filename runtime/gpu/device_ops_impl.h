@@ -159,6 +159,19 @@ SHARC_KERNEL void iota_kernel(T* out, int64_t n, int64_t inner, int64_t extent, 
     out[i] = store<T>(static_cast<float>(start + (i / inner) % extent));
 }
 
+// The seed's value as random_stream_key takes it (exact for f32 and i32).
+SHARC_HOST_DEVICE double seed_value(float x) { return x; }
+SHARC_HOST_DEVICE double seed_value(int32_t x) { return x; }
+SHARC_HOST_DEVICE double seed_value(rt::bf16 x) { return static_cast<float>(x); }
+
+template <class S>
+SHARC_KERNEL void uniform_kernel(uint64_t node_key, const S* seed, uint64_t first, int64_t n,
+                                 float* out) {
+  const uint64_t key = rt::random_stream_key(node_key, seed_value(seed[0]));
+  for (int64_t i = element_index(); i < n; i += element_stride())
+    out[i] = rt::uniform_at(key, first + static_cast<uint64_t>(i));
+}
+
 template <class T>
 void gather(const DeviceContext& d, const char* what, const T* in,
             const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, T* out) {
@@ -336,6 +349,15 @@ void iota(const DeviceContext& d, T* out, int64_t count, int64_t inner, int64_t 
          d.stream, out, count, inner, extent, start);
 }
 
+template <class S>
+void uniform_fill(const DeviceContext& d, uint64_t node_key, const S* seed, uint64_t first,
+                  int64_t count, float* out) {
+  using namespace device_ops_detail;
+  if (count <= 0) return;
+  launch_independent("uniform_fill", uniform_kernel<S>, Dim3{elementwise_blocks(count)},
+                     Dim3{kElementwiseThreads}, 0, d.stream, node_key, seed, first, count, out);
+}
+
 namespace device_ops_detail {
 
 inline void batched_gemm(const DeviceContext& d, DType t, size_t elem, int64_t batch, int64_t M,
@@ -432,6 +454,9 @@ SHARC_DEVICE_OPS_FOR(float)
 SHARC_DEVICE_OPS_FOR(rt::bf16)
 SHARC_DEVICE_OPS_FOR(int32_t)
 #undef SHARC_DEVICE_OPS_FOR
+template void uniform_fill<float>(const DeviceContext&, uint64_t, const float*, uint64_t, int64_t, float*);
+template void uniform_fill<int32_t>(const DeviceContext&, uint64_t, const int32_t*, uint64_t, int64_t, float*);
+template void uniform_fill<rt::bf16>(const DeviceContext&, uint64_t, const rt::bf16*, uint64_t, int64_t, float*);
 
 }  // inline namespace cuda_target / sim_target
 }  // namespace sharc::gpu

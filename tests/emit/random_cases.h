@@ -17,10 +17,3 @@ struct RandomCase {
 };
 
 const std::vector<RandomCase>& random_cases();
-
-// --backend cuda: the programs the CUDA renderer refused, with its message.
-struct RandomRefused {
-  uint64_t seed;
-  const char* why;
-};
-const std::vector<RandomRefused>& random_refused();
