@@ -331,8 +331,16 @@ uint64_t CpuEmitter::arena_bytes() const {
 
 std::string CpuEmitter::device_setup() const {
   CodeWriter w(2);
-  if (cuda())
+  if (cuda()) {
+    // What the device must hold: every parameter shard (a pipeline stage
+    // holds fewer) and the step's arena.
+    uint64_t params = 0;
+    for (const Node& v : g_.nodes)
+      if (v.op == Op::kParameter) params += static_cast<uint64_t>(ir::num_elements(v.shape)) * ir::dtype_size(v.dtype);
     w.line("gpu::device_context(world, rank, kProgram);  // refuses a world that is not a gpu::GpuWorld");
+    w.line("gpu::require_memory(world, rank, kProgram, " + std::to_string(params + arena_bytes()) +
+           ");  // parameters " + std::to_string(params) + " + step arena " + std::to_string(arena_bytes()));
+  }
   w.line("mem.reserve_arena(" + std::to_string(arena_bytes()) +
          ");  // the step's buffers (rt::StepArena), placed as the buffer plan replays them");
   for (size_t k = 0; k < mesh_.axes().size(); ++k)

@@ -18,6 +18,21 @@ KernelSet& SimGpuWorld::kernels(int rank) {
   return simulated_kernels();
 }
 
+size_t SimGpuWorld::free_memory(int rank) {
+  const size_t used = memory(rank).current();
+  return capacity_ > used ? capacity_ - used : 0;
+}
+
+void require_memory(rt::World& world, int rank, std::string_view program, size_t bytes) {
+  auto& gpu = dynamic_cast<GpuWorld&>(world);
+  const size_t free = gpu.free_memory(rank);
+  if (bytes <= free) return;
+  throw std::runtime_error("program \"" + std::string(program) + "\" needs " + std::to_string(bytes) +
+                           " bytes on device " + std::to_string(rank) + " (" + gpu.kernels(rank).name() +
+                           ") for its parameters and step buffers, but " + std::to_string(free) +
+                           " bytes are free there");
+}
+
 DeviceContext device_context(rt::World& world, int rank, std::string_view program) {
   auto* gpu = dynamic_cast<GpuWorld*>(&world);
   const std::string name(program);

@@ -12,6 +12,7 @@
 //    are to come.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,8 @@ class GpuWorld : public rt::World {
   // Whether device pointers are host pointers (the simulator): a program
   // may then hand device buffers to comm(rank) as they are.
   virtual bool device_memory_is_host() const = 0;
+  // Bytes of local device `rank`'s memory free for a program's buffers.
+  virtual size_t free_memory(int rank) = 0;
 };
 
 class SimGpuWorld final : public GpuWorld {
@@ -54,12 +57,19 @@ class SimGpuWorld final : public GpuWorld {
 
   KernelSet& kernels(int rank) override;
   bool device_memory_is_host() const override { return true; }
+  // The capacity set below less what the device's DeviceMemory holds.
+  size_t free_memory(int rank) override;
+
+  // Each device's memory, as a GPU's would be limited (default: unlimited),
+  // for tests of what a program does when it does not fit.
+  void set_memory_capacity(size_t bytes) { capacity_ = bytes; }
 
   // The devices' threads (set_device_threads, set_clock, set_recv_timeout, ...).
   rt::ThreadWorld& threads() { return threads_; }
 
  private:
   rt::ThreadWorld threads_;
+  size_t capacity_ = SIZE_MAX;
 };
 
 // Local device `rank` of `world` as a BACKEND cuda program's step uses it
@@ -70,5 +80,10 @@ class SimGpuWorld final : public GpuWorld {
 // checkpoints) still reads and writes its device buffers from the host, so
 // until that goes through transfers it runs on SimGpuWorld only.
 DeviceContext device_context(rt::World& world, int rank, std::string_view program);
+
+// Refuses, before anything is allocated, a program that needs more of
+// device `rank`'s memory than is free: std::runtime_error naming the
+// program, the device, the bytes needed and the bytes free.
+void require_memory(rt::World& world, int rank, std::string_view program, size_t bytes);
 
 }  // namespace sharc::gpu

@@ -66,6 +66,9 @@
 #include "gpt2_logits_fsdp4_model2.h"
 #include "gpt2_logits_model8.h"
 #include "gpt2_logits_pipe2_data2_model2.h"
+#include "gpt2_train_cuda_data2_model4.h"
+#include "gpt2_train_cuda_fsdp4_model2.h"
+#include "gpt2_train_cuda_pipe2_data2_model2.h"
 #include "gpt2_train_data2_model4.h"
 #include "gpt2_train_data4_model2.h"
 #include "gpt2_train_data8.h"
@@ -73,6 +76,7 @@
 #include "gpt2_train_model8.h"
 #include "gpt2_train_pipe2_data2_model2.h"
 #include "runtime/trace.h"
+#include "samples/common/worlds.h"
 #include "samples/gpt2/model.h"
 #ifdef SHARC_HAVE_MPI
 #include "runtime/mpi_world.h"
@@ -101,6 +105,7 @@ struct Options {
   std::string config = "char";  // or "gpt2-124m"
   std::string tokens;           // gpt2-124m: a file of uint16 token ids
   bool synthetic = false;       // gpt2-124m: random tokens
+  samples::WorldChoice world;   // --backend cuda [--world sim|gpu|nccl]
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -110,6 +115,8 @@ struct Options {
                "       [--schedule S --microbatches M]   (with a pipe axis)\n"
                "       [--trace FILE [--virtual-clock]]\n"
                "       [--local-devices L]   (under mpirun: L devices per process)\n"
+               "       [--backend cuda [--world sim|gpu|nccl]]   (the BACKEND cuda training step;\n"
+               "                                  meshes data=2,model=4, fsdp=4,model=2, pipe=2,data=2,model=2)\n"
                "       gpt2_main --config gpt2-124m (--synthetic | --tokens FILE) [--steps N] [--seed S]\n"
                "meshes: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2,\n"
                "        pipe=2,data=2,model=2 (1f1b, 8 micro-batches)\n",
@@ -157,9 +164,14 @@ Options parse(int argc, char** argv) {
       o.tokens = value();
     else if (a == "--synthetic")
       o.synthetic = true;
-    else
+    else if (std::string error; o.world.parse(argc, argv, i, &error)) {
+      if (!error.empty()) usage(error.c_str());
+    } else
       usage(("unknown argument " + a).c_str());
   }
+  if (const std::string error = o.world.check(); !error.empty()) usage(error.c_str());
+  if (o.world.cuda() && (o.local_devices || o.config != "char"))
+    usage("--backend cuda runs the character model on one process (no --local-devices, no --config)");
   if (o.steps < 0 || o.sample < 0 || o.temperature < 0 || o.local_devices < 0)
     usage("negative --steps, --sample, --temperature or --local-devices");
 #ifndef SHARC_HAVE_MPI
@@ -290,15 +302,27 @@ template <class TrainProgram, class LogitsProgram>
 int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
   // The world first: under mpirun it starts MPI, and only process 0 prints.
   std::unique_ptr<sharc::rt::ThreadWorld> threads;
-  std::unique_ptr<sharc::rt::World> mpi;
+  std::unique_ptr<sharc::rt::World> mpi, gpu;
 #ifdef SHARC_HAVE_MPI
   if (o.local_devices) {
     mpi = std::make_unique<sharc::rt::MpiWorld>(mesh, o.local_devices);
     if (mpi->process() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
   }
 #endif
-  if (!mpi) threads = std::make_unique<sharc::rt::ThreadWorld>(mesh);
-  sharc::rt::World& world = mpi ? *mpi : *threads;
+  if (o.world.cuda()) {  // a GPU world for the BACKEND cuda program
+    std::string error;
+    gpu = o.world.make(mesh, &error);
+    if (!gpu) {
+      std::fprintf(stderr, "gpt2_main: %s\n", error.c_str());
+      return 1;
+    }
+  } else if (!mpi) {
+    threads = std::make_unique<sharc::rt::ThreadWorld>(mesh);
+  }
+  sharc::rt::World& world = mpi ? *mpi : gpu ? *gpu : *threads;
+  // The device threads (their clocks and traces), where there are any.
+  sharc::rt::ThreadWorld* device_threads =
+      gpu ? &dynamic_cast<sharc::gpu::SimGpuWorld&>(*gpu).threads() : threads.get();
   const sharc::GPTConfig cfg = gpt2::config(GPT2_LAYERS);
   const int64_t batch = gpt2::kTrainBatch, context = cfg.context;
 
@@ -346,8 +370,8 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
     fill_batch();
     if (step == o.steps - 1 && (!o.trace.empty() || o.virtual_clock)) {
       // The last step's timeline (set_clock clears what came before).
-      if (o.virtual_clock) threads->set_link({.latency_s = 20e-6, .bytes_per_s = 2e9});
-      threads->set_clock(o.virtual_clock ? sharc::rt::ClockMode::kVirtual : sharc::rt::ClockMode::kWall);
+      if (o.virtual_clock) device_threads->set_link({.latency_s = 20e-6, .bytes_per_s = 2e9});
+      device_threads->set_clock(o.virtual_clock ? sharc::rt::ClockMode::kVirtual : sharc::rt::ClockMode::kWall);
     }
     // Dropout masks: a new stream per step (floats are exact below 2^24).
     const float seed = static_cast<float>((o.seed * 100003 + step) % (1 << 24));
@@ -388,30 +412,30 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
         step + 1, o.steps, loss, lr, grad_norm, elapsed, 1e3 * elapsed / (step + 1), eta);
     std::fflush(stdout);
   }
-  if (threads && threads->clock() != sharc::rt::ClockMode::kOff) {
-    threads->set_link({});
+  if (device_threads && device_threads->clock() != sharc::rt::ClockMode::kOff) {
+    device_threads->set_link({});
     if (o.virtual_clock) {
       double busy = 0, end = 0;
-      for (const sharc::rt::DeviceTime& t : threads->device_times()) {
+      for (const sharc::rt::DeviceTime& t : device_threads->device_times()) {
         busy += t.busy_s;
         end = std::max(end, t.now_s);
       }
       std::printf("virtual clock (%.0f GFLOP/s, %.0f GB/s per device; link 20 us + 2 GB/s): last step %.3f ms, "
                   "devices idle %.1f%% of it\n",
                   sharc::rt::MachineModel{}.flops_per_s / 1e9, sharc::rt::MachineModel{}.bytes_per_s / 1e9,
-                  1e3 * end, 100 * (1 - busy / (threads->size() * end)));
+                  1e3 * end, 100 * (1 - busy / (device_threads->size() * end)));
     }
     if (!o.trace.empty()) {
       std::ofstream f(o.trace);
-      f << sharc::rt::chrome_trace_json(threads->trace());
+      f << sharc::rt::chrome_trace_json(device_threads->trace());
       if (!f) {
         std::fprintf(stderr, "gpt2_main: cannot write %s\n", o.trace.c_str());
         return 1;
       }
-      std::printf("trace of the last step (%s clock): %s\n", sharc::rt::clock_mode_name(threads->clock()),
+      std::printf("trace of the last step (%s clock): %s\n", sharc::rt::clock_mode_name(device_threads->clock()),
                   o.trace.c_str());
     }
-    threads->set_clock(sharc::rt::ClockMode::kOff);
+    device_threads->set_clock(sharc::rt::ClockMode::kOff);
   }
   if (!losses.empty()) {
     const size_t tail = std::min<size_t>(50, losses.size());
@@ -589,15 +613,25 @@ int main(int argc, char** argv) {
            "; change them in samples/gpt2/model.h (gpt2::pipeline) and rebuild")
               .c_str());
 #define GPT2_MESH(spelling, suffix, pipelined)                                                     \
-  if (o.mesh == spelling)                                                                          \
+  if (o.mesh == spelling && !o.world.cuda())                                                       \
     return run<sharc_gen::gpt2_train_##suffix::Program, sharc_gen::gpt2_logits_##suffix::Program>( \
-        o, sharc_gen::gpt2_train_##suffix::mesh_shape(), pipelined);
+        o, sharc_gen::gpt2_train_##suffix::mesh_shape(), pipelined);                               \
+// BACKEND cuda: the training step as CUDA (samples/gpt2/CMakeLists.txt), on
+// a GPU world; sampling runs the CPU logits program on the same world.
+#define GPT2_CUDA_MESH(spelling, suffix, pipelined)                                                     \
+  if (o.mesh == spelling && o.world.cuda())                                                             \
+    return run<sharc_gen::gpt2_train_cuda_##suffix::Program, sharc_gen::gpt2_logits_##suffix::Program>( \
+        o, sharc_gen::gpt2_train_cuda_##suffix::mesh_shape(), pipelined);
   GPT2_MESH("data=8", data8, false)
   GPT2_MESH("model=8", model8, false)
   GPT2_MESH("data=2,model=4", data2_model4, false)
   GPT2_MESH("data=4,model=2", data4_model2, false)
   GPT2_MESH("fsdp=4,model=2", fsdp4_model2, false)
   GPT2_MESH("pipe=2,data=2,model=2", pipe2_data2_model2, true)
+  GPT2_CUDA_MESH("data=2,model=4", data2_model4, false)
+  GPT2_CUDA_MESH("fsdp=4,model=2", fsdp4_model2, false)
+  GPT2_CUDA_MESH("pipe=2,data=2,model=2", pipe2_data2_model2, true)
 #undef GPT2_MESH
-  usage(("no program was built for mesh " + o.mesh).c_str());
+#undef GPT2_CUDA_MESH
+  usage(("no " + std::string(o.world.cuda() ? "BACKEND cuda " : "") + "program was built for mesh " + o.mesh).c_str());
 }

@@ -12,6 +12,10 @@
 // program, which classifies the 10,000 test images. The default run must
 // reach kTargetAccuracy (exit 1 otherwise); a shorter run must at least
 // lower the loss. Bad flags or missing data exit 2.
+//
+// --backend cuda runs the training step generated with BACKEND cuda on
+// gpu::SimGpuWorld (--world sim, the default; samples/common/worlds.h), for
+// every mesh but pipe=2; evaluation runs the CPU program as always.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,7 +41,14 @@
 #include "mlp_train_fsdp4_model2.h"
 #include "mlp_train_fsdp8.h"
 #include "mlp_train_model8.h"
+#include "mlp_train_cuda_bf16_fsdp4_model2.h"
+#include "mlp_train_cuda_data4_model2.h"
+#include "mlp_train_cuda_data8.h"
+#include "mlp_train_cuda_fsdp4_model2.h"
+#include "mlp_train_cuda_fsdp8.h"
+#include "mlp_train_cuda_model8.h"
 #include "mlp_train_pipe2.h"
+#include "samples/common/worlds.h"
 #include "runtime/thread_world.h"
 #include "runtime/visualize.h"
 #include "samples/mlp_classifier/fashion_mnist.h"
@@ -63,6 +76,7 @@ struct Options {
   uint64_t seed = 0;
   int64_t eval_every = 200;
   std::string data_dir = fashion_mnist::kDefaultDir;
+  samples::WorldChoice world;  // --backend, --world
 };
 
 struct Data {
@@ -152,7 +166,14 @@ template <class Train, class Eval>
 int train_and_evaluate(const Options& o, const Data& data, const char* description,
                        const Layout& layout) {
   print_strategy(description, layout);
-  rt::ThreadWorld world(layout.mesh);
+  std::string error;
+  const std::unique_ptr<rt::World> made = o.world.make(layout.mesh, &error);
+  if (!made) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
+  rt::World& world = *made;
+  std::printf("backend %s\n", o.world.backend.c_str());
   Train train(world);
   train.init(o.seed);
   // Evaluation has its own world, so the training world's bytes and peak
@@ -249,6 +270,8 @@ struct Strategy {
 // whatever its own layouts).
 #define SHARC_MLP_STRATEGY(mesh_flag, tag, text) \
   SHARC_MLP_STRATEGY_TYPED(mesh_flag, "f32", mlp_train_##tag, mlp_eval_##tag, text)
+#define SHARC_MLP_CUDA_STRATEGY(mesh_flag, tag, text) \
+  SHARC_MLP_STRATEGY_TYPED(mesh_flag, "f32", mlp_train_cuda_##tag, mlp_eval_##tag, text)
 #define SHARC_MLP_STRATEGY_TYPED(mesh_flag, dtype, train, eval, text)                     \
   Strategy {                                                                              \
     mesh_flag, dtype, text, [](const Options& o, const Data& d, const char* description) { \
@@ -272,9 +295,20 @@ const Strategy kStrategies[] = {
                        "pipeline parallel (2 stages: one hidden layer each, 1F1B over 4 micro-batches)"),
 };
 
-std::string valid_meshes() {
+// --backend cuda: the BACKEND cuda training programs, evaluated by the CPU's.
+const Strategy kCudaStrategies[] = {
+    SHARC_MLP_CUDA_STRATEGY("data=8", data8, "data parallel, as CUDA kernels"),
+    SHARC_MLP_CUDA_STRATEGY("fsdp=8", fsdp8, "FSDP / ZeRO-3, as CUDA kernels"),
+    SHARC_MLP_CUDA_STRATEGY("model=8", model8, "tensor parallel, as CUDA kernels"),
+    SHARC_MLP_CUDA_STRATEGY("data=4,model=2", data4_model2, "data parallel x tensor parallel, as CUDA kernels"),
+    SHARC_MLP_CUDA_STRATEGY("fsdp=4,model=2", fsdp4_model2, "FSDP x tensor parallel, as CUDA kernels"),
+    SHARC_MLP_STRATEGY_TYPED("fsdp=4,model=2", "bf16", mlp_train_cuda_bf16_fsdp4_model2, mlp_eval_fsdp4_model2,
+                             "FSDP x tensor parallel in bf16 mixed precision, as CUDA kernels"),
+};
+
+std::string valid_meshes(bool cuda = false) {
   std::string s;
-  for (const Strategy& st : kStrategies)
+  for (const Strategy& st : cuda ? std::span<const Strategy>(kCudaStrategies) : std::span<const Strategy>(kStrategies))
     s += std::string("\n  --mesh ") + st.mesh +
          (std::string(st.dtype) == "f32" ? "" : std::string(" --dtype ") + st.dtype) + "   " +
          st.description;
@@ -285,7 +319,7 @@ void usage(FILE* f) {
   std::fprintf(
       f,
       "usage: mlp_classifier_main [--mesh M] [--dtype T] [--steps N] [--seed S] [--eval-every N] "
-      "[--data-dir D]\n"
+      "[--data-dir D] [--backend cpu|cuda] [--world sim|gpu|nccl]\n"
       "  --mesh M        the strategy's mesh (default data=8), one of:%s\n"
       "  --dtype T       f32 (default) or bf16 mixed precision, where generated\n"
       "  --steps N       training steps of %lld examples (default %lld; the test accuracy\n"
@@ -293,7 +327,9 @@ void usage(FILE* f) {
       "  --seed S        parameter initialisation and data order (default 0)\n"
       "  --eval-every N  test accuracy every N steps as well as at the end (default 200; 0: "
       "end only)\n"
-      "  --data-dir D    folder of the Fashion-MNIST *-ubyte.gz files (default %s)\n",
+      "  --data-dir D    folder of the Fashion-MNIST *-ubyte.gz files (default %s)\n"
+      "  --backend B     cpu (default) or cuda: the BACKEND cuda training step, on\n"
+      "  --world W       sim (default: the block simulator), gpu or nccl (need a GPU)\n",
       valid_meshes().c_str(), static_cast<long long>(kTrainBatch),
       static_cast<long long>(kDefaultSteps), kTargetAccuracy, fashion_mnist::kDefaultDir);
 }
@@ -343,6 +379,15 @@ int main(int argc, char** argv) {
       ok = parse_count(value.c_str(), 0, &o.eval_every);
     } else if (flag == "--data-dir") {
       o.data_dir = value;
+    } else if (flag == "--backend" || flag == "--world") {
+      std::string error;
+      char* pair[] = {flag.data(), value.data()};
+      int at = 0;
+      o.world.parse(2, pair, at, &error);
+      if (!error.empty()) {
+        std::fprintf(stderr, "error: %s\n", error.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "error: unknown flag %s\n", flag.c_str());
       usage(stderr);
@@ -354,14 +399,26 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (const std::string error = o.world.check(); !error.empty()) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 2;
+  }
+  if (o.world.cuda() && o.world.world != "sim") {  // say at once when there is no such world
+    std::string error;
+    if (!o.world.make(rt::MeshShape{{"data"}, {1}}, &error)) {
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      return 1;
+    }
+  }
   const Strategy* strategy = nullptr;
-  for (const Strategy& s : kStrategies)
+  for (const Strategy& s : o.world.cuda() ? std::span<const Strategy>(kCudaStrategies)
+                                          : std::span<const Strategy>(kStrategies))
     if (o.mesh == s.mesh && o.dtype == s.dtype) strategy = &s;
   if (!strategy) {
     std::fprintf(stderr,
-                 "error: no program was generated for --mesh %s%s; the build generated:%s\n",
-                 o.mesh.c_str(), o.dtype == "f32" ? "" : (" --dtype " + o.dtype).c_str(),
-                 valid_meshes().c_str());
+                 "error: no %sprogram was generated for --mesh %s%s; the build generated:%s\n",
+                 o.world.cuda() ? "BACKEND cuda " : "", o.mesh.c_str(),
+                 o.dtype == "f32" ? "" : (" --dtype " + o.dtype).c_str(), valid_meshes(o.world.cuda()).c_str());
     return 2;
   }
 

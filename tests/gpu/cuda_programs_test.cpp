@@ -208,7 +208,7 @@ TEST(CudaPrograms, MlpTrainingInBF16IsNearTheOracle) {
 ir::Graph gpt_train(bool scan, bool pipelined) {
   return trace(pipelined ? "gpt2_train_pipelined" : "gpt2_train", [&](ProgramBuilder& b) {
     if (pipelined) b.set_pipeline(gpt2::pipeline());
-    const gpt2::GPTConfig c = gpt2::config(gpt2::kLayers, scan ? 1 : 0);
+    const gpt2::GPTConfig c = gpt2::config(GPT2_LAYERS, scan ? GPT2_SCAN : 0);
     gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, 0));
   });
 }
@@ -231,6 +231,34 @@ TEST(CudaPrograms, ScannedGptOnFsdp4Model2MatchesTheOracle) {
 TEST(CudaPrograms, PipelinedGptMatchesTheOracle) {
   EXPECT_MATCHES_ORACLE(gpt2_train_cuda_pipe2_data2_model2, gpt_train(false, true), "pipe=2,data=2,model=2",
                         gpt_batch, kGptF32);
+}
+
+// A program that does not fit a device's memory is refused before anything
+// is allocated, naming the device and both sizes; one byte more and it fits.
+TEST(CudaPrograms, ProgramRefusesADeviceWithoutRoomForIt) {
+  namespace prog = sharc_gen::mlp_train_cuda_data4_model2;
+  gpu::SimGpuWorld world(prog::mesh_shape());
+  world.set_memory_capacity(1000);
+  std::string message;
+  try {
+    prog::Program program(world);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  const std::string head = "program \"mlp_train\" needs ";
+  ASSERT_EQ(message.rfind(head, 0), 0u) << message;
+  EXPECT_NE(message.find(" bytes on device 0 (simulator) for its parameters and step buffers, but 1000 bytes are "
+                         "free there"),
+            std::string::npos)
+      << message;
+  const size_t needed = std::stoull(message.substr(head.size()));
+  // The parameters alone: dense1 (784x512), dense2 (512x512), dense3 (512x10)
+  // and their biases, with AdamW's two moments each, over data=4,model=2.
+  EXPECT_GT(needed, 3u * 4 * (784 * 512 + 512 * 512 + 512 * 10) / 2) << message;
+  world.set_memory_capacity(needed - 1);
+  EXPECT_THROW(prog::Program{world}, std::runtime_error);
+  world.set_memory_capacity(needed);
+  EXPECT_NO_THROW(prog::Program{world});
 }
 
 TEST(CudaPrograms, ProgramRefusesAWorldThatIsNotAGpuWorld) {
