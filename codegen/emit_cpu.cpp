@@ -40,7 +40,9 @@ EmittedFiles CpuEmitter::run() {
                                       {"SHARC_SOURCE_NAME", source_file_name(stem, 0, o_.backend)},
                                       {"SHARC_DEVICE_FIELDS", device_fields()},
                                       {"SHARC_BACKEND_INCLUDES",
-                                       cuda() ? "\n#include \"runtime/gpu/device_ops.h\"\n#include \"runtime/gpu/gpu_world.h\"" : ""},
+                                       cuda() ? "\n#include \"runtime/gpu/device_collectives.h\"\n#include \"runtime/gpu/device_ops.h\"\n"
+                                                "#include \"runtime/gpu/gpu_world.h\""
+                                              : ""},
                                       {"SHARC_BACKEND_ALIASES", cuda() ? "\nnamespace gpu = sharc::gpu;" : ""},
                                       {"SHARC_STEP_STRUCT", step_struct_}}),
                                 "templates/program_step.h");

@@ -383,6 +383,7 @@ std::string CpuEmitter::held_here(const Node& v) const {
 
 std::string CpuEmitter::init_body() const {
   CodeWriter w(1);
+  if (cuda()) w.line("[[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);");
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     const Node& v = g_.nodes[i];
     if (v.op != Op::kParameter) continue;
@@ -400,8 +401,12 @@ std::string CpuEmitter::init_body() const {
     } close_if{w, !held.empty()};
     if (v.shape.empty()) {
       w.line(head);
-      w.line("rt::init_block(kInit_" + var_[i] + ", seed, nullptr, nullptr, nullptr, 0, dev." +
-             var_[i] + ".data());");
+      if (cuda())
+        w.line("gpu::init_block(gpu_dev, kInit_" + var_[i] + ", seed, nullptr, nullptr, nullptr, 0, dev." + var_[i] +
+               ".data(), 1);");
+      else
+        w.line("rt::init_block(kInit_" + var_[i] + ", seed, nullptr, nullptr, nullptr, 0, dev." +
+               var_[i] + ".data());");
       continue;
     }
     std::vector<std::string> starts;
@@ -410,10 +415,16 @@ std::string CpuEmitter::init_body() const {
     w.line(head);
     w.line("const int64_t local[] = " + braced(v.shape) + ";");
     w.line("const int64_t offset[] = " + braced(starts) + ";");
-    w.line("rt::init_block(kInit_" + var_[i] + ", seed, kParam_" + var_[i] +
-           "_shape.data(), offset,");
-    w.line("               local, " + std::to_string(v.shape.size()) + ", dev." + var_[i] +
-           ".data());");
+    if (cuda()) {
+      w.line("gpu::init_block(gpu_dev, kInit_" + var_[i] + ", seed, kParam_" + var_[i] + "_shape.data(), offset,");
+      w.line("                local, " + std::to_string(v.shape.size()) + ", dev." + var_[i] + ".data(), " +
+             std::to_string(ir::num_elements(v.shape)) + ");");
+    } else {
+      w.line("rt::init_block(kInit_" + var_[i] + ", seed, kParam_" + var_[i] +
+             "_shape.data(), offset,");
+      w.line("               local, " + std::to_string(v.shape.size()) + ", dev." + var_[i] +
+             ".data());");
+    }
     w.close(v.name);
   }
   return w.str();
@@ -421,6 +432,8 @@ std::string CpuEmitter::init_body() const {
 
 std::string CpuEmitter::parameter_lookup(bool size) const {
   CodeWriter w(1);
+  if (cuda() && !size)
+    w.line("gpu::require_host_memory(gpu::device_context(world_, rank, kProgram), kProgram, \"parameter_shard\");");
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     const Node& v = g_.nodes[i];
     if (v.op != Op::kParameter) continue;
@@ -453,6 +466,7 @@ std::string CpuEmitter::replicated_note(const Node& v) const {
 
 std::string CpuEmitter::parameter_transfer(bool set) const {
   CodeWriter w(2);
+  if (cuda()) w.line("[[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);");
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     const Node& v = g_.nodes[i];
     if (v.op != Op::kParameter) continue;
@@ -461,6 +475,15 @@ std::string CpuEmitter::parameter_transfer(bool set) const {
       held = "dev." + axis_var_.at(pipe_axis_) + " == " + std::to_string(holders_.at(v.name).front());
     const std::string cond = "if (path == " + quoted(v.name) + (held.empty() ? "" : " && (" + held + ")") + ")";
     const std::string buf = "dev." + var_[i] + ".data()";
+    const std::string n = std::to_string(ir::num_elements(v.shape));
+    if (set && cuda()) {  // from the caller's array to the device, through host memory
+      const std::string off = block_offset_expr(v);
+      w.line(cond + " " +
+             (v.shape.empty() ? "gpu::upload(gpu_dev, " + buf + ", global, 1);"
+                              : "gpu::upload_strided(gpu_dev, " + (off == "0" ? std::string("global") : "global + " + off) +
+                                    ", " + braced(v.shape) + ", " + braced(strides_of(global_shape(v))) + ", " + buf + ");"));
+      continue;
+    }
     if (set) {
       w.line(cond + " " + block_from_global(v, "global", buf));
       continue;
@@ -468,7 +491,11 @@ std::string CpuEmitter::parameter_transfer(bool set) const {
     w.open(cond);
     w.line("// block " + shape_comment(v) + " of the global " + ir::shape_str(global_shape(v)) +
            replicated_note(v));
-    emit_block_to_global(w, v, buf, "global", "", "", "wrote[rank] = 1;");
+    if (cuda()) {  // the device's shard to the host first
+      w.line("std::vector<float> host(" + n + ");");
+      w.line("gpu::download(gpu_dev, host.data(), " + buf + ", " + n + ");");
+    }
+    emit_block_to_global(w, v, cuda() ? "host.data()" : buf, "global", "", "", "wrote[rank] = 1;");
     w.close(quoted(v.name));
   }
   return w.str();

@@ -391,6 +391,16 @@ class CpuEmitter {
   std::string call(const std::string& fn) const {
     return cuda() ? "gpu::" + fn + "(gpu_dev, " : "rt::" + fn + "(";
   }
+  // A communicator call's opening: "comm.all_reduce(" for the CPU,
+  // "gpu::all_reduce(gpu_dev, comm, " for CUDA (device_collectives.h); and a
+  // tensor collective's: "rt::all_gather_dim(comm, " or
+  // "gpu::all_gather_dim(gpu_dev, comm, ".
+  std::string comm_call(const std::string& fn) const {
+    return cuda() ? "gpu::" + fn + "(gpu_dev, comm, " : "comm." + fn + "(";
+  }
+  std::string collective_call(const std::string& fn) const {
+    return cuda() ? "gpu::" + fn + "(gpu_dev, comm, " : "rt::" + fn + "(comm, ";
+  }
   // A fusion group's kernel: its name (a scanned layer's statements share
   // one kernel, named without the layer) and parameters (the buffers it reads,
   // then those it writes), set while emit_fused writes its body.

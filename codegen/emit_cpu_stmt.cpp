@@ -432,11 +432,11 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
              (H == 2 ? " by half " + std::to_string(h) : "") + ": device " + blk[h] +
              "'s, passed along from the " + way[1 - h]);
     }
-    w.line("rt::PendingRecv " + join(recv, ", ") + ";");
+    w.line((cuda() ? "gpu::PendingTransfer " : "rt::PendingRecv ") + join(recv, ", ") + ";");
     w.open("if (" + k + " + 1 < " + n + ")");
     w.line("// the last step sends nothing: n - 1 transfers, the all_gather's bytes");
     for (int h = 0; h < H; ++h)
-      w.line(recv[h] + " = comm.ppermute_start(" + cur[h] + ".data(), " + next[h] + ".data(), " +
+      w.line(recv[h] + " = " + comm_call("ppermute_start") + cur[h] + ".data(), " + next[h] + ".data(), " +
              count + ", " + grp + ", " + perm[h] + ");  // block " + blk[h] + " on to the " +
              way[h]);
     w.close();
@@ -459,7 +459,7 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
     }
     w.open("if (" + k + " + 1 < " + n + ")");
     for (int h = 0; h < H; ++h) {
-      w.line("comm.ppermute_wait(" + recv[h] + ");");
+      w.line(comm_call("ppermute_wait") + recv[h] + ");");
       w.line("std::swap(" + cur[h] + ", " + next[h] + ");");
     }
     w.close();
@@ -499,11 +499,11 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
            (H == 2 ? " by half " + std::to_string(h) : "") + " this step (" + p +
            "'s own at the last)");
   }
-  w.line("rt::PendingRecv " + join(recv, ", ") + ";");
+  w.line((cuda() ? "gpu::PendingTransfer " : "rt::PendingRecv ") + join(recv, ", ") + ";");
   w.open("if (" + k + " > 0)");
   w.line("// last step's sum on, while this step's block's sum so far arrives");
   for (int h = 0; h < H; ++h)
-    w.line(recv[h] + " = comm.ppermute_start(" + acc[h] + ", " + incoming[h] + ".data(), " +
+    w.line(recv[h] + " = " + comm_call("ppermute_start") + acc[h] + ", " + incoming[h] + ".data(), " +
            piece + ", " + grp + ", " + perm[h] + ");  // to the " + way[h]);
   w.close();
   w.line("timeline.op(" + label + ", " + cost_literal(cost.gemm) + ");");
@@ -518,7 +518,7 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
   }
   w.open("if (" + k + " > 0)");
   for (int h = 0; h < H; ++h) {
-    w.line("comm.ppermute_wait(" + recv[h] + ");");
+    w.line(comm_call("ppermute_wait") + recv[h] + ");");
     w.line("timeline.op(" + label + ", " + cost_literal(cost.add) + ");");
     record_mark(EmittedMark::Kind::kRingAdd, id, cost.add);
     const std::string sum =
@@ -692,7 +692,7 @@ void CpuEmitter::emit_bucket(CodeWriter& w, const Stmt& s) {
       w.line(call("copy") + ptr(a) + ", " + ptr(m) + ", " + std::to_string(n) + ");");
     }
   }
-  w.line("comm.all_reduce(std::vector<rt::Segment<" + elem_type(head.dtype) + ">>{");
+  w.line(comm_call("all_reduce") + "std::vector<rt::Segment<" + elem_type(head.dtype) + ">>{");
   for (size_t k = 0; k < s.bucket.size(); ++k)
     w.line("                    {" + ptr(s.bucket[k]) + ", " +
            std::to_string(ir::num_elements(g_[s.bucket[k]].shape)) + "},");
@@ -924,13 +924,13 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
     case Op::kAllGather:
       w.line(describe(v, s.reads, "all_gather" + axes));
       w.line(declare(id, /*writes_all=*/true));
-      w.line("rt::all_gather_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
+      w.line(collective_call("all_gather_dim") + group(v) + ", " + a0() + ", " + shape0() +
              ", /*dim=*/" + std::to_string(v.dim) + ", " + ptr(id) + ");");
       return;
     case Op::kReduceScatter:
       w.line(describe(v, s.reads, "reduce_scatter" + axes));
       w.line(declare(id, /*writes_all=*/true));
-      w.line("rt::reduce_scatter_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
+      w.line(collective_call("reduce_scatter_dim") + group(v) + ", " + a0() + ", " + shape0() +
              ", /*dim=*/" + std::to_string(v.dim) + ", " + ptr(id) + ", " + reduce_op(v.reduce) +
              ");");
       return;
@@ -940,13 +940,13 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
         w.line(declare(id, /*writes_all=*/true));
         w.line(call("copy") + a0() + ", " + ptr(id) + ", " + count + ");");
       }
-      w.line("comm.all_reduce(" + ptr(id) + ", " + count + ", " + group(v) + ", " +
+      w.line(comm_call("all_reduce") + ptr(id) + ", " + count + ", " + group(v) + ", " +
              reduce_op(v.reduce) + ");");
       return;
     case Op::kAllToAll:
       w.line(describe(v, s.reads, "all_to_all" + axes));
       w.line(declare(id, /*writes_all=*/true));
-      w.line("rt::all_to_all_dim(comm, " + group(v) + ", " + a0() + ", " + shape0() +
+      w.line(collective_call("all_to_all_dim") + group(v) + ", " + a0() + ", " + shape0() +
              ", /*split_dim=*/" + std::to_string(v.dim) + ", /*concat_dim=*/" +
              std::to_string(v.dim2) + ", " + ptr(id) + ");");
       return;
@@ -958,7 +958,7 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
                         "}");
       w.line(describe(v, s.reads, "ppermute" + axes));
       w.line(declare(id));
-      w.line("comm.ppermute(" + a0() + ", " + ptr(id) + ", " + count + ", " + group(v) +
+      w.line(comm_call("ppermute") + a0() + ", " + ptr(id) + ", " + count + ", " + group(v) +
              ", rt::Permutation{" + join(pairs, ", ") + "});");
       return;
     }
@@ -971,11 +971,11 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
       const std::string tag = std::to_string(v.ints[1]);
       if (v.op == Op::kSend) {
         w.line(describe(v, s.reads, "send to stage " + std::to_string(v.ints[0]) + " (message " + tag + ")"));
-        w.line("comm.send(" + a0() + ", " + count + ", " + peer + ", " + tag + ");");
+        w.line(comm_call("send") + a0() + ", " + count + ", " + peer + ", " + tag + ");");
       } else {
         w.line(describe(v, {}, "receive from stage " + std::to_string(v.ints[0]) + " (message " + tag + ")"));
         w.line(declare(id, /*writes_all=*/true));
-        w.line("comm.recv(" + ptr(id) + ", " + count + ", " + peer + ", " + tag + ");");
+        w.line(comm_call("recv") + ptr(id) + ", " + count + ", " + peer + ", " + tag + ");");
       }
       return;
     }

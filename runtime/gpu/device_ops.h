@@ -33,6 +33,10 @@ namespace sharc::gpu {
 struct DeviceContext {
   KernelSet* kernels = nullptr;
   Stream stream = nullptr;
+  // Whether the host may read and write the device's buffers (the
+  // simulator): collectives then run on them as they are
+  // (device_collectives.h), else through host copies.
+  bool host_memory = true;
 };
 
 #if defined(__CUDACC__)

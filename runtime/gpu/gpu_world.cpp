@@ -35,19 +35,12 @@ void require_memory(rt::World& world, int rank, std::string_view program, size_t
 
 DeviceContext device_context(rt::World& world, int rank, std::string_view program) {
   auto* gpu = dynamic_cast<GpuWorld*>(&world);
-  const std::string name(program);
   if (!gpu)
-    throw std::invalid_argument("program \"" + name +
+    throw std::invalid_argument("program \"" + std::string(program) +
                                 "\" was generated with BACKEND cuda: it runs on a gpu::GpuWorld "
                                 "(gpu::SimGpuWorld), not on this world; generate it with BACKEND "
                                 "cpu to run it on rt::ThreadWorld or rt::MpiWorld");
-  if (!gpu->device_memory_is_host())
-    throw std::invalid_argument("program \"" + name +
-                                "\" (BACKEND cuda) reads its parameters' device buffers from the "
-                                "host (init, set_parameter, get_parameter, checkpoints), so it runs "
-                                "on gpu::SimGpuWorld only for now, not on " +
-                                gpu->kernels(rank).name());
-  return DeviceContext{&gpu->kernels(rank), nullptr};
+  return DeviceContext{&gpu->kernels(rank), nullptr, gpu->device_memory_is_host()};
 }
 
 }  // namespace sharc::gpu

@@ -56,13 +56,19 @@ class SimGpuWorld final : public GpuWorld {
   rt::CommStats local_stats() const override { return threads_.local_stats(); }
 
   KernelSet& kernels(int rank) override;
-  bool device_memory_is_host() const override { return true; }
+  bool device_memory_is_host() const override { return host_memory_; }
   // The capacity set below less what the device's DeviceMemory holds.
   size_t free_memory(int rank) override;
 
   // Each device's memory, as a GPU's would be limited (default: unlimited),
   // for tests of what a program does when it does not fit.
   void set_memory_capacity(size_t bytes) { capacity_ = bytes; }
+  // With false, the world says its device memory is not the host's, as a
+  // GPU's is not: programs then move every block between host and device
+  // through their KernelSet's transfers, and run collectives on host copies
+  // (device_collectives.h), which tests check on the simulator. The memory
+  // stays host memory.
+  void set_device_memory_is_host(bool host) { host_memory_ = host; }
 
   // The devices' threads (set_device_threads, set_clock, set_recv_timeout, ...).
   rt::ThreadWorld& threads() { return threads_; }
@@ -70,15 +76,13 @@ class SimGpuWorld final : public GpuWorld {
  private:
   rt::ThreadWorld threads_;
   size_t capacity_ = SIZE_MAX;
+  bool host_memory_ = true;
 };
 
 // Local device `rank` of `world` as a BACKEND cuda program's step uses it
-// (device_ops.h): the world's kernels for the device, on its stream. Throws
-// std::invalid_argument naming `program` when `world` is not a GpuWorld, or
-// is one whose device memory the host cannot read: a generated program's
-// parameter API (init, set_parameter, get_parameter, parameter_shard and so
-// checkpoints) still reads and writes its device buffers from the host, so
-// until that goes through transfers it runs on SimGpuWorld only.
+// (device_ops.h): the world's kernels for the device, on its stream, and
+// whether the host may touch its memory. Throws std::invalid_argument
+// naming `program` when `world` is not a GpuWorld.
 DeviceContext device_context(rt::World& world, int rank, std::string_view program);
 
 // Refuses, before anything is allocated, a program that needs more of

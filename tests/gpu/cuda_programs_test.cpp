@@ -83,6 +83,9 @@ HostValues gpt_batch(int step) {
 struct Closeness {
   double out_rtol = 0, param_atol = 0;
   double loss_rtol = 0, min_cosine = 0;
+  // false: the world says the host cannot touch device memory, so every
+  // transfer and collective takes its staged path (device_collectives.h).
+  bool host_memory = true;
 };
 
 // Runs kSteps steps of `Program` and of the oracle of `global`, and checks
@@ -92,6 +95,7 @@ void expect_training_matches_oracle(const ir::Graph& global, const char* mesh, H
                                     const Inputs& input_table, const Outputs& outputs,
                                     const Parameters& parameters, const Closeness& c) {
   gpu::SimGpuWorld world(Program::mesh_shape());
+  world.set_device_memory_is_host(c.host_memory);
   Program program(world);
   program.init(kSeed);
   std::vector<std::vector<float>> initial;  // the parameters before training
@@ -259,6 +263,44 @@ TEST(CudaPrograms, ProgramRefusesADeviceWithoutRoomForIt) {
   EXPECT_THROW(prog::Program{world}, std::runtime_error);
   world.set_memory_capacity(needed);
   EXPECT_NO_THROW(prog::Program{world});
+}
+
+// The same programs where the world says the host cannot touch device
+// memory, as on a GPU: inputs, outputs, init, set/get_parameter, every
+// collective (a ring dot's transfers on fsdp=8, the pipeline's sends and
+// receives, all-reduce buckets) through host copies. The same results and
+// the same bytes sent as the report's.
+TEST(CudaPrograms, StagedThroughHostMemoryMlpOnFsdp8MatchesTheOracle) {
+  Closeness c = kMlpF32;
+  c.host_memory = false;
+  EXPECT_MATCHES_ORACLE(mlp_train_cuda_fsdp8, mlp_train(false), "fsdp=8", mlp_batch, c);
+}
+TEST(CudaPrograms, StagedThroughHostMemoryGptMatchesTheOracle) {
+  Closeness c = kGptF32;
+  c.host_memory = false;
+  EXPECT_MATCHES_ORACLE(gpt2_train_cuda_data2_model4, gpt_train(true, false), "data=2,model=4", gpt_batch, c);
+  EXPECT_MATCHES_ORACLE(gpt2_train_cuda_pipe2_data2_model2, gpt_train(false, true), "pipe=2,data=2,model=2",
+                        gpt_batch, c);
+}
+
+// parameter_shard (what checkpoints read) refuses to hand the host a
+// pointer into device memory it cannot read.
+TEST(CudaPrograms, ParameterShardRefusesDeviceMemoryTheHostCannotRead) {
+  namespace prog = sharc_gen::mlp_train_cuda_data8;
+  gpu::SimGpuWorld world(prog::mesh_shape());
+  world.set_device_memory_is_host(false);
+  prog::Program program(world);
+  try {
+    program.parameter_shard(0, "dense1/kernel");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "parameter_shard of program \"mlp_train\" (BACKEND cuda) would give the host a pointer into the "
+                 "memory of simulator, which it cannot read; get_parameter and set_parameter copy whole "
+                 "parameters (checkpoints of BACKEND cuda programs on a GPU are to come)");
+  }
+  world.set_device_memory_is_host(true);
+  EXPECT_NE(program.parameter_shard(0, "dense1/kernel"), nullptr);
 }
 
 TEST(CudaPrograms, ProgramRefusesAWorldThatIsNotAGpuWorld) {

@@ -73,6 +73,7 @@ Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ran
     [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
     const std::vector<int> coords = world.mesh().coords(rank);
     gpu::device_context(world, rank, kProgram);  // refuses a world that is not a gpu::GpuWorld
+    gpu::require_memory(world, rank, kProgram, 2117632);  // parameters 2097152 + step arena 20480
     mem.reserve_arena(20480);  // the step's buffers (rt::StepArena), placed as the buffer plan replays them
     dev->data_index = coords[0];
     dev->model_index = coords[1];
@@ -91,19 +92,20 @@ void Program::init(uint64_t seed) {
 
 void Program::init_device(int rank, [[maybe_unused]] uint64_t seed) {
   [[maybe_unused]] Device& dev = *devices_[rank];
+  [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);
   {
     // samples/dot_relu_dot/model.h:16 "dot1/kernel": block f32[1024,256] [{}, {"model"}] of the global f32[1024,1024]
     const int64_t local[] = {1024, 256};
     const int64_t offset[] = {0, dev.model_index * 256};
-    rt::init_block(kInit_dot1_kernel, seed, kParam_dot1_kernel_shape.data(), offset,
-                   local, 2, dev.dot1_kernel.data());
+    gpu::init_block(gpu_dev, kInit_dot1_kernel, seed, kParam_dot1_kernel_shape.data(), offset,
+                    local, 2, dev.dot1_kernel.data(), 262144);
   }  // dot1/kernel
   {
     // samples/dot_relu_dot/model.h:18 "w2": block f32[256,1024] [{"model"}, {}] of the global f32[1024,1024]
     const int64_t local[] = {256, 1024};
     const int64_t offset[] = {dev.model_index * 256, 0};
-    rt::init_block(kInit_w2, seed, kParam_w2_shape.data(), offset,
-                   local, 2, dev.w2.data());
+    gpu::init_block(gpu_dev, kInit_w2, seed, kParam_w2_shape.data(), offset,
+                    local, 2, dev.w2.data(), 262144);
   }  // w2
 }  // Program::init_device
 
@@ -231,12 +233,12 @@ void Program::Step::forward_dot1() {
   timeline.comm_op("reduce_scatter  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {}] partial={"model"} -> [{"data"}, {"model"}] => reduce_scatter(model)
   reduce_scatter = rt::Buffer(1024, &mem, rt::uninitialized);  // f32[4,256] [{"data"}, {"model"}]
-  rt::reduce_scatter_dim(comm, dev.group_model, dot.data(), {4, 1024}, /*dim=*/1, reduce_scatter.data(), rt::ReduceOp::kSum);
+  gpu::reduce_scatter_dim(gpu_dev, comm, dev.group_model, dot.data(), {4, 1024}, /*dim=*/1, reduce_scatter.data(), rt::ReduceOp::kSum);
   dot = rt::Buffer();  // last use of dot
   timeline.comm_op("all_gather  samples/dot_relu_dot/model.h:24");
   // samples/dot_relu_dot/model.h:24: [{"data"}, {"model"}] -> [{"data"}, {}] => all_gather(model)
   all_gather = rt::Buffer(4096, &mem, rt::uninitialized);  // f32[4,1024] [{"data"}, {}]
-  rt::all_gather_dim(comm, dev.group_model, reduce_scatter.data(), {4, 256}, /*dim=*/1, all_gather.data());
+  gpu::all_gather_dim(gpu_dev, comm, dev.group_model, reduce_scatter.data(), {4, 256}, /*dim=*/1, all_gather.data());
   reduce_scatter = rt::Buffer();  // last use of reduce_scatter
 }  // Program::Step::forward_dot1
 
@@ -274,6 +276,7 @@ bool Program::holds_parameter([[maybe_unused]] int rank, std::string_view path) 
 
 const float* Program::parameter_shard(int rank, std::string_view path) const {
   [[maybe_unused]] const Device& dev = device(rank, "parameter_shard");
+  gpu::require_host_memory(gpu::device_context(world_, rank, kProgram), kProgram, "parameter_shard");
   if (path == "dot1/kernel") return dev.dot1_kernel.data();
   if (path == "w2") return dev.w2.data();
   parameter_info(path);  // throws std::out_of_range: no such parameter
@@ -292,8 +295,9 @@ void Program::set_parameter(std::string_view path, std::span<const float> values
   [[maybe_unused]] const float* global = values.data();
   for (int rank : local_ranks_) {
     [[maybe_unused]] Device& dev = *devices_[rank];
-    if (path == "dot1/kernel") rt::strided_copy(global + dev.model_index * 256, {1024, 256}, {1024, 1}, dev.dot1_kernel.data());
-    if (path == "w2") rt::strided_copy(global + dev.model_index * 256 * 1024, {256, 1024}, {1024, 1}, dev.w2.data());
+    [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);
+    if (path == "dot1/kernel") gpu::upload_strided(gpu_dev, global + dev.model_index * 256, {1024, 256}, {1024, 1}, dev.dot1_kernel.data());
+    if (path == "w2") gpu::upload_strided(gpu_dev, global + dev.model_index * 256 * 1024, {256, 1024}, {1024, 1}, dev.w2.data());
   }
 }
 
@@ -303,20 +307,25 @@ void Program::get_parameter(std::string_view path, std::span<float> values) cons
   std::vector<uint8_t> wrote(kNumDevices, 0);  // the devices that wrote their block
   for (int rank : local_ranks_) {
     [[maybe_unused]] const Device& dev = *devices_[rank];
+    [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);
     if (path == "dot1/kernel") {
       // block f32[1024,256] [{}, {"model"}] of the global f32[1024,1024]; replicated over "data", so one copy writes it
+      std::vector<float> host(262144);
+      gpu::download(gpu_dev, host.data(), dev.dot1_kernel.data(), 262144);
       if (dev.data_index == 0) {
         wrote[rank] = 1;
         for (int64_t i0 = 0; i0 < 1024; ++i0) {
-          std::copy_n(dev.dot1_kernel.data() + i0 * 256, 256, global + i0 * 1024 + dev.model_index * 256);
+          std::copy_n(host.data() + i0 * 256, 256, global + i0 * 1024 + dev.model_index * 256);
         }
       }
     }  // "dot1/kernel"
     if (path == "w2") {
       // block f32[256,1024] [{"model"}, {}] of the global f32[1024,1024]; replicated over "data", so one copy writes it
+      std::vector<float> host(262144);
+      gpu::download(gpu_dev, host.data(), dev.w2.data(), 262144);
       if (dev.data_index == 0) {
         wrote[rank] = 1;
-        std::copy_n(dev.w2.data(), 262144, global + dev.model_index * 256 * 1024);
+        std::copy_n(host.data(), 262144, global + dev.model_index * 256 * 1024);
       }
     }  // "w2"
   }

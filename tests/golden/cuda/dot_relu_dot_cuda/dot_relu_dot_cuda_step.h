@@ -23,6 +23,7 @@
 #include "runtime/philox.h"
 #include "runtime/team.h"
 #include "runtime/tensor_collectives.h"
+#include "runtime/gpu/device_collectives.h"
 #include "runtime/gpu/device_ops.h"
 #include "runtime/gpu/gpu_world.h"
 
