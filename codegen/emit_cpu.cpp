@@ -483,7 +483,7 @@ std::string CpuEmitter::split_step(const std::vector<Chunk>& chunks, const std::
   st.line(type + "(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,");
   st.line(std::string(type.size() + 1, ' ') + "rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)");
   st.line("    : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_)" +
-          std::string(cuda() ? ",\n      gpu_dev(gpu::device_context(world, rank_, kProgram))" : "") + " {}");
+          std::string(cuda() ? ",\n      gpu_dev(gpu::device_context(world, rank_, kProgram, gpu::kSimulatorBuild))" : "") + " {}");
   st.line();
   for (const auto& [v, p] : declared) {
     // No shapes here (the assignment has them), so a mesh changes only the

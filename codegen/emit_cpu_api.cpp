@@ -337,7 +337,7 @@ std::string CpuEmitter::device_setup() const {
     uint64_t params = 0;
     for (const Node& v : g_.nodes)
       if (v.op == Op::kParameter) params += static_cast<uint64_t>(ir::num_elements(v.shape)) * ir::dtype_size(v.dtype);
-    w.line("gpu::device_context(world, rank, kProgram);  // refuses a world that is not a gpu::GpuWorld");
+    w.line("gpu::device_context(world, rank, kProgram, gpu::kSimulatorBuild);  // refuses a world that is not a gpu::GpuWorld");
     w.line("gpu::require_memory(world, rank, kProgram, " + std::to_string(params + arena_bytes()) +
            ");  // parameters " + std::to_string(params) + " + step arena " + std::to_string(arena_bytes()));
   }
@@ -383,7 +383,7 @@ std::string CpuEmitter::held_here(const Node& v) const {
 
 std::string CpuEmitter::init_body() const {
   CodeWriter w(1);
-  if (cuda()) w.line("[[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);");
+  if (cuda()) w.line("[[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram, gpu::kSimulatorBuild);");
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     const Node& v = g_.nodes[i];
     if (v.op != Op::kParameter) continue;
@@ -433,7 +433,7 @@ std::string CpuEmitter::init_body() const {
 std::string CpuEmitter::parameter_lookup(bool size) const {
   CodeWriter w(1);
   if (cuda() && !size)
-    w.line("gpu::require_host_memory(gpu::device_context(world_, rank, kProgram), kProgram, \"parameter_shard\");");
+    w.line("gpu::require_host_memory(gpu::device_context(world_, rank, kProgram, gpu::kSimulatorBuild), kProgram, \"parameter_shard\");");
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     const Node& v = g_.nodes[i];
     if (v.op != Op::kParameter) continue;
@@ -466,7 +466,7 @@ std::string CpuEmitter::replicated_note(const Node& v) const {
 
 std::string CpuEmitter::parameter_transfer(bool set) const {
   CodeWriter w(2);
-  if (cuda()) w.line("[[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);");
+  if (cuda()) w.line("[[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram, gpu::kSimulatorBuild);");
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     const Node& v = g_.nodes[i];
     if (v.op != Op::kParameter) continue;

@@ -33,9 +33,31 @@ void DeviceMemory::release(size_t bytes) {
 }
 
 DeviceMemory::~DeviceMemory() {
-  for (auto& [bytes, p] : spare_) detail::deallocate(p);
-  for (auto& [p, offset] : overflow_) detail::deallocate(p);
-  detail::deallocate(arena_);
+  for (auto& [bytes, p] : spare_) raw_release(p);
+  for (auto& [p, offset] : overflow_) raw_release(p);
+  raw_release(arena_);
+}
+
+void DeviceMemory::set_source(MemorySource* source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (used_) throw std::logic_error("DeviceMemory::set_source: memory was already allocated from the host");
+  source_ = source;
+}
+
+void* DeviceMemory::raw_allocate(size_t bytes, bool zeroed) {
+  used_.store(true, std::memory_order_relaxed);
+  if (!source_) return zeroed ? detail::allocate_zeroed(bytes) : ::operator new(bytes, kAlignment);
+  void* p = source_->allocate(bytes);
+  if (zeroed) source_->zero(p, bytes);
+  return p;
+}
+
+void DeviceMemory::raw_release(void* p) {
+  if (!p) return;
+  if (source_)
+    source_->release(p);
+  else
+    detail::deallocate(p);
 }
 
 void* DeviceMemory::allocate(size_t bytes, Fill fill, Lifetime lifetime, Source* source) {
@@ -68,11 +90,16 @@ void* DeviceMemory::allocate(size_t bytes, Fill fill, Lifetime lifetime, Source*
     }
   }
   if (p) {
-    if (fill == Fill::kZeroed) std::memset(p, 0, bytes);
+    if (fill == Fill::kZeroed) {
+      if (source_)
+        source_->zero(p, bytes);
+      else
+        std::memset(p, 0, bytes);
+    }
     return p;
   }
   if (in_step) step_allocations_.fetch_add(1, std::memory_order_relaxed);
-  p = fill == Fill::kZeroed ? detail::allocate_zeroed(bytes) : ::operator new(bytes, kAlignment);
+  p = raw_allocate(bytes, fill == Fill::kZeroed);
   *source = Source::kHeap;
   if (overflow) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -94,7 +121,7 @@ void DeviceMemory::deallocate(void* p, size_t bytes, Source source) {
       if (it == overflow_.end()) throw std::logic_error("DeviceMemory::deallocate: unknown overflow block");
       plan_.give(it->second, bytes);
       overflow_.erase(it);
-      detail::deallocate(p);
+      raw_release(p);
       return;
     }
     default:
@@ -102,15 +129,17 @@ void DeviceMemory::deallocate(void* p, size_t bytes, Source source) {
         spare_.emplace(bytes, p);  // for the next persistent buffer of its size
         return;
       }
-      detail::deallocate(p);
+      raw_release(p);
   }
 }
 
 void DeviceMemory::reserve_arena(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (bytes <= arena_bytes() || in_step_ || plan_.live_blocks() > 0) return;
-  detail::deallocate(arena_);
-  arena_ = static_cast<char*>(::operator new(bytes, kAlignment));
+  raw_release(arena_);
+  arena_ = nullptr;  // if the allocation throws, no arena (and no size claimed for it)
+  arena_bytes_.store(0, std::memory_order_relaxed);
+  arena_ = static_cast<char*>(raw_allocate(bytes, /*zeroed=*/false));
   arena_bytes_.store(bytes, std::memory_order_relaxed);
 }
 

@@ -36,10 +36,26 @@ inline constexpr Lifetime persistent = Lifetime::kPersistent;
 // Where a block came from, so it goes back there.
 enum class Source : uint8_t { kNone, kHeap, kArena, kOverflow };
 
+// Where a DeviceMemory's bytes come from when they are not host memory: a
+// GPU's (gpu::CudaWorld gives each of its devices one over cudaMalloc).
+// Blocks are at least 256-byte aligned.
+class MemorySource {
+ public:
+  virtual ~MemorySource() = default;
+  // Throws (std::bad_alloc, or an error naming the device) when out of memory.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+};
+
 class DeviceMemory {
  public:
   DeviceMemory() = default;
   ~DeviceMemory();
+
+  // From now on the bytes come from `source` (not owned; it outlives this),
+  // not from the host. Throws std::logic_error once anything was allocated.
+  void set_source(MemorySource* source);
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 
@@ -79,6 +95,12 @@ class DeviceMemory {
   std::atomic<size_t> current_{0};
   std::atomic<size_t> peak_{0};
 
+  // Host or source_ memory: the arena, heap blocks, zeroing.
+  void* raw_allocate(size_t bytes, bool zeroed);
+  void raw_release(void* p);
+
+  MemorySource* source_ = nullptr;  // null: host memory
+  std::atomic<bool> used_{false};   // anything allocated yet (set_source is refused then)
   std::mutex mu_;  // the arena and the spare blocks
   char* arena_ = nullptr;
   std::atomic<size_t> arena_bytes_{0};

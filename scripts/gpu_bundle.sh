@@ -3,6 +3,8 @@
 # so that the GPU machine, which has CUDA, PyTorch and JAX but no GoogleTest,
 # OpenBLAS or network, runs binaries built here:
 #   - gpu_kernels_cuda_test, gpu_kernels_sim_test, bench_gpu_kernels;
+#   - gpu_cuda_programs_device_test: generated BACKEND cuda programs (nvcc
+#     builds) on a gpu::CudaWorld against the oracle;
 #   - the shared libraries they load that the GPU machine's image lacks
 #     (everything but glibc and the CUDA driver/runtime), under lib/.
 # Then one device call runs scripts/gpu_run.sh (see README.md, "GPU kernels").
@@ -10,15 +12,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${SHARC_BUILD_DIR:-build}
-scripts/build.sh --target gpu_kernels_cuda_test gpu_kernels_sim_test bench_gpu_kernels
+scripts/build.sh --target gpu_kernels_cuda_test gpu_kernels_sim_test bench_gpu_kernels gpu_cuda_programs_device_test
 rm -rf gpu-bundle
 mkdir -p gpu-bundle/lib
-for b in tests/gpu/gpu_kernels_cuda_test tests/gpu/gpu_kernels_sim_test bench/bench_gpu_kernels; do
+for b in tests/gpu/gpu_kernels_cuda_test tests/gpu/gpu_kernels_sim_test bench/bench_gpu_kernels \
+         tests/gpu/gpu_cuda_programs_device_test; do
   cp "$build/$b" gpu-bundle/
 done
 # Shared libraries, resolved here; glibc, the dynamic loader and CUDA's own
 # libraries come from the GPU machine.
-ldd gpu-bundle/gpu_kernels_cuda_test gpu-bundle/bench_gpu_kernels |
+ldd gpu-bundle/gpu_kernels_cuda_test gpu-bundle/bench_gpu_kernels gpu-bundle/gpu_cuda_programs_device_test |
   awk '/=> \// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/libcuda|/libcudart|/libcublas' |
   while read -r lib; do cp -L "$lib" gpu-bundle/lib/; done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine, from the repository root, after
 # scripts/gpu_bundle.sh packed gpu-bundle/ here: the kernel tests on the
-# device, compute-sanitizer's memcheck over them, and the kernel benchmark
+# device, the generated CUDA programs on a CudaWorld, compute-sanitizer's
+# memcheck over the kernel tests and the generated GPT, and the kernel benchmark
 # with PyTorch's peers, then the GPT-2 124M peers (torch.compile and JAX).
 # Logs go to ${OUT:-gpu-out}/. One device call:
 #   run(command="scripts/gpu_run.sh", carry=["gpu-bundle"])
@@ -29,6 +30,14 @@ export SHARC_PEERS_SCRIPT="$PWD/bench/gpu_kernels_peers.py"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 echo "== kernel tests on the device"
 gpu-bundle/gpu_kernels_cuda_test 2>&1 | tee "$out/cuda_test.txt" | grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure|element"
+echo "== generated CUDA programs on a CudaWorld (nvcc builds, against the oracle)"
+timeout 240 gpu-bundle/gpu_cuda_programs_device_test 2>&1 | tee "$out/cuda_programs.txt" |
+  grep -E "^\[  (PASSED|FAILED|SKIPPED)|OK \]|Failure|what\(\)"
+echo "== compute-sanitizer memcheck: the generated 2-layer GPT"
+"${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}" --tool memcheck \
+  --error-exitcode 3 gpu-bundle/gpu_cuda_programs_device_test --gtest_filter='*ScannedGptOnData2Model4*' \
+  > "$out/memcheck_generated.txt" 2>&1
+echo "memcheck (generated GPT) rc=$?"; tail -3 "$out/memcheck_generated.txt"
 echo "== compute-sanitizer memcheck"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 "$sanitizer" --tool memcheck --error-exitcode 3 gpu-bundle/gpu_kernels_cuda_test \

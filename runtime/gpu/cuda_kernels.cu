@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/gpu/kernel_launches.h"
+#include "runtime/memory.h"
 
 namespace sharc::gpu {
 inline namespace cuda_target {
@@ -197,5 +198,46 @@ KernelSet* cuda_kernels(std::string* why_not) {
   if (!kernels && why_not) *why_not = reason;
   return kernels.get();
 }
+
+namespace {
+
+// cudaMalloc'd memory for a DeviceMemory (gpu::CudaWorld's devices).
+class CudaMemory final : public rt::MemorySource {
+ public:
+  explicit CudaMemory(int device) : device_(device) {}
+  void* allocate(size_t bytes) override {
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw std::runtime_error("cudaMalloc of " + std::to_string(bytes) + " bytes on cuda:" +
+                               std::to_string(device_) + " failed (" + cudaGetErrorString(err) +
+                               "); " + std::to_string(free) + " bytes free of " + std::to_string(total));
+    }
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  void zero(void* p, size_t bytes) override { check(cudaMemset(p, 0, bytes), "cudaMemset"); }
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelSet> make_cuda_kernels(int device) { return std::make_unique<CudaKernels>(device); }
+
+std::unique_ptr<rt::MemorySource> make_cuda_memory(int device) { return std::make_unique<CudaMemory>(device); }
+
+size_t cuda_free_memory(int device) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
+}
+
+void cuda_set_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 
 }  // namespace sharc::gpu

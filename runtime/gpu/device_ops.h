@@ -45,6 +45,15 @@ inline namespace cuda_target {
 inline namespace sim_target {
 #endif
 
+// Which compilation this is: a generated program's host-compiler build runs
+// its kernels on the block simulator, its nvcc build on a GPU, and
+// device_context() refuses the other kind of world.
+#if defined(__CUDACC__)
+inline constexpr bool kSimulatorBuild = false;
+#else
+inline constexpr bool kSimulatorBuild = true;
+#endif
+
 // The grid of a one-dimensional launch over `count` elements in blocks of
 // kElementwiseThreads threads, each thread looping with the grid's stride.
 // The simulator runs every thread as a fiber, so it is given few blocks; a

@@ -18,6 +18,35 @@ KernelSet& SimGpuWorld::kernels(int rank) {
   return simulated_kernels();
 }
 
+CudaWorld::CudaWorld(rt::MeshShape mesh, int gpu) : gpu_(gpu), threads_(std::move(mesh)) {
+  cuda_set_device(gpu_);
+  for (int rank : threads_.local_ranks()) {
+    sources_.push_back(make_cuda_memory(gpu_));
+    threads_.memory(rank).set_source(sources_.back().get());
+    kernels_.push_back(make_cuda_kernels(gpu_));
+  }
+}
+
+CudaWorld::~CudaWorld() = default;
+
+void CudaWorld::run(const std::function<void(int rank)>& fn) {
+  threads_.run([&](int rank) {
+    cuda_set_device(gpu_);
+    fn(rank);
+  });
+}
+
+KernelSet& CudaWorld::kernels(int rank) {
+  if (!is_local(rank))
+    throw std::out_of_range("CudaWorld: device " + std::to_string(rank) + " is not one of its " +
+                            std::to_string(size()) + " devices");
+  return *kernels_[static_cast<size_t>(rank)];
+}
+
+size_t CudaWorld::free_memory(int) {
+  return cuda_free_memory(gpu_) / static_cast<size_t>(size());
+}
+
 size_t SimGpuWorld::free_memory(int rank) {
   const size_t used = memory(rank).current();
   return capacity_ > used ? capacity_ - used : 0;
@@ -33,14 +62,23 @@ void require_memory(rt::World& world, int rank, std::string_view program, size_t
                            " bytes are free there");
 }
 
-DeviceContext device_context(rt::World& world, int rank, std::string_view program) {
+DeviceContext device_context(rt::World& world, int rank, std::string_view program, bool simulator_build) {
   auto* gpu = dynamic_cast<GpuWorld*>(&world);
   if (!gpu)
     throw std::invalid_argument("program \"" + std::string(program) +
                                 "\" was generated with BACKEND cuda: it runs on a gpu::GpuWorld "
                                 "(gpu::SimGpuWorld), not on this world; generate it with BACKEND "
                                 "cpu to run it on rt::ThreadWorld or rt::MpiWorld");
-  return DeviceContext{&gpu->kernels(rank), nullptr, gpu->device_memory_is_host()};
+  KernelSet& kernels = gpu->kernels(rank);
+  const bool simulated = kernels.name() == simulated_kernels().name();
+  if (simulated != simulator_build)
+    throw std::invalid_argument(
+        "program \"" + std::string(program) + "\" (BACKEND cuda) was compiled " +
+        (simulator_build ? "for the block simulator (the library NAME), but this world's devices are " +
+                               kernels.name() + ": link its nvcc build, NAME_device"
+                         : "by nvcc for a GPU (the library NAME_device), but this world's devices are the "
+                           "simulator's: link its simulator build, NAME"));
+  return DeviceContext{&kernels, nullptr, gpu->device_memory_is_host()};
 }
 
 }  // namespace sharc::gpu

@@ -8,8 +8,14 @@
 //    run on device buffers directly through the ThreadWorld's ring
 //    communicators: the bytes each device sends equal a ThreadWorld's
 //    running the same collectives, and so the cost report's.
-//  - CudaWorld (N virtual devices on one GPU) and NcclWorld (a GPU per rank)
-//    are to come.
+//  - CudaWorld: N virtual devices on one GPU. Each is a ThreadWorld
+//    device (its own host thread and communicator) with a KernelSet of its
+//    own and device memory from cudaMalloc; the host cannot touch that
+//    memory, so programs move blocks through their transfers and run
+//    collectives on host copies (device_collectives.h). Every device
+//    launches on CUDA's default stream, so the devices' work is ordered
+//    and nothing overlaps yet.
+//  - NcclWorld (a GPU per rank) is to come.
 #pragma once
 
 #include <cstdint>
@@ -79,11 +85,51 @@ class SimGpuWorld final : public GpuWorld {
   bool host_memory_ = true;
 };
 
+class CudaWorld final : public GpuWorld {
+ public:
+  // The mesh's devices as virtual devices on CUDA device `gpu`. Throws
+  // std::runtime_error saying why where there is no such device (or sharc
+  // was built without CUDA), and std::invalid_argument as ThreadWorld does.
+  explicit CudaWorld(rt::MeshShape mesh, int gpu = 0);
+  ~CudaWorld() override;
+
+  const rt::MeshShape& mesh() const override { return threads_.mesh(); }
+  int process() const override { return 0; }
+  int processes() const override { return 1; }
+  std::vector<int> local_ranks() const override { return threads_.local_ranks(); }
+  bool is_local(int rank) const override { return threads_.is_local(rank); }
+  rt::Communicator& comm(int rank) override { return threads_.comm(rank); }
+  rt::DeviceMemory& memory(int rank) override { return threads_.memory(rank); }
+  rt::Timeline& timeline(int rank) override { return threads_.timeline(rank); }
+  // fn on every device's thread, each with the GPU made current.
+  void run(const std::function<void(int rank)>& fn) override;
+  std::vector<std::string> all_gather_host(const std::string& mine) override {
+    return threads_.all_gather_host(mine);
+  }
+  rt::CommStats local_stats() const override { return threads_.local_stats(); }
+
+  KernelSet& kernels(int rank) override;
+  bool device_memory_is_host() const override { return false; }
+  // The GPU's free memory, shared by the virtual devices: an equal share each.
+  size_t free_memory(int rank) override;
+
+  rt::ThreadWorld& threads() { return threads_; }
+
+ private:
+  int gpu_;
+  std::vector<std::unique_ptr<rt::MemorySource>> sources_;  // before threads_: they outlive its memory
+  rt::ThreadWorld threads_;
+  std::vector<std::unique_ptr<KernelSet>> kernels_;
+};
+
 // Local device `rank` of `world` as a BACKEND cuda program's step uses it
 // (device_ops.h): the world's kernels for the device, on its stream, and
 // whether the host may touch its memory. Throws std::invalid_argument
-// naming `program` when `world` is not a GpuWorld.
-DeviceContext device_context(rt::World& world, int rank, std::string_view program);
+// naming `program` when `world` is not a GpuWorld, or when its devices are
+// not what this build of the program runs on: the simulator for the host
+// compiler's build (`simulator_build`: generated code passes
+// gpu::kSimulatorBuild, which its compiler decides), GPUs for nvcc's.
+DeviceContext device_context(rt::World& world, int rank, std::string_view program, bool simulator_build);
 
 // Refuses, before anything is allocated, a program that needs more of
 // device `rank`'s memory than is free: std::runtime_error naming the

@@ -20,6 +20,7 @@
 
 #include "runtime/dtype.h"
 #include "runtime/gpu/kernel_args.h"
+#include "runtime/memory.h"
 
 namespace sharc::gpu {
 
@@ -229,5 +230,15 @@ KernelSet& simulated_kernels();
 // The CUDA device's kernels, or null with *why_not saying why (sharc built
 // without CUDA, no device, a driver error).
 KernelSet* cuda_kernels(std::string* why_not);
+
+// For gpu::CudaWorld: a KernelSet of its own (cuBLASLt handle and workspace)
+// on CUDA device `device`, memory for a DeviceMemory from cudaMalloc there,
+// the device's free bytes, and cudaSetDevice for the calling thread. Each
+// throws std::runtime_error saying why (no device, a driver error, or sharc
+// built without CUDA).
+std::unique_ptr<KernelSet> make_cuda_kernels(int device);
+std::unique_ptr<rt::MemorySource> make_cuda_memory(int device);
+size_t cuda_free_memory(int device);
+void cuda_set_device(int device);
 
 }  // namespace sharc::gpu

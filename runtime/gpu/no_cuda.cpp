@@ -1,5 +1,9 @@
-// cuda_kernels() in a build without CUDA (SHARC_ENABLE_CUDA=OFF or no nvcc).
-#include "runtime/gpu/kernel_set.h"
+// cuda_kernels() and the CudaWorld factories in a build without CUDA
+// (SHARC_ENABLE_CUDA=OFF or no nvcc).
+#include <stdexcept>
+#include <string>
+
+#include "runtime/gpu/gpu_world.h"
 
 namespace sharc::gpu {
 
@@ -8,5 +12,17 @@ KernelSet* cuda_kernels(std::string* why_not) {
     *why_not = "sharc was built without CUDA (SHARC_ENABLE_CUDA=OFF, or no nvcc at configure time)";
   return nullptr;
 }
+
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw std::runtime_error(std::string(what) +
+                           ": sharc was built without CUDA (SHARC_ENABLE_CUDA=OFF, or no nvcc at configure time)");
+}
+}  // namespace
+
+std::unique_ptr<KernelSet> make_cuda_kernels(int) { no_cuda("make_cuda_kernels"); }
+std::unique_ptr<rt::MemorySource> make_cuda_memory(int) { no_cuda("make_cuda_memory"); }
+size_t cuda_free_memory(int) { no_cuda("cuda_free_memory"); }
+void cuda_set_device(int) { no_cuda("cuda_set_device"); }
 
 }  // namespace sharc::gpu

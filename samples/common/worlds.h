@@ -7,9 +7,11 @@
 //   --backend cuda --world gpu N virtual devices on one GPU (CudaWorld)
 //   --backend cuda --world nccl one GPU per rank (NcclWorld)
 //
-// gpu and nccl need a GPU; without one they say so, and until CudaWorld and
-// NcclWorld exist (issue 35) they say that instead. Either way the sample
-// exits non-zero rather than run something else.
+// gpu and nccl need a GPU; without one they say so and the sample exits
+// non-zero rather than run something else. On a GPU, --world gpu makes a
+// gpu::CudaWorld, which only a program's nvcc build (NAME_device) runs on:
+// the samples link the simulator's builds, so their programs then say so.
+// NcclWorld is still to come (issue 35).
 #pragma once
 
 #include <memory>
@@ -61,10 +63,9 @@ struct WorldChoice {
       *error = "--world " + world + " needs a GPU: " + why;
       return nullptr;
     }
-    *error = "--world " + world + ": " +
-             (world == "gpu" ? std::string("CudaWorld (virtual devices on one GPU)")
-                             : std::string("NcclWorld (one GPU per rank)")) +
-             " is not built yet (issue 35); --world sim runs the same program on the simulator";
+    if (world == "gpu") return std::make_unique<sharc::gpu::CudaWorld>(mesh);
+    *error = "--world nccl: NcclWorld (one GPU per rank) is not built yet (issue 35); --world sim runs the "
+             "same program on the simulator";
     return nullptr;
   }
 };

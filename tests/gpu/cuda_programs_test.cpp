@@ -38,6 +38,24 @@
 namespace sharc {
 namespace {
 
+// Built twice: gpu_cuda_programs_test runs the programs' simulator builds on
+// gpu::SimGpuWorld (CI); gpu_cuda_programs_device_test (SHARC_CUDA_WORLD=1,
+// label cuda) their nvcc builds on a gpu::CudaWorld, skipping, with the
+// reason, where there is no GPU.
+#if SHARC_CUDA_WORLD
+using TestWorld = gpu::CudaWorld;
+#define SKIP_WITHOUT_GPU()                                         \
+  do {                                                             \
+    std::string why;                                               \
+    if (!gpu::cuda_kernels(&why)) GTEST_SKIP() << why;             \
+  } while (0)
+#else
+using TestWorld = gpu::SimGpuWorld;
+#define SKIP_WITHOUT_GPU() \
+  do {                     \
+  } while (0)
+#endif
+
 constexpr int kSteps = 3;
 constexpr uint64_t kSeed = 5;
 
@@ -94,8 +112,11 @@ template <class Program, class Inputs, class Outputs, class Parameters>
 void expect_training_matches_oracle(const ir::Graph& global, const char* mesh, HostValues (*make_inputs)(int),
                                     const Inputs& input_table, const Outputs& outputs,
                                     const Parameters& parameters, const Closeness& c) {
-  gpu::SimGpuWorld world(Program::mesh_shape());
+  SKIP_WITHOUT_GPU();
+  TestWorld world(Program::mesh_shape());
+#if !SHARC_CUDA_WORLD
   world.set_device_memory_is_host(c.host_memory);
+#endif
   Program program(world);
   program.init(kSeed);
   std::vector<std::vector<float>> initial;  // the parameters before training
@@ -237,6 +258,7 @@ TEST(CudaPrograms, PipelinedGptMatchesTheOracle) {
                         gpt_batch, kGptF32);
 }
 
+#if !SHARC_CUDA_WORLD  // the simulator's world: its memory capacity, its memory said not the host's
 // A program that does not fit a device's memory is refused before anything
 // is allocated, naming the device and both sizes; one byte more and it fits.
 TEST(CudaPrograms, ProgramRefusesADeviceWithoutRoomForIt) {
@@ -302,6 +324,7 @@ TEST(CudaPrograms, ParameterShardRefusesDeviceMemoryTheHostCannotRead) {
   world.set_device_memory_is_host(true);
   EXPECT_NE(program.parameter_shard(0, "dense1/kernel"), nullptr);
 }
+#endif
 
 TEST(CudaPrograms, ProgramRefusesAWorldThatIsNotAGpuWorld) {
   rt::ThreadWorld world(sharc_gen::mlp_train_cuda_data8::mesh_shape());

@@ -72,7 +72,7 @@ Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ran
     auto dev = std::make_unique<Device>();
     [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
     const std::vector<int> coords = world.mesh().coords(rank);
-    gpu::device_context(world, rank, kProgram);  // refuses a world that is not a gpu::GpuWorld
+    gpu::device_context(world, rank, kProgram, gpu::kSimulatorBuild);  // refuses a world that is not a gpu::GpuWorld
     gpu::require_memory(world, rank, kProgram, 2117632);  // parameters 2097152 + step arena 20480
     mem.reserve_arena(20480);  // the step's buffers (rt::StepArena), placed as the buffer plan replays them
     dev->data_index = coords[0];
@@ -92,7 +92,7 @@ void Program::init(uint64_t seed) {
 
 void Program::init_device(int rank, [[maybe_unused]] uint64_t seed) {
   [[maybe_unused]] Device& dev = *devices_[rank];
-  [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);
+  [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram, gpu::kSimulatorBuild);
   {
     // samples/dot_relu_dot/model.h:16 "dot1/kernel": block f32[1024,256] [{}, {"model"}] of the global f32[1024,1024]
     const int64_t local[] = {1024, 256};
@@ -276,7 +276,7 @@ bool Program::holds_parameter([[maybe_unused]] int rank, std::string_view path) 
 
 const float* Program::parameter_shard(int rank, std::string_view path) const {
   [[maybe_unused]] const Device& dev = device(rank, "parameter_shard");
-  gpu::require_host_memory(gpu::device_context(world_, rank, kProgram), kProgram, "parameter_shard");
+  gpu::require_host_memory(gpu::device_context(world_, rank, kProgram, gpu::kSimulatorBuild), kProgram, "parameter_shard");
   if (path == "dot1/kernel") return dev.dot1_kernel.data();
   if (path == "w2") return dev.w2.data();
   parameter_info(path);  // throws std::out_of_range: no such parameter
@@ -295,7 +295,7 @@ void Program::set_parameter(std::string_view path, std::span<const float> values
   [[maybe_unused]] const float* global = values.data();
   for (int rank : local_ranks_) {
     [[maybe_unused]] Device& dev = *devices_[rank];
-    [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);
+    [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram, gpu::kSimulatorBuild);
     if (path == "dot1/kernel") gpu::upload_strided(gpu_dev, global + dev.model_index * 256, {1024, 256}, {1024, 1}, dev.dot1_kernel.data());
     if (path == "w2") gpu::upload_strided(gpu_dev, global + dev.model_index * 256 * 1024, {256, 1024}, {1024, 1}, dev.w2.data());
   }
@@ -307,7 +307,7 @@ void Program::get_parameter(std::string_view path, std::span<float> values) cons
   std::vector<uint8_t> wrote(kNumDevices, 0);  // the devices that wrote their block
   for (int rank : local_ranks_) {
     [[maybe_unused]] const Device& dev = *devices_[rank];
-    [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram);
+    [[maybe_unused]] const gpu::DeviceContext gpu_dev = gpu::device_context(world_, rank, kProgram, gpu::kSimulatorBuild);
     if (path == "dot1/kernel") {
       // block f32[1024,256] [{}, {"model"}] of the global f32[1024,1024]; replicated over "data", so one copy writes it
       std::vector<float> host(262144);

@@ -61,7 +61,7 @@ struct Program::Step {
   Step(rt::World& world, Device& dev_, rt::Communicator& comm_, rt::DeviceMemory& mem_,
        rt::Timeline& timeline_, const Inputs& in_, Outputs& out_, int rank_)
       : world_(world), dev(dev_), comm(comm_), mem(mem_), timeline(timeline_), in(in_), out(out_), rank(rank_),
-      gpu_dev(gpu::device_context(world, rank_, kProgram)) {}
+      gpu_dev(gpu::device_context(world, rank_, kProgram, gpu::kSimulatorBuild)) {}
 
   rt::Buffer x;  // from forward()
   rt::Buffer dot1_dot;  // from forward_dot1()
