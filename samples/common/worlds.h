@@ -51,6 +51,11 @@ struct WorldChoice {
   // After parsing: "" or what is wrong with the combination.
   std::string check() const {
     if (!cuda() && world_given) return "--world picks a GPU world: it needs --backend cuda";
+#if !defined(SHARC_SAMPLES_CUDA)  // the sample's CMakeLists.txt defines it with its BACKEND cuda programs
+    if (cuda())
+      return "--backend cuda: this build has no BACKEND cuda programs (sharc was configured with "
+             "SHARC_ENABLE_CUDA=OFF)";
+#endif
     return "";
   }
 

@@ -33,10 +33,12 @@
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
 #include "dot_relu_dot.h"
+#if SHARC_SAMPLES_CUDA
 #include "dot_relu_dot_cuda.h"
 #include "dot_relu_dot_train_cuda_data2_model4.h"
 #include "dot_relu_dot_train_cuda_data8.h"
 #include "dot_relu_dot_train_cuda_model8.h"
+#endif
 #include "dot_relu_dot_train_data2_model4.h"
 #include "dot_relu_dot_train_data4_model2.h"
 #include "dot_relu_dot_train_data8.h"
@@ -166,12 +168,17 @@ struct TrainStrategy {
   int (*run)();
 };
 
-// BACKEND cuda's programs (samples/dot_relu_dot/CMakeLists.txt).
+// BACKEND cuda's programs (samples/dot_relu_dot/CMakeLists.txt; none where
+// sharc is built without CUDA).
+#if SHARC_SAMPLES_CUDA
 const TrainStrategy kCudaTrainStrategies[] = {
     SHARC_TRAIN_STRATEGY("data=2,model=4", cuda_data2_model4),
     SHARC_TRAIN_STRATEGY("data=8", cuda_data8),
     SHARC_TRAIN_STRATEGY("model=8", cuda_model8),
 };
+#else
+const std::vector<TrainStrategy> kCudaTrainStrategies;
+#endif
 
 const TrainStrategy kTrainStrategies[] = {
     SHARC_TRAIN_STRATEGY("data=2,model=4", data2_model4),
@@ -286,7 +293,10 @@ int main(int argc, char** argv) {
     if (mesh_given && mesh != "data=2,model=4")
       return usage(
           "the forward program is generated for data=2,model=4 only; --mesh is for --train");
-    return choice.cuda() ? forward<sharc_gen::dot_relu_dot_cuda::Program>() : forward<gen::Program>();
+#if SHARC_SAMPLES_CUDA
+    if (choice.cuda()) return forward<sharc_gen::dot_relu_dot_cuda::Program>();
+#endif
+    return forward<gen::Program>();
   }
   for (const TrainStrategy& s : choice.cuda() ? std::span<const TrainStrategy>(kCudaTrainStrategies)
                                               : std::span<const TrainStrategy>(kTrainStrategies))

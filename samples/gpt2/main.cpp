@@ -66,9 +66,11 @@
 #include "gpt2_logits_fsdp4_model2.h"
 #include "gpt2_logits_model8.h"
 #include "gpt2_logits_pipe2_data2_model2.h"
+#if SHARC_SAMPLES_CUDA
 #include "gpt2_train_cuda_data2_model4.h"
 #include "gpt2_train_cuda_fsdp4_model2.h"
 #include "gpt2_train_cuda_pipe2_data2_model2.h"
+#endif
 #include "gpt2_train_data2_model4.h"
 #include "gpt2_train_data4_model2.h"
 #include "gpt2_train_data8.h"
@@ -628,9 +630,11 @@ int main(int argc, char** argv) {
   GPT2_MESH("data=4,model=2", data4_model2, false)
   GPT2_MESH("fsdp=4,model=2", fsdp4_model2, false)
   GPT2_MESH("pipe=2,data=2,model=2", pipe2_data2_model2, true)
+#if SHARC_SAMPLES_CUDA
   GPT2_CUDA_MESH("data=2,model=4", data2_model4, false)
   GPT2_CUDA_MESH("fsdp=4,model=2", fsdp4_model2, false)
   GPT2_CUDA_MESH("pipe=2,data=2,model=2", pipe2_data2_model2, true)
+#endif
 #undef GPT2_MESH
 #undef GPT2_CUDA_MESH
   usage(("no " + std::string(o.world.cuda() ? "BACKEND cuda " : "") + "program was built for mesh " + o.mesh).c_str());

@@ -41,12 +41,14 @@
 #include "mlp_train_fsdp4_model2.h"
 #include "mlp_train_fsdp8.h"
 #include "mlp_train_model8.h"
+#if SHARC_SAMPLES_CUDA
 #include "mlp_train_cuda_bf16_fsdp4_model2.h"
 #include "mlp_train_cuda_data4_model2.h"
 #include "mlp_train_cuda_data8.h"
 #include "mlp_train_cuda_fsdp4_model2.h"
 #include "mlp_train_cuda_fsdp8.h"
 #include "mlp_train_cuda_model8.h"
+#endif
 #include "mlp_train_pipe2.h"
 #include "samples/common/worlds.h"
 #include "runtime/thread_world.h"
@@ -295,7 +297,9 @@ const Strategy kStrategies[] = {
                        "pipeline parallel (2 stages: one hidden layer each, 1F1B over 4 micro-batches)"),
 };
 
-// --backend cuda: the BACKEND cuda training programs, evaluated by the CPU's.
+// --backend cuda: the BACKEND cuda training programs, evaluated by the CPU's
+// (none where sharc is built without CUDA).
+#if SHARC_SAMPLES_CUDA
 const Strategy kCudaStrategies[] = {
     SHARC_MLP_CUDA_STRATEGY("data=8", data8, "data parallel, as CUDA kernels"),
     SHARC_MLP_CUDA_STRATEGY("fsdp=8", fsdp8, "FSDP / ZeRO-3, as CUDA kernels"),
@@ -305,6 +309,9 @@ const Strategy kCudaStrategies[] = {
     SHARC_MLP_STRATEGY_TYPED("fsdp=4,model=2", "bf16", mlp_train_cuda_bf16_fsdp4_model2, mlp_eval_fsdp4_model2,
                              "FSDP x tensor parallel in bf16 mixed precision, as CUDA kernels"),
 };
+#else
+const std::vector<Strategy> kCudaStrategies;
+#endif
 
 std::string valid_meshes(bool cuda = false) {
   std::string s;
