@@ -122,7 +122,10 @@ class Names {
     if (scope == Scope::kLocals)
       for (const char* k : {"dev", "comm", "mem", "rank", "in", "out", "i", "rt", "std", "seed",
                             "coords", "sharc", "key", "timeline", "step", "Step", "world", "world_", "dev_", "comm_",
-                            "mem_", "timeline_", "in_", "out_", "rank_"})
+                            "mem_", "timeline_", "in_", "out_", "rank_",
+                            // the CUDA renderer's: the namespace, the step's device, a kernel's
+                            // element count, an output's host copy
+                            "gpu", "gpu_dev", "n", "host"})
         taken_.insert(k);
   }
   // A fresh identifier derived from a user name.
