@@ -424,7 +424,8 @@ function(sharc_add_program NAME)
   set_target_properties(${NAME} PROPERTIES CXX_CLANG_TIDY "")
 
   add_custom_target(${NAME}_report
-    COMMAND ${generator} ${common_args} --report --schedule-svg ${out_dir}/${NAME}_schedule.svg
+    COMMAND ${generator} ${common_args} --backend ${ARG_BACKEND} --report
+            --schedule-svg ${out_dir}/${NAME}_schedule.svg
     DEPENDS ${generator}
     COMMENT "sharc: predicted costs of ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     USES_TERMINAL VERBATIM)

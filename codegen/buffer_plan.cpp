@@ -10,6 +10,7 @@
 #include "codegen/execute.h"
 #include "codegen/ring_plan.h"
 #include "runtime/arena.h"
+#include "runtime/gpu/kernel_limits.h"
 
 namespace sharc {
 
@@ -112,7 +113,22 @@ void ring_dot_temps(Tracker& t, const ir::Graph& g, const Node& v) {
   for (int h : held) t.free(h);
 }
 
+// A kernel's scratch (kernel_scratch_bytes): allocated before its launch,
+// released after it (emit_kernel).
+void kernel_temps(Tracker& t, const ir::Graph& g, const Node& v) {
+  if (const uint64_t b = kernel_scratch_bytes(g, v)) t.free(t.alloc(b));
+}
+
 }  // namespace
+
+uint64_t kernel_scratch_bytes(const ir::Graph& g, const ir::Node& kernel) {
+  if (kernel.kernel == "layernorm_backward") {
+    const ir::Shape& x = g[kernel.args[1]].shape;
+    const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
+    return gpu::layernorm_backward_scratch_floats(static_cast<int>(rows), static_cast<int>(cols)) * sizeof(float);
+  }
+  return 0;
+}
 
 BufferPlan plan_buffers(const ir::Graph& g) {
   BufferPlan p;
@@ -201,6 +217,13 @@ BufferPlan plan_buffers(const ir::Graph& g) {
       p.root[i] = host;
     }
   }
+  // A kernel's further results are written by its launch: stored by the
+  // kernel's statement, as a loop stores the values it keeps.
+  for (size_t i = 0; i < n; ++i)
+    if (g.nodes[i].op == Op::kKernelOutput) {
+      p.inlined[i] = p.kept[i] = true;
+      p.root[i] = g.nodes[i].args[0];
+    }
   for (size_t i = 0; i < n; ++i) {
     const Node& v = g.nodes[i];
     if (v.op == Op::kConstant) {
@@ -234,6 +257,9 @@ BufferPlan plan_buffers(const ir::Graph& g) {
         if (p.kept[t]) s.stores.push_back(t);
     } else {
       for (int a : v.args) add_unique(s.reads, a);
+      if (v.op == Op::kKernel)
+        for (int u : p.users[i])
+          if (g[u].op == Op::kKernelOutput) s.stores.push_back(u);
     }
     p.stmts.push_back(std::move(s));
   }
@@ -378,6 +404,8 @@ MemoryProfile simulate_memory(const ir::Graph& g, const BufferPlan& p,
         local_dot_temps(t, v.dot, g[v.args[0]].shape, g[v.args[1]].shape, v.dtype);
       else if (v.op == Op::kRingDot)
         ring_dot_temps(t, g, v);
+      else if (v.op == Op::kKernel)
+        kernel_temps(t, g, v);
     }
     for (int r : p.frees_after[k]) t.free(held.at(r));
   }

@@ -29,6 +29,10 @@
 //    a buffer only when something other than a loop reads it;
 //  - a Constant is a literal inside elementwise loops and gets a buffer only
 //    when something else reads it, or it is an output or an update's value;
+//  - a Kernel (a composite region run as one KernelSet kernel on a GPU,
+//    passes/use_gpu_kernels.h) is one statement that writes its own buffer
+//    and its KernelOutputs' (stores, as a loop's kept values), and holds its
+//    scratch (kernel_scratch_bytes) for the launch only;
 //  - Parameters are persistent (members of the generated Device), never
 //    allocated or freed by the step; a pipeline stage's send has no result;
 //  - every other node is one buffer, allocated by its statement and released
@@ -50,7 +54,8 @@ struct BufferPlan {
   struct Stmt {
     int node;
     std::vector<int> tree;    // fused loop: the nodes computed in it, in order (root last)
-    std::vector<int> stores;  // fused loop: nodes of the tree it also stores (kept), in order
+    std::vector<int> stores;  // fused loop: nodes of the tree it also stores (kept), in order;
+                              // Kernel: its KernelOutputs
     std::vector<int> reads;   // buffers it reads
     std::vector<int> bucket;  // all-reduce bucket: its members
   };
@@ -111,6 +116,10 @@ struct LocalDotLayout {
   int64_t B = 1, M = 1, N = 1, K = 1;
 };
 LocalDotLayout local_dot_layout(const ir::DotDims& d, const ir::Shape& lhs, const ir::Shape& rhs);
+
+// The scratch a Kernel node's launch allocates beside its results, in bytes
+// (0 for most): released after the launch.
+uint64_t kernel_scratch_bytes(const ir::Graph& g, const ir::Node& kernel);
 
 // Bytes a device holds, replayed from the plan in statement order: the
 // persistent parameter shards (allocated when the Program is constructed),

@@ -32,7 +32,9 @@ bool needs_group(const Node& v) {
 std::string iteration_marker(int iteration) { return "\x01" + std::to_string(iteration) + "\x02"; }
 
 std::string value_name(const Node& v) {
-  std::string base = ir::op_name(v.op);
+  // A kernel's results by the kernel: "layernorm_forward", "layernorm_forward_rstd".
+  std::string base = v.kernel.empty() ? ir::op_name(v.op) : v.kernel;
+  std::replace(base.begin(), base.end(), '.', '_');
   if (!v.name.empty()) base = v.name + "_" + base;
   if (v.backward) base = "grad_" + base;
   if (v.remat) base = "remat_" + base;  // computed again for the backward pass

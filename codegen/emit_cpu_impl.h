@@ -10,8 +10,12 @@
 //  - emit_cpu_stmt.cpp: one statement of the step as C++ for a device
 //    thread: fused elementwise loops, GEMMs, ring dots, collectives and
 //    buckets, each with its timeline mark.
-// A GPU renderer prints the same emission plan with other statements; the
-// first two are what it would share.
+//  - emit_cuda_stmt.cpp: what only the CUDA renderer (EmitOptions::backend)
+//    spells: a fusion group as a dialect kernel, a composite region's part
+//    as a KernelSet launch.
+// The CUDA renderer is this class: it prints the same emission plan, its
+// statements calling runtime/gpu/device_ops.h and device_collectives.h
+// where the CPU's call the runtime's (call(), comm_call()).
 #pragma once
 
 #include <algorithm>
@@ -315,6 +319,10 @@ class CpuEmitter {
   // every dimension after c is whole on this device (c = rank - 1 at worst).
   void emit_random_uniform(CodeWriter& w, const Stmt& s);
 
+  // CUDA: a Kernel node (passes/use_gpu_kernels.h), one KernelSet launch
+  // writing the node's buffer and its KernelOutputs' (emit_cuda_stmt.cpp).
+  void emit_kernel(CodeWriter& w, const Stmt& s);
+
   // ---- scanned layers -----------------------------------------------------
   //
   // A scanned Layers (dsl/layers.h) computes every layer with the same code
@@ -381,9 +389,11 @@ class CpuEmitter {
   // the device: runtime calls go to runtime/gpu/device_ops.h on the step's
   // gpu_dev (call()), a fusion group becomes a kernel in the dialect
   // (emit_fused, with the kernel's text going before the part that
-  // launches it), and inputs and outputs cross between the caller's host
-  // arrays and device buffers. Collectives take the device buffers as they
-  // are.
+  // launches it), a composite region's Kernel node becomes a KernelSet launch
+  // (emit_kernel), and inputs and outputs cross between the caller's host
+  // arrays and device buffers. Collectives go through device_collectives.h:
+  // on the device buffers as they are where the host may touch them (the
+  // simulator), else staged through host copies.
 
   bool cuda() const { return o_.backend == Backend::kCuda; }
   // The opening of a runtime call: "rt::copy(" for the CPU, "gpu::copy(gpu_dev, "

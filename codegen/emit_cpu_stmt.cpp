@@ -721,7 +721,7 @@ EmittedMark& CpuEmitter::record_mark(EmittedMark::Kind kind, int node, const rt:
   m.stage = stage_;
   m.node = node;
   m.label = statement_label(v);
-  m.op = ir::op_name(v.op);
+  m.op = v.op == Op::kKernel ? v.kernel : ir::op_name(v.op);
   m.layer = v.name;
   m.loc = v.loc;
   m.flops = cost.flops;
@@ -767,6 +767,7 @@ void CpuEmitter::emit_stmt(CodeWriter& w, const Stmt& s) {
   if (v.op == Op::kDot) return emit_dot(w, s);
   if (v.op == Op::kRingDot) return emit_ring_dot(w, s);
   if (v.op == Op::kRandomUniform) return emit_random_uniform(w, s);
+  if (v.op == Op::kKernel) return emit_kernel(w, s);
   switch (v.op) {
     case Op::kInput: {
       w.line("// " + (v.loc.known() ? v.loc.str() + ": " : "") + "input \"" + v.name + "\" " +

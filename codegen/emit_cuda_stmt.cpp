@@ -1,5 +1,6 @@
 // The CUDA renderer's own spellings (emit_cpu_impl.h, "the CUDA renderer"):
-// a fusion group as a kernel in sharc's dialect (runtime/gpu/dialect.h).
+// a fusion group as a kernel in sharc's dialect (runtime/gpu/dialect.h), and
+// a composite region's part as one of sharc's kernels (KernelSet).
 // Everything else it prints is the CPU
 // renderer's statements with the runtime calls of runtime/gpu/device_ops.h
 // (CpuEmitter::call), so the two renderers share one plan and one text.
@@ -68,6 +69,61 @@ void CpuEmitter::finish_fused_kernel(CodeWriter& w, const Stmt& s, const FusedKe
   w.line("gpu::launch_independent(" + quoted(name) + ", " + name + ", gpu::Dim3{gpu::elementwise_blocks(" + n +
          ")}, gpu::Dim3{gpu::kElementwiseThreads}, 0,");
   w.line("                        gpu_dev.stream, int64_t{" + n + "}, " + join(args, ", ") + ");");
+}
+
+void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
+  const Node& v = g_[s.node];
+  if (!cuda()) internal_error("kernel " + v.kernel + " in a CPU program: use_gpu_kernels runs for GPU programs only");
+  // The results by name: the node itself, then its KernelOutputs.
+  std::map<std::string, int> result = {{"", s.node}};
+  for (int o : s.stores) result[g_[o].kernel.substr(v.kernel.size() + 1)] = o;
+  auto out = [&](const std::string& name) {
+    const auto it = result.find(name);
+    return it == result.end() ? std::string("nullptr") : ptr(it->second);
+  };
+  const ir::Composite& region = g_.composites.at(v.composite);
+  w.line("// " + loc_prefix(v) + ir::composite_name(region.kind) + (v.backward ? " backward" : " forward") +
+         " as one kernel, KernelSet::" + v.kernel + " (" + shape_comment(v) + ")");
+  for (const auto& [name, id] : result) w.line(declare(id, /*writes_all=*/true));
+  const Shape& x = g_[v.kernel == "layernorm_forward" ? v.args[0] : v.args[1]].shape;
+  const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
+  // KernelSet::NAME({.field = value, ...}): the fields packed into lines.
+  auto launch = [&](const std::vector<std::string>& fields) {
+    std::string line = "gpu_dev.kernels->" + v.kernel + "({";
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const std::string f = fields[i] + (i + 1 < fields.size() ? "," : "});");
+      if (line.size() + 1 + f.size() > 100 && line.back() != '{') {
+        w.line(line);
+        line = "    " + f;
+      } else {
+        line += (line.back() == '{' ? "" : " ") + f;
+      }
+    }
+    w.line(line);
+  };
+  const std::string rows_cols[] = {".rows = " + std::to_string(rows), ".cols = " + std::to_string(cols)};
+  if (v.kernel == "layernorm_forward") {
+    launch({".dtype = rt::DType::kF32", ".out = " + ptr(s.node), ".mean = " + out("mean"), ".rstd = " + out("rstd"),
+            ".x = " + ptr(v.args[0]), ".w = " + ptr(v.args[1]), ".b = " + ptr(v.args[2]), rows_cols[0], rows_cols[1],
+            ".eps = " + float_literal(region.eps)});
+    return;
+  }
+  if (v.kernel == "layernorm_backward") {
+    const bool prior = v.ints.at(0) != 0;
+    const std::string scratch = locals_.user(base_name(var_[s.node]) + "_scratch");
+    w.line(buf_type(ir::DType::kF32) + " " + scratch + "(" +
+           std::to_string(kernel_scratch_bytes(g_, v) / sizeof(float)) +
+           ", &mem, rt::uninitialized);  // the parameter gradients' partial sums");
+    if (prior)  // dx = the gradient x had from its other readers + the layer norm's
+      w.line(call("copy") + ptr(v.args[5]) + ", " + ptr(s.node) + ", " + std::to_string(rows * cols) + ");");
+    launch({".dtype = rt::DType::kF32", ".dx = " + ptr(s.node), ".dw = " + out("dscale"), ".db = " + out("dbias"),
+            ".scratch = " + scratch + ".data()", ".dout = " + ptr(v.args[0]), ".x = " + ptr(v.args[1]),
+            ".w = " + ptr(v.args[2]), ".mean = " + ptr(v.args[3]), ".rstd = " + ptr(v.args[4]), rows_cols[0],
+            rows_cols[1], std::string(".accumulate = ") + (prior ? "true" : "false")});
+    w.line(scratch + " = " + buf_type(ir::DType::kF32) + "();");
+    return;
+  }
+  internal_error("the CUDA renderer has no launch for kernel " + v.kernel);
 }
 
 }  // namespace sharc::emit_cpu_detail

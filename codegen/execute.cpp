@@ -664,6 +664,10 @@ ExecResult run_graphs(const std::vector<const ir::Graph*>& graphs, const std::st
           internal_error("send handled above");
         case Op::kShardMap:
           internal_error("shard_map in a per-device program");
+        case Op::kKernel:
+        case Op::kKernelOutput:
+          internal_error("execute runs no GPU kernel (" + n.kernel +
+                         "): it runs programs lowered without PipelineOptions::gpu_kernels");
       }
       if (n.dtype == ir::DType::kBF16)
         for (int64_t i = 0; i < count; ++i) out[i] = rt::round_to_bf16(out[i]);

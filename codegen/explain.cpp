@@ -251,6 +251,14 @@ std::string explain(const Lowered& lowered, const EmittedFiles& files, const Exp
       os << "  " << source_file_name(o.stem, x.file, o.backend) << ":" << line << " " << kind << " " << x.text << "\n";
     }
   }
+  if (!lowered.kernels.empty()) {
+    // A GPU program: what each composite region's part runs as.
+    std::istringstream lines(format_kernel_choices(whole, lowered.kernels));
+    std::string line;
+    os << "\n// Composite regions on the GPU: each part's KernelSet kernel (its marks above name\n"
+       << "// the kernel), or why generated kernels compute it:\n";
+    while (std::getline(lines, line)) os << line << "\n";
+  }
   os << "\n// " << made.size() << " model lines, " << marks << " marks, " << parameters << " parameters.\n";
   return os.str();
 }

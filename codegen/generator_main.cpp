@@ -218,6 +218,7 @@ int run(const Args& a) {
   sharc::ir::Graph traced = sharc::trace(a.program, it->second, sharc::parse_program_options(option_text));
   sharc::PipelineOptions options;
   options.dump_dir = a.dump_ir;
+  options.gpu_kernels = a.backend == sharc::Backend::kCuda;
   sharc::Lowered lowered = sharc::lower(std::move(traced), mesh, options);
   if (a.report) {
     std::cout << sharc::format_report(sharc::predict(lowered));

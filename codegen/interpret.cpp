@@ -323,7 +323,9 @@ void eval_node(const ir::Graph& g, size_t id, std::vector<Values>& val, const Ho
       case Op::kAxisIndex:
       case Op::kSend:
       case Op::kRecv:
-        internal_error("collective in a global program");
+      case Op::kKernel:
+      case Op::kKernelOutput:
+        internal_error(std::string(ir::op_name(n.op)) + " in a global program");
       case Op::kShardMap:
         internal_error("eval_node of a shard_map");
     }

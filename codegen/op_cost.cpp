@@ -61,6 +61,10 @@ rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
     for (int t : stmt.tree)
       if (ir::is_elementwise(g.nodes[t].op)) ++ops;
     c.flops = elements(n.shape) * std::max(ops, 1);
+  } else if (n.op == Op::kKernel) {
+    // A layer norm's statistics, normalisation and affine map: about eight
+    // flops per element, reading and writing each buffer once.
+    c.flops = 8 * elements(n.shape);
   } else {
     c.flops = elements(n.shape);
   }
@@ -86,7 +90,7 @@ std::vector<double> statement_seconds(const ir::Graph& g, const rt::MachineModel
 }
 
 std::string statement_label(const Node& n) {
-  std::string s = ir::op_name(n.op);
+  std::string s = n.op == Op::kKernel ? n.kernel : ir::op_name(n.op);
   if (n.loc.known()) s += "  " + n.loc.str();
   if (!n.name.empty() && n.op != Op::kParameter && n.op != Op::kInput) s += " " + n.name;
   return s;

@@ -9,6 +9,8 @@
 //  - an elementwise loop (a fusion group): one flop per element per op in
 //    the group; the buffers it reads and the one it writes as bytes;
 //  - a reduction: one flop per element read;
+//  - a KernelSet kernel (a composite region on a GPU): its operands and
+//    results as bytes, eight flops per element of its first result;
 //  - everything else that computes (layout changes, slices, inputs, RNG):
 //    its reads and its result as bytes, one flop per result element;
 //  - communication (collectives, buckets, ppermute, send, recv, a RingDot's

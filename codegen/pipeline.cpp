@@ -8,6 +8,9 @@
 //  - widen_reductions sums bf16 gradients of f32 weights in f32;
 //  - ring_collective_matmul fuses dots with their all_gather / reduce_scatter
 //    (after combine_reductions: it must see the final reduce_scatters);
+//  - use_gpu_kernels (GPU programs) replaces composite regions by kernels
+//    once the collectives are final (a collective inside a region keeps it
+//    from its kernel);
 //  - bucket_all_reduces groups the gradient all-reduces that remain.
 #include "codegen/pipeline.h"
 
@@ -23,6 +26,7 @@
 #include "codegen/passes/rematerialize.h"
 #include "codegen/passes/resolve_logical_axes.h"
 #include "codegen/passes/ring_collective_matmul.h"
+#include "codegen/passes/use_gpu_kernels.h"
 #include "codegen/passes/widen_reductions.h"
 
 namespace sharc {
@@ -99,6 +103,11 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
   stage("after_widen_reductions", local);
   local = ring_collective_matmul(local, ring_options_for(g, options));  // sees final collectives
   stage("after_ring_collective_matmul", local);
+  std::vector<KernelChoice> kernels;
+  if (options.gpu_kernels) {
+    local = use_gpu_kernels(local, &kernels);
+    stage("after_use_gpu_kernels", local);
+  }
   local = bucket_all_reduces(local);  // last: it only reorders and groups
   stage("after_bucket_all_reduces", local);
   ir::verify(local);
@@ -109,7 +118,8 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
     stage_graphs = split_stages(local, *stages);
     for (size_t s = 0; s < stage_graphs.size(); ++s) stage("stage" + std::to_string(s), stage_graphs[s]);
   }
-  return {std::move(g), std::move(local), std::move(stages), std::move(stage_graphs), std::move(log)};
+  return {std::move(g),           std::move(local), std::move(stages), std::move(stage_graphs),
+          std::move(log),         std::move(kernels)};
 }
 
 }  // namespace sharc

@@ -10,6 +10,7 @@
 
 #include "ir/ir.h"
 #include "codegen/passes/ring_collective_matmul.h"
+#include "codegen/kernel_select.h"
 #include "codegen/stage_plan.h"
 #include "dsl/sharding_rules.h"
 
@@ -38,6 +39,9 @@ struct PipelineOptions {
   // micro-batch count is fixed when train_step is traced.
   std::optional<ir::PipelineSchedule> schedule;
   std::optional<int> virtual_stages;
+  // A GPU program (BACKEND cuda): composite regions run as KernelSet kernels
+  // where they fit (passes/use_gpu_kernels.h); Lowered::kernels says which.
+  bool gpu_kernels = false;
 };
 
 struct Lowered {
@@ -53,6 +57,9 @@ struct Lowered {
   // per decision (apply_sharding_rules, resolve_logical_axes), for a verbose
   // generator to print.
   std::vector<std::string> log;
+  // With PipelineOptions::gpu_kernels: every composite region part's kernel,
+  // or why it falls back (codegen/kernel_select.h), in region order.
+  std::vector<KernelChoice> kernels;
 };
 
 Lowered lower(ir::Graph traced, const Mesh& mesh, const PipelineOptions& options = {});

@@ -294,7 +294,11 @@ Report predict(const ir::Graph& g) {
 }
 
 Report predict(const Lowered& lowered) {
-  if (lowered.stage_graphs.empty()) return predict(lowered.partitioned);
+  if (lowered.stage_graphs.empty()) {
+    Report r = predict(lowered.partitioned);
+    r.kernels = format_kernel_choices(lowered.partitioned, lowered.kernels);
+    return r;
+  }
   const ir::Graph& whole = lowered.partitioned;
   const Mesh& mesh = whole.mesh;
   const int axis = mesh.index(whole.pipeline->axis);
@@ -332,6 +336,7 @@ Report predict(const Lowered& lowered) {
       r.peak_at = "stage " + std::to_string(s) + ": " + st.peak_at;
     }
   }
+  r.kernels = format_kernel_choices(whole, lowered.kernels);
   return r;
 }
 
@@ -404,6 +409,13 @@ std::string format_report(const Report& r, const Measured* m) {
     if (rows.empty()) rows.push_back({"-", "(none)", "", "", "", "0", ""});
     os << table({"#", "collective", "node", "group", "floats", "bytes/device", "DSL line"}, rows,
                 {true, false, false, true, true, true, false});
+  }
+
+  if (!r.kernels.empty()) {
+    std::istringstream lines(r.kernels);
+    std::string line;
+    os << "\nComposite regions on the GPU: each part's kernel, or why generated kernels compute it:\n";
+    while (std::getline(lines, line)) os << "  " << line << "\n";
   }
 
   os << "\nBytes sent per device and kind" << (m ? ", predicted vs measured" : "") << ":\n";

@@ -75,6 +75,10 @@ struct Report {
   std::vector<int> stage_of_device;
   std::vector<uint64_t> stage_persistent_bytes;
   std::vector<std::string> stage_peak_at;
+  // A GPU program (PipelineOptions::gpu_kernels): each composite region
+  // part's KernelSet kernel, or why generated kernels compute it, a line each
+  // (format_kernel_choices).
+  std::string kernels;
 };
 
 // `partitioned`: lower()'s per-device graph.

@@ -515,6 +515,8 @@ class Sweep {
       case Op::kAxisIndex:
       case Op::kSend:
       case Op::kRecv:
+      case Op::kKernel:
+      case Op::kKernelOutput:
         internal_error(std::string("autodiff met ") + ir::op_name(n.op) +
                        " in a global program at " + ir::node_str(g_, id));
       case Op::kShardMap:

@@ -47,7 +47,7 @@ bool is_unary(Op op) { return op >= Op::kNeg && op <= Op::kConvert; }
 
 bool dtype_follows_operand(Op op) {
   return !is_source(op) && op != Op::kConvert && op != Op::kRandomUniform &&
-         op != Op::kAxisIndex && op != Op::kShardMap;
+         op != Op::kAxisIndex && op != Op::kShardMap && op != Op::kKernel && op != Op::kKernelOutput;
 }
 bool is_binary(Op op) { return op >= Op::kAdd && op <= Op::kEqual; }
 bool is_ternary(Op op) { return op == Op::kSelect; }

@@ -128,7 +128,13 @@ namespace sharc::ir {
   /* and receive message ints[1] from position ints[0] (shape, type, layout  */ \
   /* of the value sent).                                                     */ \
   X(Send, "send", 1)                                                           \
-  X(Recv, "recv", 0)
+  X(Recv, "recv", 0)                                                           \
+  /* GPU programs only (codegen/passes/use_gpu_kernels.h): a composite       */ \
+  /* region's part run as one KernelSet kernel (Node::kernel), its operands */ \
+  /* in the kernel's order; its value is the kernel's first result, and     */ \
+  /* kernel_output (operand: the kernel node) each further one it writes.   */ \
+  X(Kernel, "kernel", -1)                                                      \
+  X(KernelOutput, "kernel_output", 1)
 
 enum class Op {
 #define SHARC_X(e, n, a) k##e,
@@ -402,6 +408,12 @@ struct Node {
   // node, -1 outside one; autodiff, the partitioner and the passes copy it
   // like `layer`.
   int composite = -1;
+
+  // Kernel: KernelSet's name of the kernel ("layernorm_forward");
+  // KernelOutput: that name, a dot, and the result's ("layernorm_forward.rstd").
+  // What the kernel needs besides operands and shapes is in `scalar` (a layer
+  // norm's epsilon) and `ints` (flags the kernel names; use_gpu_kernels.h).
+  std::string kernel;
 
   // Per-device programs: for the op partition_per_device lowers a node of the
   // global program to, how many nodes of the global program before that one

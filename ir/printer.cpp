@@ -130,6 +130,11 @@ std::ostream& operator<<(std::ostream& os, const Node& n) {
     case Op::kAllToAll:
       os << " split=" << n.dim << " concat=" << n.dim2 << " axes=" << axes_str(n.axes);
       break;
+    case Op::kKernel:
+    case Op::kKernelOutput:
+      os << " " << n.kernel;
+      for (size_t i = 0; i < n.ints.size(); ++i) os << (i ? "," : " flags=") << n.ints[i];
+      break;
     default:
       break;
   }

@@ -120,7 +120,8 @@ struct Checker {
     auto arg = [&](int i) -> const Node& { return g.nodes[n.args[i]]; };
     // Constraints: collectives and local slices appear only in partitioned IR.
     fail_if((is_collective(op) || op == Op::kLocalSlice || op == Op::kRingDot || op == Op::kPPermute ||
-             op == Op::kAxisIndex || op == Op::kSend || op == Op::kRecv) &&
+             op == Op::kAxisIndex || op == Op::kSend || op == Op::kRecv || op == Op::kKernel ||
+             op == Op::kKernelOutput) &&
                 !g.partitioned,
             "collective in a global (unpartitioned) program");
     // Constraints: shard_map appears only in global IR.
@@ -147,7 +148,8 @@ struct Checker {
           op == Op::kBroadcast || op == Op::kReshape ||
           op == Op::kTranspose || op == Op::kSlice || op == Op::kPad || op == Op::kAddSlice || op == Op::kReduce ||
           op == Op::kShardingConstraint || is_collective(op) || op == Op::kLocalSlice ||
-          op == Op::kPPermute || op == Op::kShardMap || op == Op::kSend || op == Op::kRecv;
+          op == Op::kPPermute || op == Op::kShardMap || op == Op::kSend || op == Op::kRecv ||
+          op == Op::kKernel || op == Op::kKernelOutput;
       fail_if(!integer_op, std::string(op_name(op)) + " on i32 values");
     }
     fail_if(op == Op::kRandomUniform && n.dtype != DType::kF32, "random_uniform is f32");
@@ -335,6 +337,14 @@ struct Checker {
         }
         break;
       }
+      case Op::kKernel:
+        fail_if(n.kernel.empty(), "kernel without a name");
+        break;
+      case Op::kKernelOutput:
+        // Constraints: a further result of the kernel node that is its operand.
+        fail_if(arg(0).op != Op::kKernel, "kernel_output of something other than a kernel");
+        fail_if(n.kernel.rfind(arg(0).kernel + ".", 0) != 0, "kernel_output named for another kernel");
+        break;
       default:
         break;
     }

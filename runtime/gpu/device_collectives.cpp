@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/kernels.h"
 #include "runtime/tensor_collectives.h"
 
 namespace sharc::gpu {
@@ -23,12 +24,6 @@ struct Staged {
     if (!host.empty()) d.kernels->upload(out, host.data(), host.size() * sizeof(T));
   }
 };
-
-size_t count_of(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (int64_t e : shape) n *= static_cast<size_t>(e);
-  return n;
-}
 
 }  // namespace
 
@@ -60,7 +55,7 @@ template <class T>
 void all_gather_dim(const DeviceContext& d, rt::Communicator& comm, const rt::Group& group, const T* in,
                     const std::vector<int64_t>& local_shape, int dim, T* out) {
   if (d.host_memory) return rt::all_gather_dim(comm, group, in, local_shape, dim, out);
-  const size_t n = count_of(local_shape);
+  const auto n = static_cast<size_t>(rt::num_elements(local_shape));
   Staged<T> s(d, in, n), r(n * static_cast<size_t>(group.size()));
   rt::all_gather_dim(comm, group, s.host.data(), local_shape, dim, r.host.data());
   r.put(d, out);
@@ -70,7 +65,7 @@ template <class T>
 void reduce_scatter_dim(const DeviceContext& d, rt::Communicator& comm, const rt::Group& group, const T* in,
                         const std::vector<int64_t>& full_shape, int dim, T* out, rt::ReduceOp op) {
   if (d.host_memory) return rt::reduce_scatter_dim(comm, group, in, full_shape, dim, out, op);
-  const size_t n = count_of(full_shape);
+  const auto n = static_cast<size_t>(rt::num_elements(full_shape));
   Staged<T> s(d, in, n), r(n / static_cast<size_t>(group.size()));
   rt::reduce_scatter_dim(comm, group, s.host.data(), full_shape, dim, r.host.data(), op);
   r.put(d, out);
@@ -80,7 +75,7 @@ template <class T>
 void all_to_all_dim(const DeviceContext& d, rt::Communicator& comm, const rt::Group& group, const T* in,
                     const std::vector<int64_t>& local_shape, int split_dim, int concat_dim, T* out) {
   if (d.host_memory) return rt::all_to_all_dim(comm, group, in, local_shape, split_dim, concat_dim, out);
-  const size_t n = count_of(local_shape);
+  const auto n = static_cast<size_t>(rt::num_elements(local_shape));
   Staged<T> s(d, in, n), r(n);
   rt::all_to_all_dim(comm, group, s.host.data(), local_shape, split_dim, concat_dim, r.host.data());
   r.put(d, out);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/gpu/device_ops.h"
+#include "runtime/kernels.h"
 
 namespace sharc::gpu {
 #if defined(__CUDACC__)
@@ -58,12 +59,6 @@ inline std::vector<int64_t> contiguous(const std::vector<int64_t>& shape) {
   std::vector<int64_t> st(shape.size(), 1);
   for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * shape[d + 1];
   return st;
-}
-
-inline int64_t count_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
-  return n;
 }
 
 // The offset, under s's strides, of the element at flat index i of s's shape.
@@ -175,7 +170,7 @@ SHARC_KERNEL void uniform_kernel(uint64_t node_key, const S* seed, uint64_t firs
 template <class T>
 void gather(const DeviceContext& d, const char* what, const T* in,
             const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, T* out) {
-  const int64_t n = count_of(shape);
+  const int64_t n = rt::num_elements(shape);
   if (n == 0) return;
   launch_independent(what, gather_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads}, 0,
          d.stream, in, strided(what, shape, strides), out, n);
@@ -292,7 +287,7 @@ void reduce(const DeviceContext& d, const T* in, const std::vector<int64_t>& in_
     (reduced[k] ? red_shape : kept_shape).push_back(in_shape[k]);
     (reduced[k] ? red_st : kept_st).push_back(st[k]);
   }
-  const int64_t n_out = count_of(kept_shape), n_red = count_of(red_shape);
+  const int64_t n_out = rt::num_elements(kept_shape), n_red = rt::num_elements(red_shape);
   if (n_out == 0) return;
   launch_independent("reduce", reduce_kernel<T>, Dim3{elementwise_blocks(n_out)}, Dim3{kElementwiseThreads}, 0,
          d.stream, in, strided("reduce", kept_shape, kept_st), strided("reduce", red_shape, red_st),
@@ -314,7 +309,7 @@ void place_block(const DeviceContext& d, const T* in, const std::vector<int64_t>
   using namespace device_ops_detail;
   std::vector<int64_t> block;
   const auto [st, offset] = block_of("place_block", shape, dim, parts, index, &block);
-  const int64_t n = count_of(block);
+  const int64_t n = rt::num_elements(block);
   if (n == 0) return;
   launch_independent("place_block", scatter_kernel<T>, Dim3{elementwise_blocks(n)}, Dim3{kElementwiseThreads},
          0, d.stream, in, strided("place_block", block, st), out + offset, n);
@@ -410,18 +405,10 @@ template <class T>
 void upload_strided(const DeviceContext& d, const T* host, const std::vector<int64_t>& shape,
                     const std::vector<int64_t>& host_strides, T* device) {
   using namespace device_ops_detail;
-  const int64_t n = count_of(shape);
+  const int64_t n = rt::num_elements(shape);
   if (n == 0) return;
-  const Strided s = strided("upload_strided", shape, host_strides);
   std::vector<T> staging(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t off = 0, rest = i;
-    for (int k = s.rank - 1; k >= 0; --k) {
-      off += (rest % s.size[k]) * s.stride[k];
-      rest /= s.size[k];
-    }
-    staging[static_cast<size_t>(i)] = host[off];
-  }
+  rt::strided_copy(host, shape, host_strides, staging.data());
   d.kernels->upload(device, staging.data(), static_cast<size_t>(n) * sizeof(T));
 }
 

@@ -7,7 +7,14 @@
 
 namespace sharc::gpu {
 
-SimGpuWorld::SimGpuWorld(rt::MeshShape mesh) : threads_(std::move(mesh)) {}
+SimGpuWorld::SimGpuWorld(rt::MeshShape mesh) : threads_(std::move(mesh)) {
+  // A thread per device: the simulator runs a block's CUDA threads as fibers
+  // on the launching thread, which it cannot when that is itself a fiber
+  // (it then takes an OS thread per CUDA thread, and a warp shuffle costs a
+  // futex round trip per lane: a layer norm kernel of a few hundred rows
+  // takes seconds instead of milliseconds).
+  threads_.set_device_threads(threads_.size());
+}
 
 KernelSet& SimGpuWorld::kernels(int rank) {
   if (!is_local(rank))

@@ -3,7 +3,18 @@
 // (codegen/kernel_select.h) picks a kernel only where it fits.
 #pragma once
 
+#include <cstddef>
+
 namespace sharc::gpu {
+
+// The layer norm's backward sums its parameter gradients over slices of
+// this many rows, then the slices' partials in order
+// (layernorm_backward_scratch: two floats per column per slice).
+constexpr int kLayerNormSliceRows = 64;
+constexpr size_t layernorm_backward_scratch_floats(int rows, int cols) {
+  return static_cast<size_t>((rows + kLayerNormSliceRows - 1) / kLayerNormSliceRows) * 2 *
+         static_cast<size_t>(cols);
+}
 
 // The head sizes the attention kernels are instantiated for.
 constexpr int kAttentionHeadDims[] = {16, 32, 64};

@@ -14,6 +14,7 @@
 
 #include "runtime/gpu/dialect.h"
 #include "runtime/gpu/kernel_args.h"
+#include "runtime/gpu/kernel_limits.h"
 
 namespace sharc::gpu {
 #if defined(__CUDACC__)
@@ -101,7 +102,6 @@ SHARC_KERNEL void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x,
 // How the weight and bias gradients are split: blocks of 32 columns x 8
 // warps; slice s of the rows is [s * rows_per_slice, (s + 1) *
 // rows_per_slice).
-constexpr int kLayerNormSliceRows = 64;
 SHARC_HOST_DEVICE int layernorm_slices(int rows) {
   return (rows + kLayerNormSliceRows - 1) / kLayerNormSliceRows;
 }

@@ -16,9 +16,7 @@
 
 namespace sharc::gpu {
 
-size_t layernorm_backward_scratch(int rows, int cols) {
-  return static_cast<size_t>(layernorm_slices(rows)) * 2 * static_cast<size_t>(cols);
-}
+size_t layernorm_backward_scratch(int rows, int cols) { return layernorm_backward_scratch_floats(rows, cols); }
 
 size_t bias_grad_scratch(int rows, int cols) {
   return static_cast<size_t>(layernorm_slices(rows)) * static_cast<size_t>(cols);

@@ -77,7 +77,9 @@ int main(int argc, char** argv) {
     int emitted = 0;
     for (uint64_t seed : seeds) {
       const sharc::fuzz::RandomProgram p = sharc::fuzz::random_program(seed);
-      const sharc::Lowered l = sharc::lower(p.graph, p.mesh);
+      sharc::PipelineOptions po;
+      po.gpu_kernels = cuda;  // as the generator lowers a BACKEND cuda program
+      const sharc::Lowered l = sharc::lower(p.graph, p.mesh, po);
       o.program = p.name;
       o.cpp_namespace = "sharc_gen::" + p.name;
       o.header_name = p.name + ".h";

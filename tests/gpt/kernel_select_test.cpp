@@ -13,6 +13,7 @@
 
 #include "codegen/kernel_select.h"
 #include "codegen/pipeline.h"
+#include "codegen/report.h"
 #include "samples/gpt2/model.h"
 
 namespace sharc {
@@ -141,6 +142,111 @@ TEST(KernelSelection, ACollectiveInsideARegionFallsBack) {
   EXPECT_EQ(k[0].reason.rfind("the partitioner put a", 0), 0u) << k[0].reason;
   EXPECT_NE(format_kernel_choices(l.partitioned, k).find(" layer_norm forward: falls back: the partitioner put a"),
             std::string::npos);
+}
+
+// ---- use_gpu_kernels: the selected parts become Kernel nodes ---------------
+
+Lowered lowered_for_gpu(const ir::Graph& g, const std::string& mesh, int devices) {
+  PipelineOptions o;
+  o.gpu_kernels = true;
+  return lower(g, Mesh::parse(mesh, devices), o);
+}
+
+// kernel name -> how many Kernel and KernelOutput nodes carry it.
+std::map<std::string, int> kernel_nodes(const ir::Graph& g) {
+  std::map<std::string, int> out;
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::kKernel || n.op == ir::Op::kKernelOutput) ++out[n.kernel];
+  return out;
+}
+
+TEST(GpuKernels, TheGptsLayerNormsRunAsKernelsForwardAndBackward) {
+  const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
+    gpt2::build_train(b, config(64, 4, 0.0), /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2));
+  });
+  const Lowered l = lowered_for_gpu(g, "data=2,model=4", 8);
+  const std::map<std::string, int> want = {
+      {"layernorm_forward", 5},           {"layernorm_forward.mean", 5},
+      {"layernorm_forward.rstd", 5},      {"layernorm_backward", 5},
+      {"layernorm_backward.dscale", 5},   {"layernorm_backward.dbias", 5}};
+  EXPECT_EQ(kernel_nodes(l.partitioned), want);
+  // Nothing of a layer norm region is left but its kernels and the
+  // all-reduces of its parameter gradients, which leave it.
+  for (const ir::Node& n : l.partitioned.nodes) {
+    if (n.composite < 0 || l.partitioned.composites[n.composite].kind != ir::CompositeKind::kLayerNorm) continue;
+    EXPECT_TRUE(n.op == ir::Op::kKernel || n.op == ir::Op::kKernelOutput || ir::is_collective(n.op) ||
+                ir::is_source(n.op))
+        << ir::op_name(n.op) << " " << n.name;
+  }
+  // The backward kernel of every layer norm but the last adds to the
+  // gradient that the residual stream brought to its input (flag 1).
+  int accumulating = 0;
+  for (const ir::Node& n : l.partitioned.nodes)
+    if (n.op == ir::Op::kKernel && n.kernel == "layernorm_backward") {
+      ASSERT_EQ(n.ints.size(), 1u);
+      accumulating += n.ints[0];
+      EXPECT_EQ(n.args.size(), 5u + n.ints[0]);
+    }
+  EXPECT_EQ(accumulating, 4);
+  // The choices say so, and say why the rest runs as generated kernels.
+  const auto c = [&] {
+    std::multimap<std::string, std::string> out;
+    for (const KernelChoice& k : l.kernels)
+      out.emplace(std::string(ir::composite_name(l.partitioned.composites[k.composite].kind)) +
+                      (k.backward ? " backward" : " forward"),
+                  k.kernel.empty() ? "fallback: " + k.reason : k.kernel);
+    return out;
+  }();
+  expect_all(c, "layer_norm forward", "layernorm_forward", 5);
+  expect_all(c, "layer_norm backward", "layernorm_backward", 5);
+  expect_all(c, "attention forward",
+             "fallback: sharc does not launch attention_forward from generated programs yet: generated kernels "
+             "compute it",
+             2);
+  const std::string report = format_report(predict(l));
+  EXPECT_NE(report.find("Composite regions on the GPU: each part's kernel, or why generated kernels compute it:\n"
+                        "  dsl/transformer.cpp:"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("/ln1 layer_norm backward: layernorm_backward\n"), std::string::npos) << report;
+  // A CPU program keeps every region's nodes.
+  EXPECT_TRUE(kernel_nodes(lower(g, Mesh::parse("data=2,model=4", 8)).partitioned).empty());
+  EXPECT_TRUE(lower(g, Mesh::parse("data=2,model=4", 8)).kernels.empty());
+}
+
+ir::Graph layer_norm_program(bool bf16) {
+  return trace("ln", [bf16](ProgramBuilder& b) {
+    Scope s = b.scope();
+    Tensor x = b.input("x", {8, 16}, P("data", None));
+    if (bf16) x = astype(x, ir::DType::kBF16);
+    Param scale = s.param("scale", {16}, with_partitioning(ones(), P(None)));
+    Param bias = s.param("bias", {16}, with_partitioning(zeros(), P(None)));
+    b.output("y", layer_norm(x, scale, bias), P("data", None));
+  });
+}
+
+// Without a backward part the forward kernel writes no statistics.
+TEST(GpuKernels, AnInferenceLayerNormIsOneKernelWithoutStatistics) {
+  const Lowered l = lowered_for_gpu(layer_norm_program(false), "data=2", 2);
+  EXPECT_EQ(kernel_nodes(l.partitioned), (std::map<std::string, int>{{"layernorm_forward", 1}}));
+  for (const ir::Node& n : l.partitioned.nodes)
+    if (n.op == ir::Op::kKernel) {
+      ASSERT_EQ(n.args.size(), 3u);
+      EXPECT_EQ(l.partitioned[n.args[0]].op, ir::Op::kInput);
+      EXPECT_EQ(l.partitioned[n.args[1]].name, "scale");
+      EXPECT_EQ(l.partitioned[n.args[2]].name, "bias");
+      EXPECT_EQ(n.shape, (ir::Shape{4, 16}));  // the local rows
+    }
+  ASSERT_EQ(l.kernels.size(), 1u);
+  EXPECT_EQ(l.kernels[0].kernel, "layernorm_forward");
+}
+
+TEST(GpuKernels, ABf16LayerNormFallsBackSayingWhy) {
+  const Lowered l = lowered_for_gpu(layer_norm_program(true), "data=2", 2);
+  EXPECT_TRUE(kernel_nodes(l.partitioned).empty());
+  ASSERT_EQ(l.kernels.size(), 1u);
+  EXPECT_EQ(l.kernels[0].kernel, "");
+  EXPECT_EQ(l.kernels[0].reason, "its input is bf16: sharc runs the layer norm kernels on f32 values so far");
 }
 
 }  // namespace

@@ -1,0 +1,433 @@
+// use_gpu_kernels: composite region parts -> KernelSet kernels; see the header.
+#include "codegen/passes/use_gpu_kernels.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "codegen/passes/drop_nodes.h"
+
+namespace sharc {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+
+// An operand of a new node: a node of the old graph, or new node `index`
+// of replacement `replacement`.
+struct Arg {
+  int old = -1;
+  int replacement = -1, index = -1;
+};
+
+// One new node of a replacement: a copy of its old node's place in the
+// program (label, line, layer, micro-batch, layout) as a kernel or a
+// further result of one.
+struct NewNode {
+  Node node;              // args are filled by the rewrite from `args`
+  std::vector<Arg> args;
+  int replaces = -1;      // the old node whose readers now read this one (-1: a new value)
+};
+
+// A part replaced by one kernel: the nodes it removes and what it adds, in
+// order (the Kernel first).
+struct Replacement {
+  std::vector<int> removed;
+  std::vector<NewNode> nodes;
+};
+
+class Mapper {
+ public:
+  explicit Mapper(const ir::Graph& g) : g_(g), users_(users_of(g)) {
+    outside_.assign(g.nodes.size(), false);
+    for (auto& o : g.outputs) outside_[o.value] = true;
+    for (auto& u : g.updates) outside_[u.value] = true;
+    for (auto& gr : g.gradients) outside_[gr.value] = true;
+  }
+
+  // The part's nodes that compute (its collectives stay where they are).
+  std::vector<int> computing(const std::vector<int>& part) const {
+    std::vector<int> out;
+    for (int id : part)
+      if (!ir::is_collective(g_[id].op)) out.push_back(id);
+    return out;
+  }
+
+  // Operands of `nodes` computed elsewhere, in first-read order, constants
+  // aside.
+  std::vector<int> operands(const std::vector<int>& nodes) const {
+    const std::set<int> in(nodes.begin(), nodes.end());
+    std::vector<int> out;
+    for (int id : nodes)
+      for (int a : g_[id].args)
+        if (!in.count(a) && g_[a].op != Op::kConstant && std::find(out.begin(), out.end(), a) == out.end())
+          out.push_back(a);
+    return out;
+  }
+
+  // Nodes of `nodes` read by a node outside `region` (or an output, update
+  // or gradient).
+  std::vector<int> results(const std::vector<int>& nodes, const std::set<int>& region) const {
+    std::vector<int> out;
+    for (int id : nodes) {
+      bool read = outside_[id];
+      for (int u : users_[id]) read = read || !region.count(u);
+      if (read) out.push_back(id);
+    }
+    return out;
+  }
+
+  // The first node reading `v` through converts and broadcasts, within `in`.
+  int reader_through_layout(int v, const std::set<int>& in) const {
+    for (int u : users_[v]) {
+      if (!in.count(u)) continue;
+      const Op op = g_[u].op;
+      if (op == Op::kConvert || op == Op::kBroadcast || op == Op::kReshape) return reader_through_layout(u, in);
+      return u;
+    }
+    return -1;
+  }
+
+  const ir::Graph& g_;
+  std::vector<std::vector<int>> users_;
+  std::vector<bool> outside_;
+};
+
+// A new node in `like`'s place in the program: kernel `kernel`, or, for a
+// name with a dot, its further result.
+Node kernel_node(const Node& like, const std::string& kernel) {
+  Node n = like;
+  n.op = kernel.find('.') == std::string::npos ? Op::kKernel : Op::kKernelOutput;
+  n.args.clear();
+  n.kernel = kernel;
+  n.ints.clear();
+  n.axes.clear();
+  n.dim = n.dim2 = -1;
+  n.scalar = 0.0;
+  n.remat = false;
+  n.origin_rank = -1;  // named by the kernel (emission_plan.cpp)
+  return n;
+}
+
+bool same_shape_and_f32(const Node& a, const Node& b) {
+  return a.shape == b.shape && a.dtype == ir::DType::kF32 && b.dtype == ir::DType::kF32;
+}
+
+constexpr const char* kNotTheKernel = "its nodes are not the computation the kernel does";
+
+// Layer norm. Forward: operands x, scale, bias; one result read outside
+// the region, y. Returns the reason it cannot run as the kernel, or "".
+struct LayerNormRoles {
+  int x = -1, scale = -1, bias = -1, y = -1;
+  int dy = -1, prior = -1, dx = -1, dscale = -1, dbias = -1;
+};
+
+std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const std::vector<int>* bwd,
+                           LayerNormRoles& r) {
+  const ir::Graph& g = m.g_;
+  std::set<int> region(fwd.begin(), fwd.end());
+  if (bwd) region.insert(bwd->begin(), bwd->end());
+  for (int id : region)
+    if (g[id].remat) return "a remat policy computes it twice: sharc runs the kernel for a layer norm computed once";
+  const std::vector<int> ops = m.operands(fwd);
+  const std::vector<int> outs = m.results(fwd, region);
+  if (ops.size() != 3 || outs.size() != 1) return kNotTheKernel;
+  r.y = outs[0];
+  const std::set<int> in(fwd.begin(), fwd.end());
+  for (int a : ops) {
+    const Node& v = g[a];
+    if (v.shape == g[r.y].shape) {
+      r.x = a;
+      continue;
+    }
+    const int reader = m.reader_through_layout(a, in);
+    if (v.shape.size() != 1 || reader < 0) return kNotTheKernel;
+    (g[reader].op == Op::kMul ? r.scale : g[reader].op == Op::kAdd ? r.bias : r.y) = a;
+  }
+  if (r.x < 0 || r.scale < 0 || r.bias < 0 || g[r.y].op != Op::kAdd) return kNotTheKernel;
+  if (!same_shape_and_f32(g[r.x], g[r.y]))
+    return std::string("its input is ") + ir::dtype_name(g[r.x].dtype).data() +
+           ": sharc runs the layer norm kernels on f32 values so far";
+  if (g[r.scale].dtype != ir::DType::kF32 || g[r.bias].dtype != ir::DType::kF32) return kNotTheKernel;
+  if (!bwd) return "";
+
+  // Backward: operands dy (and prior), besides forward values; results dx,
+  // dscale, dbias.
+  std::vector<int> from_outside;
+  for (int a : m.operands(*bwd))
+    if (!in.count(a) && a != r.x && a != r.scale && a != r.bias) from_outside.push_back(a);
+  const std::vector<int> bouts = m.results(*bwd, region);
+  for (int o : bouts) {
+    const Node& v = g[o];
+    if (v.shape == g[r.x].shape && r.dx < 0) {
+      r.dx = o;
+    } else if (v.shape == g[r.scale].shape && v.op == Op::kReduce) {
+      // dbias sums dy itself; dscale sums dy * the normalised x.
+      int arg = v.args[0];
+      while (g[arg].op == Op::kConvert && std::find(bwd->begin(), bwd->end(), arg) != bwd->end()) arg = g[arg].args[0];
+      (std::find(from_outside.begin(), from_outside.end(), arg) != from_outside.end() ? r.dbias : r.dscale) = o;
+      if (r.dbias == o) r.dy = arg;
+    } else {
+      return kNotTheKernel;
+    }
+  }
+  if (r.dx < 0) return kNotTheKernel;
+  if (r.dscale < 0 || r.dbias < 0)
+    return "its scale or bias gets no gradient here: the backward kernel computes both";
+  for (int a : from_outside)
+    if (a != r.dy) {
+      if (r.prior >= 0) return kNotTheKernel;
+      r.prior = a;
+    }
+  if (from_outside.size() > 2 || !same_shape_and_f32(g[r.dy], g[r.x])) return kNotTheKernel;
+  if (r.prior >= 0) {
+    // dx sums prior with the layer norm's parts: prior is an operand of
+    // one of the adds that end at dx.
+    const std::set<int> in_bwd(bwd->begin(), bwd->end());
+    std::vector<int> adds = {r.dx};
+    bool found = false;
+    while (!adds.empty() && !found) {
+      const Node& v = g[adds.back()];
+      adds.pop_back();
+      if (v.op != Op::kAdd) continue;
+      for (int a : v.args) {
+        found = found || a == r.prior;
+        if (in_bwd.count(a)) adds.push_back(a);
+      }
+    }
+    if (!found || !same_shape_and_f32(g[r.prior], g[r.dx])) return kNotTheKernel;
+  }
+  return "";
+}
+
+// The replacements of one layer norm region: forward, then backward.
+// `base`: the index the forward's replacement will have.
+void replace_layer_norm(const ir::Graph& g, const ir::Composite& c, const LayerNormRoles& r,
+                        const std::vector<int>& fwd, const std::vector<int>* bwd, int base,
+                        std::vector<Replacement>& out) {
+  auto old = [](int id) { return Arg{id, -1, -1}; };
+  auto made = [](int rep, int index) { return Arg{-1, rep, index}; };
+  Replacement f;
+  f.removed = fwd;
+  NewNode k{kernel_node(g[r.y], "layernorm_forward"), {old(r.x), old(r.scale), old(r.bias)}, r.y};
+  k.node.scalar = c.eps;
+  f.nodes.push_back(std::move(k));
+  if (bwd)  // the statistics: one per row, [..., 1] f32, laid out like y's rows
+    for (const char* stat : {"mean", "rstd"}) {
+      NewNode s{kernel_node(g[r.y], std::string("layernorm_forward.") + stat), {made(base, 0)}, -1};
+      s.node.shape.back() = 1;
+      f.nodes.push_back(std::move(s));
+    }
+  out.push_back(std::move(f));
+  if (!bwd) return;
+  Replacement b;
+  b.removed = *bwd;
+  NewNode kb{kernel_node(g[r.dx], "layernorm_backward"),
+             {old(r.dy), old(r.x), old(r.scale), made(base, 1), made(base, 2)},
+             r.dx};
+  if (r.prior >= 0) kb.args.push_back(old(r.prior));
+  kb.node.ints = {r.prior >= 0 ? 1 : 0};
+  b.nodes.push_back(std::move(kb));
+  b.nodes.push_back({kernel_node(g[r.dscale], "layernorm_backward.dscale"), {made(base + 1, 0)}, r.dscale});
+  b.nodes.push_back({kernel_node(g[r.dbias], "layernorm_backward.dbias"), {made(base + 1, 0)}, r.dbias});
+  out.push_back(std::move(b));
+}
+
+// The rewrite, or the index of a replacement that cannot be placed: one
+// whose results an old node reads before its operands all exist. A
+// replacement is placed at its first removed node, or as soon as its
+// operands exist after that.
+struct Rewrite {
+  ir::Graph graph;
+  int failed = -1;
+};
+
+Rewrite rewrite(const ir::Graph& g, const std::vector<Replacement>& reps) {
+  const int n = static_cast<int>(g.nodes.size());
+  std::vector<int> removed_by(n, -1), first(reps.size(), n);
+  for (size_t k = 0; k < reps.size(); ++k)
+    for (int id : reps[k].removed) {
+      removed_by[id] = static_cast<int>(k);
+      first[k] = std::min(first[k], id);
+    }
+  Rewrite r;
+  r.graph = g;
+  r.graph.nodes.clear();
+  std::vector<int> remap(n, -1);
+  std::vector<std::vector<int>> made(reps.size());
+  std::vector<bool> placed(reps.size(), false);
+  auto resolve = [&](const Arg& a) {
+    if (a.old >= 0) return remap[a.old];
+    return a.index < static_cast<int>(made[a.replacement].size()) ? made[a.replacement][a.index] : -1;
+  };
+  auto place_ready = [&](int reached) {
+    for (size_t k = 0; k < reps.size(); ++k) {
+      if (placed[k] || first[k] > reached) continue;
+      bool ready = true;
+      for (const NewNode& nn : reps[k].nodes)
+        for (const Arg& a : nn.args)
+          ready = ready && (resolve(a) >= 0 || (a.replacement == static_cast<int>(k)));
+      if (!ready) continue;
+      for (const NewNode& nn : reps[k].nodes) {
+        Node node = nn.node;
+        for (const Arg& a : nn.args) node.args.push_back(resolve(a));
+        if (node.layout_of >= 0) node.layout_of = remap[node.layout_of];
+        const int id = r.graph.add(std::move(node));
+        made[k].push_back(id);
+        if (nn.replaces >= 0) remap[nn.replaces] = id;
+      }
+      placed[k] = true;
+    }
+  };
+  for (int id = 0; id < n; ++id) {
+    place_ready(id);
+    if (removed_by[id] >= 0) continue;
+    Node node = g.nodes[id];
+    for (int& a : node.args) {
+      if (remap[a] < 0) {
+        r.failed = removed_by[a];
+        return r;
+      }
+      a = remap[a];
+    }
+    if (node.layout_of >= 0) node.layout_of = remap[node.layout_of];
+    remap[id] = r.graph.add(std::move(node));
+    place_ready(id);
+  }
+  for (size_t k = 0; k < reps.size(); ++k)
+    if (!placed[k]) {
+      r.failed = static_cast<int>(k);
+      return r;
+    }
+  remap_roots(r.graph, remap);
+  // What only the removed nodes read goes too (a constant, a broadcast).
+  std::vector<bool> had_users(n, false);
+  for (const Node& v : g.nodes)
+    for (int a : v.args) had_users[a] = true;
+  std::vector<bool> was_read(r.graph.nodes.size(), false);
+  for (int id = 0; id < n; ++id)
+    if (remap[id] >= 0 && removed_by[id] < 0) was_read[remap[id]] = had_users[id];
+  std::vector<int> uses = count_uses(r.graph);
+  for (auto& gr : r.graph.gradients) ++uses[gr.value];
+  std::vector<bool> dead(r.graph.nodes.size(), false);
+  for (size_t i = r.graph.nodes.size(); i-- > 0;) {
+    const Node& v = r.graph.nodes[i];
+    if (!was_read[i] || uses[i] > 0 || ir::is_source(v.op) || v.op == Op::kSend || v.op == Op::kRecv) continue;
+    dead[i] = true;
+    for (int a : v.args) --uses[a];
+  }
+  r.graph = drop_nodes(r.graph, dead, "use_gpu_kernels");
+  return r;
+}
+
+// A removed node that something other than the replacements reads, or -1.
+int read_elsewhere(const Mapper& m, const std::vector<Replacement>& reps) {
+  std::set<int> removed, replaced;
+  for (const Replacement& r : reps) {
+    removed.insert(r.removed.begin(), r.removed.end());
+    for (const NewNode& nn : r.nodes)
+      if (nn.replaces >= 0) replaced.insert(nn.replaces);
+  }
+  for (int id : removed) {
+    if (replaced.count(id)) continue;
+    if (m.outside_[id]) return id;
+    for (int u : m.users_[id])
+      if (!removed.count(u)) return id;
+  }
+  return -1;
+}
+
+}  // namespace
+
+ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices_out) {
+  if (!g.partitioned) internal_error("use_gpu_kernels needs a partitioned graph");
+  std::vector<KernelChoice> choices = select_kernels(g);
+  const Mapper m(g);
+  std::map<std::pair<int, bool>, size_t> part;  // (region, backward) -> choice
+  for (size_t i = 0; i < choices.size(); ++i) part[{choices[i].composite, choices[i].backward}] = i;
+  auto fall_back = [](KernelChoice* c, const std::string& why) {
+    if (c && !c->kernel.empty()) {
+      c->kernel.clear();
+      c->reason = why;
+    }
+  };
+  std::vector<Replacement> reps;
+  std::vector<std::vector<size_t>> reps_of;  // per region replaced: its choices
+  for (auto& [key, i] : part) {
+    if (key.second) continue;  // a backward part goes with its forward part
+    KernelChoice* f = &choices[i];
+    auto b_at = part.find({key.first, true});
+    KernelChoice* b = b_at == part.end() ? nullptr : &choices[b_at->second];
+    const ir::Composite& c = g.composites[key.first];
+    if (c.kind != ir::CompositeKind::kLayerNorm) {
+      for (KernelChoice* k : {f, b})
+        if (k) fall_back(k, "sharc does not launch " + k->kernel + " from generated programs yet: generated kernels compute it");
+      continue;
+    }
+    if (f->kernel.empty() || (b && b->kernel.empty())) {
+      const KernelChoice* other = f->kernel.empty() ? f : b;
+      const std::string why = std::string("its ") + (other == f ? "forward" : "backward") +
+                              " part falls back (" + other->reason + "), and the two kernels go together";
+      fall_back(f, why);
+      fall_back(b, why);
+      continue;
+    }
+    const std::vector<int> fwd = m.computing(f->nodes);
+    const std::vector<int> bwd = b ? m.computing(b->nodes) : std::vector<int>{};
+    LayerNormRoles roles;
+    std::string why = map_layer_norm(m, fwd, b ? &bwd : nullptr, roles);
+    std::vector<Replacement> mine;
+    if (why.empty()) {
+      replace_layer_norm(g, c, roles, fwd, b ? &bwd : nullptr, static_cast<int>(reps.size()), mine);
+      if (const int id = read_elsewhere(m, mine); id >= 0)
+        why = "the program reads " + ir::describe_value(g[id]) + " from inside it";
+    }
+    if (!why.empty()) {
+      fall_back(f, why);
+      fall_back(b, why);
+      continue;
+    }
+    std::vector<size_t> ks = {i};
+    if (b) ks.push_back(b_at->second);
+    for (Replacement& r : mine) {
+      reps.push_back(std::move(r));
+      reps_of.push_back(ks);
+    }
+  }
+  // Place them; a replacement that cannot be placed falls back with its
+  // region's others, and the rest are placed again.
+  for (;;) {
+    Rewrite r = rewrite(g, reps);
+    if (r.failed < 0) {
+      if (choices_out) *choices_out = std::move(choices);
+      return std::move(r.graph);
+    }
+    const std::vector<size_t> region = reps_of[r.failed];
+    for (size_t k : region)
+      fall_back(&choices[k], "the program reads its results before all its operands are computed");
+    std::vector<Replacement> kept;
+    std::vector<std::vector<size_t>> kept_of;
+    for (size_t k = 0; k < reps.size(); ++k)
+      if (reps_of[k] != region) {
+        kept.push_back(std::move(reps[k]));
+        kept_of.push_back(reps_of[k]);
+      }
+    // Operand references into later replacements shift down with them.
+    std::vector<int> shift(reps.size(), 0);
+    for (size_t k = 0, dropped = 0; k < reps.size(); ++k) {
+      if (reps_of[k] == region) ++dropped;
+      shift[k] = static_cast<int>(dropped);
+    }
+    for (Replacement& rep : kept)
+      for (NewNode& nn : rep.nodes)
+        for (Arg& a : nn.args)
+          if (a.replacement >= 0) a.replacement -= shift[a.replacement];
+    reps = std::move(kept);
+    reps_of = std::move(kept_of);
+  }
+}
+
+}  // namespace sharc

@@ -1,0 +1,41 @@
+// Pass: use_gpu_kernels (GPU programs: PipelineOptions::gpu_kernels).
+//
+// Requires: a partitioned graph.
+// Ensures: every composite region part that select_kernels
+//   (codegen/kernel_select.h) lets run as its KernelSet kernel, and whose
+//   nodes this pass can map onto the kernel's operands and results, is
+//   replaced by one Kernel node (its first result) and KernelOutput nodes
+//   (the others); the rest is unchanged. The collectives a part holds (a
+//   gradient's all-reduce that only leaves it) stay, reading the kernel's
+//   results. `choices` receives the final choice of every part: a part the
+//   pass cannot map gets the reason.
+//
+// What is mapped:
+//  - layer_norm: forward  y, mean, rstd = layernorm_forward(x, scale, bias)
+//    and, when the program trains, backward
+//      dx, dscale, dbias = layernorm_backward(dy, x, scale, mean, rstd[, prior])
+//    where prior is the gradient of x that other users of x gave before
+//    (autodiff sums into it: dx = prior + the layer norm's part), ints = {1}.
+//    The two parts go together: the backward kernel reads the statistics the
+//    forward kernel writes, not the forward's intermediate values, so when
+//    one part falls back, both do. The kernels read and write f32 here (a
+//    bf16 input falls back).
+//  - attention, softmax_cross_entropy, adam and global_norm: not yet mapped;
+//    generated kernels compute them, and the choice says so.
+//
+//   before: %56 = reduce(%31) sum axes=[2] ... %77 = add(%75, %76)   (17 nodes)
+//   after:  %56 = kernel(%31, %33, %35) layernorm_forward : f32[8,64,64]
+//           %57 = kernel_output(%56) layernorm_forward.mean : f32[8,64,1]
+//           %58 = kernel_output(%56) layernorm_forward.rstd : f32[8,64,1]
+#pragma once
+
+#include <vector>
+
+#include "codegen/kernel_select.h"
+#include "ir/ir.h"
+
+namespace sharc {
+
+ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices = nullptr);
+
+}  // namespace sharc
