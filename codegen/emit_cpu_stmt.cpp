@@ -1008,19 +1008,17 @@ void CpuEmitter::emit_output(CodeWriter& w, const ir::Output& o) {
   w.line("// \"" + o.name + "\" (" + o.loc.str() + "): block " + shape_comment(v) +
          " of the global " + ir::shape_str(global_shape(v)) + replicated_note(v));
   const std::string n = std::to_string(ir::num_elements(v.shape));
+  std::string data = ptr(o.value);
   if (cuda()) {  // from the device to the caller's host arrays, through host memory
     w.open("");
     w.line("std::vector<float> host(" + n + ");");
-    w.line("gpu::download(gpu_dev, host.data(), " + ptr(o.value) + ", " + n + ");");
-    w.line("if (float* block = out.blocks.get_mutable<float>(" + k + ", rank))  // set_block()");
-    w.line("  std::copy_n(host.data(), " + n + ", block);");
-    emit_block_to_global(w, v, "host.data()", field, quoted(o.name), field, "out.blocks.mark(" + k + ", rank);");
-    w.close("\"" + o.name + "\" on the host");
-    return;
+    w.line("gpu::download(gpu_dev, host.data(), " + data + ", " + n + ");");
+    data = "host.data()";
   }
   w.line("if (float* block = out.blocks.get_mutable<float>(" + k + ", rank))  // set_block()");
-  w.line("  std::copy_n(" + ptr(o.value) + ", " + n + ", block);");
-  emit_block_to_global(w, v, ptr(o.value), field, quoted(o.name), field, "out.blocks.mark(" + k + ", rank);");
+  w.line("  std::copy_n(" + data + ", " + n + ", block);");
+  emit_block_to_global(w, v, data, field, quoted(o.name), field, "out.blocks.mark(" + k + ", rank);");
+  if (cuda()) w.close("\"" + o.name + "\" on the host");
 }
 
 }  // namespace sharc::emit_cpu_detail
