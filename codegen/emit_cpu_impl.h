@@ -635,6 +635,9 @@ class CpuEmitter {
   // into its Chunk), and the kernel whose body is being written (elem_at
   // then names its parameters).
   std::vector<std::pair<std::string, std::string>> pending_kernels_;
+  // CUDA: the name of a kernel launch's scratch buffer (emit_kernel), taken
+  // once for all of them.
+  std::string kernel_scratch_;
   // CUDA: each kernel text's name, and the names taken (finish_fused_kernel).
   std::map<std::string, std::string> kernel_names_;
   std::set<std::string> kernel_taken_;

@@ -110,7 +110,11 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
   }
   if (v.kernel == "layernorm_backward") {
     const bool prior = v.ints.at(0) != 0;
-    const std::string scratch = locals_.user(base_name(var_[s.node]) + "_scratch");
+    // One name for every launch's scratch, each in a block of its own, so
+    // that a scanned layer's statements read alike and fold into one loop.
+    if (kernel_scratch_.empty()) kernel_scratch_ = locals_.user("kernel_scratch");
+    const std::string& scratch = kernel_scratch_;
+    w.open("");
     w.line(buf_type(ir::DType::kF32) + " " + scratch + "(" +
            std::to_string(kernel_scratch_bytes(g_, v) / sizeof(float)) +
            ", &mem, rt::uninitialized);  // the parameter gradients' partial sums");
@@ -120,7 +124,7 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
             ".scratch = " + scratch + ".data()", ".dout = " + ptr(v.args[0]), ".x = " + ptr(v.args[1]),
             ".w = " + ptr(v.args[2]), ".mean = " + ptr(v.args[3]), ".rstd = " + ptr(v.args[4]), rows_cols[0],
             rows_cols[1], std::string(".accumulate = ") + (prior ? "true" : "false")});
-    w.line(scratch + " = " + buf_type(ir::DType::kF32) + "();");
+    w.close(scratch + " released");
     return;
   }
   internal_error("the CUDA renderer has no launch for kernel " + v.kernel);

@@ -183,23 +183,26 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
       r.prior = a;
     }
   if (from_outside.size() > 2 || !same_shape_and_f32(g[r.dy], g[r.x])) return kNotTheKernel;
-  if (r.prior >= 0) {
-    // dx sums prior with the layer norm's parts: prior is an operand of
-    // one of the adds that end at dx.
-    const std::set<int> in_bwd(bwd->begin(), bwd->end());
-    std::vector<int> adds = {r.dx};
-    bool found = false;
-    while (!adds.empty() && !found) {
-      const Node& v = g[adds.back()];
-      adds.pop_back();
-      if (v.op != Op::kAdd) continue;
-      for (int a : v.args) {
-        found = found || a == r.prior;
-        if (in_bwd.count(a)) adds.push_back(a);
-      }
+  // dx sums the layer norm's parts, and, when other readers of x gave it a
+  // gradient first (the residual stream), that gradient: the operands from
+  // outside of the adds that end at dx. That gradient may be dy itself
+  // (y + x: autodiff hands both the same gradient).
+  const std::set<int> in_bwd(bwd->begin(), bwd->end());
+  std::set<int> summed;
+  std::vector<int> adds = {r.dx};
+  while (!adds.empty()) {
+    const Node& v = g[adds.back()];
+    adds.pop_back();
+    if (v.op != Op::kAdd) continue;
+    for (int a : v.args) {
+      if (in_bwd.count(a))
+        adds.push_back(a);
+      else
+        summed.insert(a);
     }
-    if (!found || !same_shape_and_f32(g[r.prior], g[r.dx])) return kNotTheKernel;
   }
+  if (r.prior < 0 && summed == std::set<int>{r.dy}) r.prior = r.dy;
+  if (summed != (r.prior < 0 ? std::set<int>{} : std::set<int>{r.prior})) return kNotTheKernel;
   return "";
 }
 

@@ -241,6 +241,36 @@ TEST(GpuKernels, AnInferenceLayerNormIsOneKernelWithoutStatistics) {
   EXPECT_EQ(l.kernels[0].kernel, "layernorm_forward");
 }
 
+// z = layer_norm(h) + h: autodiff hands y and h the same gradient, so h's
+// gradient before the layer norm's is dy itself; the backward kernel adds
+// its part to it (dy passed twice, flag 1), and drops none of it.
+TEST(GpuKernels, ALayerNormBesideItsInputAddsToTheSameGradient) {
+  const ir::Graph g = trace("ln_skip", [](ProgramBuilder& b) {
+    Scope s = b.scope();
+    Param w = s.param("w", {16, 16}, with_partitioning(lecun_normal(), P(None, None)));
+    Param scale = s.param("scale", {16}, with_partitioning(ones(), P(None)));
+    Param bias = s.param("bias", {16}, with_partitioning(zeros(), P(None)));
+    Tensor x = b.input("x", {8, 16}, P("data", None));
+    train_step(b, {x},
+               [&](const std::vector<Tensor>& mb) {
+                 Tensor h = matmul(mb[0], w);
+                 Tensor z = add(layer_norm(h, scale, bias), h);
+                 return sum(mul(z, z), {0, 1});
+               },
+               adamw(Schedule::constant(1e-3), 0.0));
+  });
+  const Lowered l = lowered_for_gpu(g, "data=2", 2);
+  int kernels = 0;
+  for (const ir::Node& n : l.partitioned.nodes)
+    if (n.op == ir::Op::kKernel && n.kernel == "layernorm_backward") {
+      ++kernels;
+      EXPECT_EQ(n.ints, std::vector<int>{1});
+      ASSERT_EQ(n.args.size(), 6u);
+      EXPECT_EQ(n.args[5], n.args[0]);  // the prior gradient is dy
+    }
+  EXPECT_EQ(kernels, 1);
+}
+
 TEST(GpuKernels, ABf16LayerNormFallsBackSayingWhy) {
   const Lowered l = lowered_for_gpu(layer_norm_program(true), "data=2", 2);
   EXPECT_TRUE(kernel_nodes(l.partitioned).empty());
