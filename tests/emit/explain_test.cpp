@@ -39,17 +39,22 @@ struct Explained {
   std::string map;
 };
 
-Explained explain_program(const std::string& program, const std::string& mesh, const std::string& stem) {
+Explained explain_program(const std::string& program, const std::string& mesh, const std::string& stem,
+                          Backend backend = Backend::kCpu) {
   Explained e;
-  e.lowered = lower(trace(program, ProgramRegistry::all().at(program)), Mesh::parse(mesh));
+  PipelineOptions po;
+  po.gpu_kernels = backend == Backend::kCuda;  // as the generator lowers a BACKEND cuda program
+  e.lowered = lower(trace(program, ProgramRegistry::all().at(program)), Mesh::parse(mesh), po);
   EmitOptions o;
+  o.backend = backend;
   o.program = program;
   o.cpp_namespace = "sharc_gen::" + stem;
   o.header_name = stem + ".h";
   o.model_file = ProgramRegistry::locations().at(program).file;
   o.templates = load_templates(SHARC_TEMPLATES_DIR);
   e.files = emit_cpu(e.lowered, o);
-  e.map = explain(e.lowered, e.files, {.program = program, .model_file = o.model_file, .stem = stem});
+  e.map = explain(e.lowered, e.files,
+                  {.program = program, .model_file = o.model_file, .stem = stem, .backend = backend});
   return e;
 }
 
@@ -76,7 +81,8 @@ std::string label_line(const std::string& label) {
 }
 
 // Checks the map of one program both ways; `stem` names its source file.
-void check_both_sides(const Explained& e, const std::string& stem, int min_collectives) {
+void check_both_sides(const Explained& e, const std::string& stem, int min_collectives,
+                      const std::string& ext = ".cpp") {
   const std::vector<std::string> source = lines_of(e.files.source);
   const std::vector<std::string> map = lines_of(e.map);
 
@@ -90,7 +96,8 @@ void check_both_sides(const Explained& e, const std::string& stem, int min_colle
 
   // Side 2, the map: headings (model lines) and the entries under them.
   const std::regex heading(R"(^(\S+:\d+|<no model line>)  )");
-  const std::regex entry("^  " + stem + R"(\.cpp:(\d+)\s+(kernel|collective|ring gemm|ring add|fused|parameter|output)\s)");
+  const std::regex entry("^  " + stem + "\\" + ext +
+                         R"(:(\d+)\s+(kernel|collective|ring gemm|ring add|fused|parameter|output)\s)");
   std::set<std::string> headings;
   std::string current;
   std::map<int, int> cited;  // source line -> times a kernel/collective entry cites it
@@ -112,22 +119,23 @@ void check_both_sides(const Explained& e, const std::string& stem, int min_colle
     ++cited[line];
     if (kind == "collective") ++collectives;
     auto it = marks.find(line);
-    ASSERT_NE(it, marks.end()) << "the map cites " << stem << ".cpp:" << line << ", which is no timeline mark:\n"
+    ASSERT_NE(it, marks.end()) << "the map cites " << stem << ext << ":" << line << ", which is no timeline mark:\n"
                                << source[line - 1];
     EXPECT_EQ(label_line(it->second), current)
-        << stem << ".cpp:" << line << " (" << it->second << ") is listed under " << current;
+        << stem << ext << ":" << line << " (" << it->second << ") is listed under " << current;
     if (kind == "collective")
       EXPECT_NE(source[line - 1].find("comm_op("), std::string::npos) << "a kernel mark listed as a collective";
     else
       EXPECT_NE(source[line - 1].find("timeline.op("), std::string::npos) << "a collective mark listed as a kernel";
   }
   // Both sides counted: every mark once, nothing else.
-  EXPECT_EQ(cited.size(), marks.size()) << "marks in " << stem << ".cpp: " << marks.size()
+  EXPECT_EQ(cited.size(), marks.size()) << "marks in " << stem << ext << ": " << marks.size()
                                         << ", entries of the map citing them: " << cited.size();
-  for (auto& [line, times] : cited) EXPECT_EQ(times, 1) << stem << ".cpp:" << line << " cited " << times << " times";
-  for (auto& [line, label] : marks) EXPECT_TRUE(cited.count(line)) << stem << ".cpp:" << line << " (" << label << ") is not in the map";
+  for (auto& [line, times] : cited) EXPECT_EQ(times, 1) << stem << ext << ":" << line << " cited " << times << " times";
+  for (auto& [line, label] : marks)
+    EXPECT_TRUE(cited.count(line)) << stem << ext << ":" << line << " (" << label << ") is not in the map";
   // The map's own count line says the same.
-  EXPECT_NE(e.map.find(stem + ".cpp has " + std::to_string(marks.size()) + " timeline marks"), std::string::npos);
+  EXPECT_NE(e.map.find(stem + ext + " has " + std::to_string(marks.size()) + " timeline marks"), std::string::npos);
 
   // Every model line with an op, and every line a mark names, is a heading.
   std::set<std::string> model_lines;
@@ -168,6 +176,23 @@ TEST(Explain, GptTrainingBothSides) {
   const Explained e = explain_program("gpt2_train", "data=2,model=4", "gpt2_train");
   check_both_sides(e, "gpt2_train", 10);
   EXPECT_NE(e.map.find("gradient: "), std::string::npos);
+}
+
+// The GPT as CUDA: the layer norms are KernelSet launches, each a kernel
+// entry under the block's layer_norm line, and the map ends with every
+// composite region's kernel or the reason it falls back.
+TEST(Explain, GptTrainingOnTheGpuBothSides) {
+  const Explained e = explain_program("gpt2_train", "data=2,model=4", "gpt2_train", Backend::kCuda);
+  check_both_sides(e, "gpt2_train", 10, ".cu");
+  EXPECT_NE(e.map.find(" kernel      layernorm_backward h/ln1 "), std::string::npos) << e.map;
+  EXPECT_NE(e.map.find("// Composite regions on the GPU: each part's KernelSet kernel (its marks above name\n"
+                       "// the kernel), or why generated kernels compute it:\n"),
+            std::string::npos)
+      << e.map;
+  EXPECT_NE(e.map.find(" h/ln1 layer_norm forward: layernorm_forward\n"), std::string::npos) << e.map;
+  EXPECT_NE(e.map.find(" attention forward: falls back: head size 8: the attention kernels are built for 16, 32, 64\n"),
+            std::string::npos)
+      << e.map;
 }
 
 TEST(Explain, GptLogitsBothSides) {

@@ -187,17 +187,21 @@ TEST(ScanGenerated, ALargeStepIsSpreadOverPartFiles) {
 }
 
 // No generated function of the build's programs (the samples', the tests'
-// and the benchmarks', scanned and unrolled) is longer than 2,000 lines.
+// and the benchmarks', scanned and unrolled, C++ and CUDA) is longer than
+// 2,000 lines.
 TEST(ScanGenerated, NoGeneratedFunctionIsLongerThan2000Lines) {
   namespace fs = std::filesystem;
-  int files = 0;
+  int files = 0, cuda_files = 0;
   for (const auto& e : fs::recursive_directory_iterator(SCAN_GENERATED_DIR)) {
-    if (e.path().extension() != ".cpp") continue;
+    const bool cuda = e.path().extension() == ".cu";
+    if (e.path().extension() != ".cpp" && !cuda) continue;
     ++files;
+    cuda_files += cuda;
     for (const auto& [head, n] : functions(sharc::testing::read_file(e.path())))
       EXPECT_LE(n, 2000) << e.path().filename().string() << ": " << head;
   }
   EXPECT_GT(files, 100);
+  EXPECT_GT(cuda_files, 20);  // the BACKEND cuda programs' step sources
 }
 
 }  // namespace
