@@ -10,6 +10,7 @@
 #include "codegen/execute.h"
 #include "codegen/ring_plan.h"
 #include "runtime/arena.h"
+#include "runtime/gpu/kernel_args.h"
 #include "runtime/gpu/kernel_limits.h"
 
 namespace sharc {
@@ -122,6 +123,16 @@ void kernel_temps(Tracker& t, const ir::Graph& g, const Node& v) {
 }  // namespace
 
 uint64_t kernel_scratch_bytes(const ir::Graph& g, const ir::Node& kernel) {
+  if (kernel.kernel == "adamw") {
+    // The launch's tensor table and chunk list, uploaded to the device.
+    const int tensors = kernel.ints.at(0);
+    uint64_t chunks = 0;
+    for (int t = 0; t < tensors; ++t) {
+      const auto n = static_cast<uint64_t>(ir::num_elements(g[kernel.args[2 + 4 * t]].shape));
+      chunks += (n + gpu::kTensorChunk - 1) / gpu::kTensorChunk;
+    }
+    return tensors * sizeof(gpu::AdamWTensor) + chunks * sizeof(gpu::TensorChunk);
+  }
   if (kernel.kernel == "layernorm_backward") {
     const ir::Shape& x = g[kernel.args[1]].shape;
     const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
@@ -312,9 +323,12 @@ BufferPlan plan_buffers(const ir::Graph& g) {
     if (v == param || g[v].op == Op::kParameter || updates_of_value[v] != 1 ||
         updates_of_target[param] != 1 || values.count(param) || p.is_output[param] ||
         p.is_output[v] || g[v].dtype != ir::DType::kF32 || g[param].dtype != ir::DType::kF32 ||
-        g[v].shape != g[param].shape ||
-        !ir::is_elementwise(g[v].op))
+        g[v].shape != g[param].shape)
       continue;
+    // A loop's value, or the AdamW kernel's (it updates its tensors in place).
+    const bool kernel = (g[v].op == Op::kKernel || g[v].op == Op::kKernelOutput) &&
+                        g[p.root[v]].kernel == "adamw";
+    if (!ir::is_elementwise(g[v].op) && !kernel) continue;
     const int k = static_cast<int>(std::find_if(p.stmts.begin(), p.stmts.end(),
                                                 [&](const BufferPlan::Stmt& s) {
                                                   return s.node == p.root[v];

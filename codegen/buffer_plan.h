@@ -82,7 +82,8 @@ struct BufferPlan {
   // old parameter only at the element it writes, and before writing it, and
   // nothing reads the old value after that loop (no later statement, no
   // output, no other parameter taking it). Saves a parameter-sized block per
-  // update and a pass over memory.
+  // update and a pass over memory. The AdamW kernel's new values (GPU
+  // programs) are written over the old ones on the same conditions.
   std::vector<int> in_place_of;
   // Per node: the operand whose buffer a copy-like statement's result takes
   // instead of a copy, or -1. Copy-like: an all_reduce (reduced in place,

@@ -322,6 +322,9 @@ class CpuEmitter {
   // CUDA: a Kernel node (passes/use_gpu_kernels.h), one KernelSet launch
   // writing the node's buffer and its KernelOutputs' (emit_cuda_stmt.cpp).
   void emit_kernel(CodeWriter& w, const Stmt& s);
+  // The multi-tensor AdamW launch (a kernel node "adamw"): its tensor table
+  // and chunk list uploaded to the device, the new values in place.
+  void emit_adamw(CodeWriter& w, const Stmt& s);
 
   // ---- scanned layers -----------------------------------------------------
   //

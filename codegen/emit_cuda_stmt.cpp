@@ -5,6 +5,7 @@
 // renderer's statements with the runtime calls of runtime/gpu/device_ops.h
 // (CpuEmitter::call), so the two renderers share one plan and one text.
 #include "codegen/emit_cpu_impl.h"
+#include "runtime/gpu/kernel_args.h"
 
 namespace sharc::emit_cpu_detail {
 
@@ -82,6 +83,7 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     return it == result.end() ? std::string("nullptr") : ptr(it->second);
   };
   const ir::Composite& region = g_.composites.at(v.composite);
+  if (v.kernel == "adamw") return emit_adamw(w, s);
   w.line("// " + loc_prefix(v) + ir::composite_name(region.kind) + (v.backward ? " backward" : " forward") +
          " as one kernel, KernelSet::" + v.kernel + " (" + shape_comment(v) + ")");
   for (const auto& [name, id] : result) w.line(declare(id, /*writes_all=*/true));
@@ -128,6 +130,58 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     return;
   }
   internal_error("the CUDA renderer has no launch for kernel " + v.kernel);
+}
+
+void CpuEmitter::emit_adamw(CodeWriter& w, const Stmt& s) {
+  const Node& v = g_[s.node];
+  const ir::Composite& region = g_.composites.at(v.composite);
+  const int tensors = v.ints.at(0);
+  // Per tensor: its new param, m and v (the kernel node is tensor 0's param).
+  std::vector<std::array<int, 3>> made(tensors, {-1, -1, -1});
+  made[0][0] = s.node;
+  for (int o : s.stores) {
+    const std::string role = g_[o].kernel.substr(v.kernel.size() + 1);
+    made[g_[o].ints.at(0)][role == "param" ? 0 : role == "m" ? 1 : 2] = o;
+  }
+  w.line("// " + loc_prefix(v) + "the Adam" + (region.weight_decay != 0 ? "W" : "") + " updates of " +
+         std::to_string(tensors) + (tensors == 1 ? " parameter" : " parameters") +
+         " as one multi-tensor kernel, KernelSet::adamw");
+  w.open("");
+  std::vector<std::string> rows, sizes;
+  int64_t chunks = 0;
+  for (int t = 0; t < tensors; ++t) {
+    const int* old = &v.args[2 + 4 * t];  // w, g, m, v
+    const int64_t n = ir::num_elements(g_[old[0]].shape);
+    chunks += (n + gpu::kTensorChunk - 1) / gpu::kTensorChunk;
+    sizes.push_back(std::to_string(n));
+    for (int k = 0; k < 3; ++k) {
+      const int was = old[k == 0 ? 0 : k + 1], now = made[t][k];
+      w.line(declare(now, /*writes_all=*/true));
+      if (plan_.in_place_of[now] != was)  // the kernel updates in place: a copy of the old value first
+        w.line(call("copy") + ptr(was) + ", " + ptr(now) + ", " + std::to_string(n) + ");");
+    }
+    rows.push_back("{" + ptr(made[t][0]) + ", " + ptr(old[1]) + ", " + ptr(made[t][1]) + ", " + ptr(made[t][2]) +
+                   ", nullptr, " + std::to_string(n) + ", " + float_literal(region.weight_decay) + "},  // \"" +
+                   g_[old[0]].name + "\"");
+  }
+  w.line("const gpu::AdamWTensor tensors[] = {");
+  for (const std::string& r : rows) w.line("    " + r);
+  w.line("};");
+  w.line("const std::vector<gpu::TensorChunk> chunks = gpu::tensor_chunks({" + join(sizes, ", ") + "});  // " +
+         std::to_string(chunks) + " blocks");
+  if (kernel_scratch_.empty()) kernel_scratch_ = locals_.user("kernel_scratch");
+  w.line("rt::BufferI32 " + kernel_scratch_ + "(" + std::to_string(kernel_scratch_bytes(g_, v) / 4) +
+         ", &mem, rt::uninitialized);  // the tensors and chunks, on the device");
+  w.line("auto* device_tensors = reinterpret_cast<gpu::AdamWTensor*>(" + kernel_scratch_ + ".data());");
+  w.line("auto* device_chunks = reinterpret_cast<gpu::TensorChunk*>(device_tensors + " + std::to_string(tensors) +
+         ");");
+  w.line("gpu_dev.kernels->upload(device_tensors, tensors, sizeof tensors);");
+  w.line("gpu_dev.kernels->upload(device_chunks, chunks.data(), chunks.size() * sizeof(gpu::TensorChunk));");
+  w.line("gpu_dev.kernels->adamw(device_tensors, device_chunks, " + std::to_string(chunks) + ", {.b1 = " +
+         float_literal(region.b1) + ", .b2 = " + float_literal(region.b2) + ", .eps = " +
+         float_literal(region.eps) + ",");
+  w.line("                       .lr = " + ptr(v.args[0]) + ", .count = " + ptr(v.args[1]) + "});");
+  w.close(kernel_scratch_ + " released");
 }
 
 }  // namespace sharc::emit_cpu_detail

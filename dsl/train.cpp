@@ -196,7 +196,12 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
       Tensor v = state_like(t, "opt/v/" + pn.name, pn, pid, loc);
       // This parameter's update: one composite region, a share of the
       // multi-tensor AdamW kernel's work on a GPU.
-      adam_region.emplace(t, ir::make_composite(ir::CompositeKind::kAdam, loc, pn.name));
+      ir::Composite adam = ir::make_composite(ir::CompositeKind::kAdam, loc, pn.name);
+      adam.b1 = opt.b1;
+      adam.b2 = opt.b2;
+      adam.eps = opt.eps;
+      adam.weight_decay = opt.kind == Optimizer::Kind::kAdamW ? opt.weight_decay : 0.0;
+      adam_region.emplace(t, std::move(adam));
       Tensor new_m = add(mul(m, opt.b1, loc), mul(gp, 1.0 - opt.b1, loc), loc);
       Tensor new_v = add(mul(v, opt.b2, loc), mul(mul(gp, gp, loc), 1.0 - opt.b2, loc), loc);
       g.updates.push_back({m.id(), new_m.id()});

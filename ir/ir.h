@@ -233,7 +233,9 @@ struct Composite {
   int64_t heads = 0, head_dim = 0;  // kAttention (global: the local head count is the partitioner's)
   bool causal = false;              // kAttention
   double dropout = 0.0;             // kAttention: on the attention weights
-  double eps = 0.0;                 // kLayerNorm
+  double eps = 0.0;                 // kLayerNorm, kAdam
+  double b1 = 0.0, b2 = 0.0;        // kAdam: the moments' decay rates
+  double weight_decay = 0.0;        // kAdam: AdamW's decoupled weight decay (0: Adam)
 };
 inline Composite make_composite(CompositeKind kind, SrcLoc loc, std::string label = "") {
   Composite c;

@@ -37,6 +37,7 @@
 #endif
 #endif
 #if SHARC_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #if SHARC_TSAN
@@ -74,7 +75,15 @@ struct FiberPool::Fiber {
 #endif
   std::byte* stack_top() const { return stack_bottom + stack_bytes; }
   ~Fiber() {
-    if (map) munmap(map, map_bytes);
+    if (!map) return;
+#if SHARC_ASAN
+    // The stack's shadow still holds the redzones of the frames that ran on
+    // it, and munmap does not clear it: memory mapped at this address later
+    // (another pool's stacks, a library's buffers) would read as a stack
+    // overflow.
+    __asan_unpoison_memory_region(stack_bottom, stack_bytes);
+#endif
+    munmap(map, map_bytes);
   }
 };
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "codegen/passes/drop_nodes.h"
 
@@ -206,6 +207,90 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
   return "";
 }
 
+// One parameter's Adam(W) update (dsl/train.cpp): operands the parameter
+// w, its moments m and v, its gradient g, the learning rate and the step
+// count t; results the three new values, each the update of its old one.
+struct AdamRoles {
+  int w = -1, g = -1, m = -1, v = -1, lr = -1, count = -1;
+  int new_w = -1, new_m = -1, new_v = -1;
+};
+
+// The scalar operand `node` reads, through broadcasts: one of `ops`, or a
+// constant (a constant learning rate), or -1.
+int scalar_operand(const ir::Graph& g, int node, const std::vector<int>& ops) {
+  for (int a : g[node].args) {
+    int x = a;
+    while (g[x].op == Op::kBroadcast) x = g[x].args[0];
+    if (g[x].shape.empty() && (g[x].op == Op::kConstant || std::find(ops.begin(), ops.end(), x) != ops.end()))
+      return x;
+  }
+  return -1;
+}
+
+std::string map_adam(const Mapper& m, const std::vector<int>& part, AdamRoles& r) {
+  const ir::Graph& g = m.g_;
+  for (int id : part)
+    if (g[id].remat) return kNotTheKernel;
+  const std::set<int> in(part.begin(), part.end());
+  for (const ir::Update& u : g.updates) {
+    if (!in.count(u.value)) continue;
+    const Node& target = g[u.target];
+    const std::string& name = g.composites[g[part.front()].composite].label;
+    (target.name == "opt/m/" + name ? r.m : target.name == "opt/v/" + name ? r.v : r.w) = u.target;
+    (target.name == "opt/m/" + name ? r.new_m : target.name == "opt/v/" + name ? r.new_v : r.new_w) = u.value;
+  }
+  if (r.w < 0 || r.m < 0 || r.v < 0 || g[r.w].op != Op::kParameter) return kNotTheKernel;
+  const std::vector<int> ops = m.operands(part);
+  const std::vector<int> outs = m.results(part, in);
+  if (std::set<int>(outs.begin(), outs.end()) != std::set<int>{r.new_w, r.new_m, r.new_v}) return kNotTheKernel;
+  // new_w = w - update * lr: lr is the scalar of the last mul; the step
+  // count is the other scalar.
+  const Node& nw = g[r.new_w];
+  if (nw.op != Op::kSub || nw.args[0] != r.w || g[nw.args[1]].op != Op::kMul) return kNotTheKernel;
+  r.lr = scalar_operand(g, nw.args[1], ops);
+  for (int a : ops) {
+    if (a == r.w || a == r.m || a == r.v || a == r.lr) continue;
+    if (g[a].shape.empty() && r.count < 0) {
+      r.count = a;
+    } else if (g[a].shape == g[r.w].shape && r.g < 0) {
+      r.g = a;
+    } else {
+      return kNotTheKernel;
+    }
+  }
+  if (r.lr < 0 || r.count < 0 || r.g < 0) return kNotTheKernel;
+  for (int x : {r.w, r.g, r.m, r.v, r.lr, r.count, r.new_w, r.new_m, r.new_v})
+    if (g[x].dtype != ir::DType::kF32) return "its parameter or gradient is not f32: the AdamW kernel updates f32 values";
+  return "";
+}
+
+// One multi-tensor AdamW launch for the updates in `group` (each a part's
+// roles): a kernel node whose value is the first parameter's new value,
+// operands (lr, t, then per tensor w, g, m, v), ints = {tensors}, and a
+// kernel_output per further new value, ints = {its tensor}.
+// `base`: the index the replacement will have.
+Replacement replace_adams(const ir::Graph& g, const std::vector<AdamRoles>& group,
+                          const std::vector<std::vector<int>>& parts, int base) {
+  auto old = [](int id) { return Arg{id, -1, -1}; };
+  Replacement r;
+  for (const std::vector<int>& p : parts) r.removed.insert(r.removed.end(), p.begin(), p.end());
+  NewNode k{kernel_node(g[group[0].new_w], "adamw"), {old(group[0].lr), old(group[0].count)}, group[0].new_w};
+  k.node.ints = {static_cast<int>(group.size())};
+  for (const AdamRoles& a : group)
+    for (int x : {a.w, a.g, a.m, a.v}) k.args.push_back(old(x));
+  r.nodes.push_back(std::move(k));
+  for (size_t t = 0; t < group.size(); ++t) {
+    const AdamRoles& a = group[t];
+    for (auto [role, value] : {std::pair<const char*, int>{"param", a.new_w}, {"m", a.new_m}, {"v", a.new_v}}) {
+      if (t == 0 && value == a.new_w) continue;  // the kernel node itself
+      NewNode o{kernel_node(g[value], std::string("adamw.") + role), {Arg{-1, base, 0}}, value};
+      o.node.ints = {static_cast<int>(t)};
+      r.nodes.push_back(std::move(o));
+    }
+  }
+  return r;
+}
+
 // The replacements of one layer norm region: forward, then backward.
 // `base`: the index the forward's replacement will have.
 void replace_layer_norm(const ir::Graph& g, const ir::Composite& c, const LayerNormRoles& r,
@@ -359,12 +444,34 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
   };
   std::vector<Replacement> reps;
   std::vector<std::vector<size_t>> reps_of;  // per region replaced: its choices
+  // The Adam(W) updates, grouped into multi-tensor launches.
+  using AdamKey = std::tuple<double, double, double, double, int, int>;
+  struct AdamPart {
+    AdamRoles roles;
+    std::vector<int> nodes;
+    size_t choice;
+  };
+  std::map<AdamKey, std::vector<AdamPart>> adams;
   for (auto& [key, i] : part) {
     if (key.second) continue;  // a backward part goes with its forward part
     KernelChoice* f = &choices[i];
     auto b_at = part.find({key.first, true});
     KernelChoice* b = b_at == part.end() ? nullptr : &choices[b_at->second];
     const ir::Composite& c = g.composites[key.first];
+    if (c.kind == ir::CompositeKind::kAdam && !f->kernel.empty()) {
+      AdamRoles roles;
+      const std::vector<int> nodes = m.computing(f->nodes);
+      if (const std::string why = map_adam(m, nodes, roles); !why.empty()) {
+        fall_back(f, why);
+        continue;
+      }
+      // One launch for the updates of one hyper-parameter set; in a
+      // pipeline, one per parameter, since each stage updates its own.
+      const Node& first = g[nodes.front()];
+      AdamKey k{c.b1, c.b2, c.eps, c.weight_decay, first.micro_batch, g.pipeline ? key.first : -1};
+      adams[k].push_back({roles, nodes, i});
+      continue;
+    }
     if (c.kind != ir::CompositeKind::kLayerNorm) {
       for (KernelChoice* k : {f, b})
         if (k) fall_back(k, "sharc does not launch " + k->kernel + " from generated programs yet: generated kernels compute it");
@@ -399,6 +506,23 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
       reps.push_back(std::move(r));
       reps_of.push_back(ks);
     }
+  }
+  for (auto& [k, members] : adams) {
+    std::vector<AdamRoles> group;
+    std::vector<std::vector<int>> parts;
+    std::vector<size_t> ks;
+    for (const AdamPart& a : members) {
+      group.push_back(a.roles);
+      parts.push_back(a.nodes);
+      ks.push_back(a.choice);
+    }
+    Replacement r = replace_adams(g, group, parts, static_cast<int>(reps.size()));
+    if (const int id = read_elsewhere(m, {r}); id >= 0) {
+      for (size_t c : ks) fall_back(&choices[c], "the program reads " + ir::describe_value(g[id]) + " from inside it");
+      continue;
+    }
+    reps.push_back(std::move(r));
+    reps_of.push_back(ks);
   }
   // Place them; a replacement that cannot be placed falls back with its
   // region's others, and the rest are placed again.

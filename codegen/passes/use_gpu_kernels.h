@@ -20,7 +20,14 @@
 //    forward kernel writes, not the forward's intermediate values, so when
 //    one part falls back, both do. The kernels read and write f32 here (a
 //    bf16 input falls back).
-//  - attention, softmax_cross_entropy, adam and global_norm: not yet mapped;
+//  - adam: every parameter's Adam(W) update of one hyper-parameter set as
+//    ONE multi-tensor launch,
+//      w', m', v' (per tensor) = adamw(lr, t, w0, g0, m0, v0, w1, g1, ...)
+//    ints = {tensors}; the kernel node is tensor 0's w', each other new value
+//    a kernel_output with ints = {its tensor}. The kernel writes them over
+//    the old values (BufferPlan::in_place_of). In a pipeline each parameter
+//    gets a launch of its own, since the stages update their own parameters.
+//  - attention, softmax_cross_entropy and global_norm: not yet mapped;
 //    generated kernels compute them, and the choice says so.
 //
 //   before: %56 = reduce(%31) sum axes=[2] ... %77 = add(%75, %76)   (17 nodes)

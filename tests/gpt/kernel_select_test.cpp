@@ -69,7 +69,6 @@ TEST(KernelSelection, TheGptRunsItsRegionsAsKernelsOnTheMegatronMesh) {
   size_t params = 0;
   for (const ir::Node& n : l.partitioned.nodes)
     params += n.op == ir::Op::kParameter && n.name.rfind("opt/", 0) != 0;
-  expect_all(c, "adam forward", "adamw", params);
   // The tied embedding splits the logits' vocabulary over 'model', so the
   // loss's logsumexp crosses devices; so does the norm of gradients that
   // 'model' shards.
@@ -165,11 +164,23 @@ TEST(GpuKernels, TheGptsLayerNormsRunAsKernelsForwardAndBackward) {
     gpt2::build_train(b, config(64, 4, 0.0), /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2));
   });
   const Lowered l = lowered_for_gpu(g, "data=2,model=4", 8);
+  size_t params = 0;
+  for (const ir::Node& n : l.partitioned.nodes)
+    params += n.op == ir::Op::kParameter && n.name.rfind("opt/", 0) != 0;
+  const int p = static_cast<int>(params);
+  // Every parameter's AdamW update in one launch: the kernel node is the
+  // first parameter's new value.
   const std::map<std::string, int> want = {
-      {"layernorm_forward", 5},           {"layernorm_forward.mean", 5},
-      {"layernorm_forward.rstd", 5},      {"layernorm_backward", 5},
-      {"layernorm_backward.dscale", 5},   {"layernorm_backward.dbias", 5}};
+      {"layernorm_forward", 5},         {"layernorm_forward.mean", 5}, {"layernorm_forward.rstd", 5},
+      {"layernorm_backward", 5},        {"layernorm_backward.dscale", 5}, {"layernorm_backward.dbias", 5},
+      {"adamw", 1},                     {"adamw.param", p - 1},        {"adamw.m", p},
+      {"adamw.v", p}};
   EXPECT_EQ(kernel_nodes(l.partitioned), want);
+  for (const ir::Node& n : l.partitioned.nodes)
+    if (n.op == ir::Op::kKernel && n.kernel == "adamw") {
+      EXPECT_EQ(n.ints, std::vector<int>{p});
+      EXPECT_EQ(n.args.size(), 2u + 4u * params);  // lr, t, then w, g, m, v per tensor
+    }
   // Nothing of a layer norm region is left but its kernels and the
   // all-reduces of its parameter gradients, which leave it.
   for (const ir::Node& n : l.partitioned.nodes) {
@@ -199,6 +210,7 @@ TEST(GpuKernels, TheGptsLayerNormsRunAsKernelsForwardAndBackward) {
   }();
   expect_all(c, "layer_norm forward", "layernorm_forward", 5);
   expect_all(c, "layer_norm backward", "layernorm_backward", 5);
+  expect_all(c, "adam forward", "adamw", params);
   expect_all(c, "attention forward",
              "fallback: sharc does not launch attention_forward from generated programs yet: generated kernels "
              "compute it",
