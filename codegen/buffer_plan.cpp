@@ -122,17 +122,16 @@ void kernel_temps(Tracker& t, const ir::Graph& g, const Node& v) {
 
 }  // namespace
 
+int64_t adamw_chunks(const ir::Graph& g, const ir::Node& kernel) {
+  int64_t chunks = 0;
+  for (int t = 0; t < kernel.ints.at(0); ++t)
+    chunks += (ir::num_elements(g[kernel.args[2 + 4 * t]].shape) + gpu::kTensorChunk - 1) / gpu::kTensorChunk;
+  return chunks;
+}
+
 uint64_t kernel_scratch_bytes(const ir::Graph& g, const ir::Node& kernel) {
-  if (kernel.kernel == "adamw") {
-    // The launch's tensor table and chunk list, uploaded to the device.
-    const int tensors = kernel.ints.at(0);
-    uint64_t chunks = 0;
-    for (int t = 0; t < tensors; ++t) {
-      const auto n = static_cast<uint64_t>(ir::num_elements(g[kernel.args[2 + 4 * t]].shape));
-      chunks += (n + gpu::kTensorChunk - 1) / gpu::kTensorChunk;
-    }
-    return tensors * sizeof(gpu::AdamWTensor) + chunks * sizeof(gpu::TensorChunk);
-  }
+  if (kernel.kernel == "adamw")  // the launch's tensor table and chunk list, uploaded to the device
+    return kernel.ints.at(0) * sizeof(gpu::AdamWTensor) + adamw_chunks(g, kernel) * sizeof(gpu::TensorChunk);
   if (kernel.kernel == "layernorm_backward") {
     const ir::Shape& x = g[kernel.args[1]].shape;
     const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;

@@ -107,7 +107,7 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
   if (v.kernel == "layernorm_forward") {
     launch({".dtype = rt::DType::kF32", ".out = " + ptr(s.node), ".mean = " + out("mean"), ".rstd = " + out("rstd"),
             ".x = " + ptr(v.args[0]), ".w = " + ptr(v.args[1]), ".b = " + ptr(v.args[2]), rows_cols[0], rows_cols[1],
-            ".eps = " + float_literal(region.eps)});
+            ".eps = " + float_literal(v.scalar)});  // the region's epsilon (use_gpu_kernels)
     return;
   }
   if (v.kernel == "layernorm_backward") {
@@ -148,11 +148,10 @@ void CpuEmitter::emit_adamw(CodeWriter& w, const Stmt& s) {
          " as one multi-tensor kernel, KernelSet::adamw");
   w.open("");
   std::vector<std::string> rows, sizes;
-  int64_t chunks = 0;
+  const int64_t chunks = adamw_chunks(g_, v);
   for (int t = 0; t < tensors; ++t) {
     const int* old = &v.args[2 + 4 * t];  // w, g, m, v
     const int64_t n = ir::num_elements(g_[old[0]].shape);
-    chunks += (n + gpu::kTensorChunk - 1) / gpu::kTensorChunk;
     sizes.push_back(std::to_string(n));
     for (int k = 0; k < 3; ++k) {
       const int was = old[k == 0 ? 0 : k + 1], now = made[t][k];

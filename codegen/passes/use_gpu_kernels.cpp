@@ -81,7 +81,8 @@ class Mapper {
     return out;
   }
 
-  // The first node reading `v` through converts and broadcasts, within `in`.
+  // The first node reading `v` through converts, broadcasts and reshapes,
+  // within `in`.
   int reader_through_layout(int v, const std::set<int>& in) const {
     for (int u : users_[v]) {
       if (!in.count(u)) continue;
@@ -234,10 +235,11 @@ std::string map_adam(const Mapper& m, const std::vector<int>& part, AdamRoles& r
   const std::set<int> in(part.begin(), part.end());
   for (const ir::Update& u : g.updates) {
     if (!in.count(u.value)) continue;
-    const Node& target = g[u.target];
+    const std::string& target = g[u.target].name;
     const std::string& name = g.composites[g[part.front()].composite].label;
-    (target.name == "opt/m/" + name ? r.m : target.name == "opt/v/" + name ? r.v : r.w) = u.target;
-    (target.name == "opt/m/" + name ? r.new_m : target.name == "opt/v/" + name ? r.new_v : r.new_w) = u.value;
+    const bool is_m = target == "opt/m/" + name, is_v = target == "opt/v/" + name;
+    (is_m ? r.m : is_v ? r.v : r.w) = u.target;
+    (is_m ? r.new_m : is_v ? r.new_v : r.new_w) = u.value;
   }
   if (r.w < 0 || r.m < 0 || r.v < 0 || g[r.w].op != Op::kParameter) return kNotTheKernel;
   const std::vector<int> ops = m.operands(part);
