@@ -137,6 +137,14 @@ uint64_t kernel_scratch_bytes(const ir::Graph& g, const ir::Node& kernel) {
     const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
     return gpu::layernorm_backward_scratch_floats(static_cast<int>(rows), static_cast<int>(cols)) * sizeof(float);
   }
+  if (kernel.kernel == "cross_entropy" && kernel.args.size() == 3) {  // the backward launch's losses
+    const ir::Shape& logits = g[kernel.args[0]].shape;
+    return static_cast<uint64_t>(ir::num_elements(logits) / logits.back()) * sizeof(float);
+  }
+  if (kernel.kernel == "attention_backward") {  // delta: rowsum(dy * y), one float per query row of a head
+    const ir::Shape& qkv = g[kernel.args[1]].shape;
+    return static_cast<uint64_t>(qkv[0] * qkv[1] * qkv[2]) * sizeof(float);
+  }
   return 0;
 }
 

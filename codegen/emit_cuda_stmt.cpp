@@ -87,8 +87,6 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
   w.line("// " + loc_prefix(v) + ir::composite_name(region.kind) + (v.backward ? " backward" : " forward") +
          " as one kernel, KernelSet::" + v.kernel + " (" + shape_comment(v) + ")");
   for (const auto& [name, id] : result) w.line(declare(id, /*writes_all=*/true));
-  const Shape& x = g_[v.kernel == "layernorm_forward" ? v.args[0] : v.args[1]].shape;
-  const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
   // KernelSet::NAME({.field = value, ...}): the fields packed into lines.
   auto launch = [&](const std::vector<std::string>& fields) {
     std::string line = "gpu_dev.kernels->" + v.kernel + "({";
@@ -103,6 +101,70 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     }
     w.line(line);
   };
+  // One name for every launch's scratch, each in a block of its own, so
+  // that a scanned layer's statements read alike and fold into one loop.
+  auto scratch = [&](const std::string& what) {
+    if (kernel_scratch_.empty()) kernel_scratch_ = locals_.user("kernel_scratch");
+    w.open("");
+    w.line(buf_type(ir::DType::kF32) + " " + kernel_scratch_ + "(" +
+           std::to_string(kernel_scratch_bytes(g_, v) / sizeof(float)) + ", &mem, rt::uninitialized);  // " + what);
+    return kernel_scratch_;
+  };
+  if (v.kernel == "attention_forward" || v.kernel == "attention_backward") {
+    // q, k and v are views into the packed projection [B, T, H, 3D] (each
+    // head's q | k | v); y and dy are [B, T, H, D].
+    const int qkv_arg = v.kernel == "attention_forward" ? 0 : 1;
+    const Shape& p = g_[v.args[qkv_arg]].shape;
+    const int64_t d = p[3] / 3;
+    auto strides = [&](int64_t last) {
+      return "{" + std::to_string(p[1] * p[2] * last) + ", " + std::to_string(p[2] * last) + ", " +
+             std::to_string(last) + "}";
+    };
+    const std::string dtype = std::string(".dtype = rt::DType::") +
+                              (g_[v.args[qkv_arg]].dtype == ir::DType::kBF16 ? "kBF16" : "kF32");
+    const std::string packed = strides(3 * d), plain = strides(d);
+    auto view = [&](int id, int64_t part) { return ptr(id) + (part == 0 ? "" : " + " + std::to_string(part * d)); };
+    const std::string dims[] = {".batch = " + std::to_string(p[0]), ".heads = " + std::to_string(p[2]),
+                                ".seq = " + std::to_string(p[1]), ".head_dim = " + std::to_string(d),
+                                ".scale = " + float_literal(v.scalar), ".causal = true"};
+    if (v.kernel == "attention_forward") {
+      launch({dtype, ".q = " + view(v.args[0], 0), ".k = " + view(v.args[0], 1), ".v = " + view(v.args[0], 2),
+              ".o = " + ptr(s.node), ".lse = " + out("lse"), ".sq = " + packed, ".sk = " + packed,
+              ".sv = " + packed, ".so = " + plain, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]});
+      return;
+    }
+    const std::string delta = scratch("each query row's sum of dy * y");
+    launch({dtype, ".q = " + view(v.args[1], 0), ".k = " + view(v.args[1], 1), ".v = " + view(v.args[1], 2),
+            ".o = " + ptr(v.args[2]), ".dout = " + ptr(v.args[0]), ".lse = " + ptr(v.args[3]),
+            ".delta = " + delta + ".data()", ".dq = " + view(s.node, 0), ".dk = " + view(s.node, 1),
+            ".dv = " + view(s.node, 2), ".sq = " + packed, ".sk = " + packed, ".sv = " + packed, ".so = " + plain,
+            ".sdo = " + plain, ".sdq = " + packed, ".sdk = " + packed, ".sdv = " + packed, dims[0], dims[1],
+            dims[2], dims[3], dims[4], dims[5]});
+    w.close(delta + " released");
+    return;
+  }
+  if (v.kernel == "cross_entropy") {
+    // Logits [rows, V] and the DSL's float labels; the backward launch (a
+    // third operand, each row's loss gradient) writes dlogits, its losses
+    // going to the scratch.
+    const Shape& l = g_[v.args[0]].shape;
+    const int64_t vocab = l.back(), rows = ir::num_elements(l) / vocab;
+    const std::string dtype = std::string(".dtype = rt::DType::") +
+                              (g_[v.args[0]].dtype == ir::DType::kBF16 ? "kBF16" : "kF32");
+    const std::string shape[] = {".rows = " + std::to_string(rows), ".vocab = " + std::to_string(vocab)};
+    if (v.args.size() == 2) {
+      launch({dtype, ".loss = " + ptr(s.node), ".logits = " + ptr(v.args[0]), shape[0], shape[1],
+              ".float_targets = " + ptr(v.args[1])});
+      return;
+    }
+    const std::string losses = scratch("the losses, computed again");
+    launch({dtype, ".loss = " + losses + ".data()", ".dlogits = " + ptr(s.node), ".logits = " + ptr(v.args[0]),
+            shape[0], shape[1], ".float_targets = " + ptr(v.args[1]), ".dloss_rows = " + ptr(v.args[2])});
+    w.close(losses + " released");
+    return;
+  }
+  const Shape& x = g_[v.kernel == "layernorm_forward" ? v.args[0] : v.args[1]].shape;
+  const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
   const std::string rows_cols[] = {".rows = " + std::to_string(rows), ".cols = " + std::to_string(cols)};
   if (v.kernel == "layernorm_forward") {
     launch({".dtype = rt::DType::kF32", ".out = " + ptr(s.node), ".mean = " + out("mean"), ".rstd = " + out("rstd"),
@@ -112,21 +174,14 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
   }
   if (v.kernel == "layernorm_backward") {
     const bool prior = v.ints.at(0) != 0;
-    // One name for every launch's scratch, each in a block of its own, so
-    // that a scanned layer's statements read alike and fold into one loop.
-    if (kernel_scratch_.empty()) kernel_scratch_ = locals_.user("kernel_scratch");
-    const std::string& scratch = kernel_scratch_;
-    w.open("");
-    w.line(buf_type(ir::DType::kF32) + " " + scratch + "(" +
-           std::to_string(kernel_scratch_bytes(g_, v) / sizeof(float)) +
-           ", &mem, rt::uninitialized);  // the parameter gradients' partial sums");
+    const std::string sums = scratch("the parameter gradients' partial sums");
     if (prior)  // dx = the gradient x had from its other readers + the layer norm's
       w.line(call("copy") + ptr(v.args[5]) + ", " + ptr(s.node) + ", " + std::to_string(rows * cols) + ");");
     launch({".dtype = rt::DType::kF32", ".dx = " + ptr(s.node), ".dw = " + out("dscale"), ".db = " + out("dbias"),
-            ".scratch = " + scratch + ".data()", ".dout = " + ptr(v.args[0]), ".x = " + ptr(v.args[1]),
+            ".scratch = " + sums + ".data()", ".dout = " + ptr(v.args[0]), ".x = " + ptr(v.args[1]),
             ".w = " + ptr(v.args[2]), ".mean = " + ptr(v.args[3]), ".rstd = " + ptr(v.args[4]), rows_cols[0],
             rows_cols[1], std::string(".accumulate = ") + (prior ? "true" : "false")});
-    w.close(scratch + " released");
+    w.close(sums + " released");
     return;
   }
   internal_error("the CUDA renderer has no launch for kernel " + v.kernel);

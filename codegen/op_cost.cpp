@@ -61,6 +61,18 @@ rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
     for (int t : stmt.tree)
       if (ir::is_elementwise(g.nodes[t].op)) ++ops;
     c.flops = elements(n.shape) * std::max(ops, 1);
+  } else if (n.op == Op::kKernel && n.kernel.rfind("attention_", 0) == 0) {
+    // The packed projection [B, T, H, 3D]: the forward's two [T, T] x D
+    // products per head (scores, then weights x v), 2 B H T^2 D flops each;
+    // the backward's four, and the scores once more.
+    const ir::Shape& p = g.nodes[n.args[n.kernel == "attention_forward" ? 0 : 1]].shape;
+    const double per_product = 2.0 * static_cast<double>(p[0]) * static_cast<double>(p[2]) *
+                               static_cast<double>(p[1]) * static_cast<double>(p[1]) *
+                               static_cast<double>(p[3] / 3);
+    c.flops = per_product * (n.kernel == "attention_forward" ? 2 : 5);
+  } else if (n.op == Op::kKernel && n.kernel == "cross_entropy") {
+    // Over the logits: max, exp and sum; the gradient's exp, sub and mul.
+    c.flops = (n.args.size() == 2 ? 4 : 8) * elements(g.nodes[n.args[0]].shape);
   } else if (n.op == Op::kKernel) {
     // A layer norm's statistics, normalisation and affine map: about eight
     // flops per element, reading and writing each buffer once.

@@ -128,7 +128,8 @@ CausalSelfAttention::CausalSelfAttention(Scope s, const GPTConfig& c, SrcLoc loc
       path_(s.path()),
       heads_(c.heads),
       head_dim_(c.embed / c.heads),
-      dropout_(c.dropout) {}
+      dropout_(c.dropout),
+      attention_dropout_(c.attention_dropout.value_or(c.dropout)) {}
 
 Tensor CausalSelfAttention::operator()(Tensor x, Tensor seed, SrcLoc loc) const {
   if (!x.valid() || x.rank() != 3 || x.dim(2) != heads_ * head_dim_)
@@ -149,7 +150,7 @@ Tensor CausalSelfAttention::operator()(Tensor x, Tensor seed, SrcLoc loc) const 
     attention.heads = h;
     attention.head_dim = d;
     attention.causal = true;
-    attention.dropout = seed.valid() ? dropout_ : 0.0;
+    attention.dropout = seed.valid() ? attention_dropout_ : 0.0;
     CompositeScope region(*qkv.kernel.tracer(), std::move(attention));
     // (B, T, H, Dh) -> (B, H, T, Dh); the 1/sqrt(Dh) goes on q (T*Dh, not T*T, multiplies).
     Tensor q =
@@ -160,7 +161,7 @@ Tensor CausalSelfAttention::operator()(Tensor x, Tensor seed, SrcLoc loc) const 
     // turns into exactly 0 in fp32 and fp64 alike.
     Tensor future = greater(iota({t, t}, 1), iota({t, t}, 0));  // (T, T)
     Tensor scores = add(matmul(q, k_t), astype(mul(future, -1e9), q.dtype()));  // (B, H, T, T)
-    Tensor weights = maybe_dropout(softmax(scores, -1), dropout_, seed);
+    Tensor weights = maybe_dropout(softmax(scores, -1), attention_dropout_, seed);
     y = transpose(matmul(weights, v), {0, 2, 1, 3});  // (B, T, H, Dh)
   }
   y = proj(reshape(y, {b, t, h * d}));  // row-parallel

@@ -39,6 +39,10 @@ struct GPTConfig {
   int64_t layers = 2;
   int64_t mlp_ratio = 4;       // MLP hidden width = mlp_ratio * embed
   double dropout = 0.1;        // on embeddings, attention weights and residual branches
+  // On the attention weights alone (Hugging Face's attn_pdrop beside
+  // resid_pdrop); unset: `dropout`. The GPU attention kernels have none, so
+  // a program for them sets 0 here (codegen/kernel_select.h).
+  std::optional<double> attention_dropout;
   double epsilon = 1e-5;       // LayerNorm
   bool tie_embeddings = true;  // logits = x @ wte^T, else a separate lm_head
   // The blocks as a scanned Layers (dsl/layers.h): parameters stacked over a
@@ -107,7 +111,7 @@ class CausalSelfAttention : public Module {
  private:
   std::string path_;
   int64_t heads_, head_dim_;
-  double dropout_;
+  double dropout_, attention_dropout_;
 };
 
 // Position-wise MLP: column-parallel fc (embed -> mlp_ratio*embed) with GELU,

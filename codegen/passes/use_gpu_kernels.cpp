@@ -2,6 +2,7 @@
 #include "codegen/passes/use_gpu_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -120,6 +121,24 @@ bool same_shape_and_f32(const Node& a, const Node& b) {
 
 constexpr const char* kNotTheKernel = "its nodes are not the computation the kernel does";
 
+// A region's forward part and, when the program trains, its backward part,
+// as one set; `why` says why not when a remat policy computes any of it
+// twice (the kernels run a region computed once).
+std::set<int> region_of(const ir::Graph& g, const std::vector<int>& fwd, const std::vector<int>* bwd,
+                        const char* what, std::string& why) {
+  std::set<int> region(fwd.begin(), fwd.end());
+  if (bwd) region.insert(bwd->begin(), bwd->end());
+  for (int id : region)
+    if (g[id].remat) why = std::string("a remat policy computes it twice: sharc runs the kernel for ") + what +
+                           " computed once";
+  return region;
+}
+
+// The backward part's operands from outside the region, those in `known`
+// (forward operands) aside.
+std::vector<int> from_outside(const Mapper& m, const std::vector<int>& fwd, const std::vector<int>& bwd,
+                              const std::set<int>& known);
+
 // Layer norm. Forward: operands x, scale, bias; one result read outside
 // the region, y. Returns the reason it cannot run as the kernel, or "".
 struct LayerNormRoles {
@@ -130,10 +149,9 @@ struct LayerNormRoles {
 std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const std::vector<int>* bwd,
                            LayerNormRoles& r) {
   const ir::Graph& g = m.g_;
-  std::set<int> region(fwd.begin(), fwd.end());
-  if (bwd) region.insert(bwd->begin(), bwd->end());
-  for (int id : region)
-    if (g[id].remat) return "a remat policy computes it twice: sharc runs the kernel for a layer norm computed once";
+  std::string why;
+  const std::set<int> region = region_of(g, fwd, bwd, "a layer norm", why);
+  if (!why.empty()) return why;
   const std::vector<int> ops = m.operands(fwd);
   const std::vector<int> outs = m.results(fwd, region);
   if (ops.size() != 3 || outs.size() != 1) return kNotTheKernel;
@@ -158,9 +176,7 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
 
   // Backward: operands dy (and prior), besides forward values; results dx,
   // dscale, dbias.
-  std::vector<int> from_outside;
-  for (int a : m.operands(*bwd))
-    if (!in.count(a) && a != r.x && a != r.scale && a != r.bias) from_outside.push_back(a);
+  const std::vector<int> outside = from_outside(m, fwd, *bwd, {r.x, r.scale, r.bias});
   const std::vector<int> bouts = m.results(*bwd, region);
   for (int o : bouts) {
     const Node& v = g[o];
@@ -170,7 +186,7 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
       // dbias sums dy itself; dscale sums dy * the normalised x.
       int arg = v.args[0];
       while (g[arg].op == Op::kConvert && std::find(bwd->begin(), bwd->end(), arg) != bwd->end()) arg = g[arg].args[0];
-      (std::find(from_outside.begin(), from_outside.end(), arg) != from_outside.end() ? r.dbias : r.dscale) = o;
+      (std::find(outside.begin(), outside.end(), arg) != outside.end() ? r.dbias : r.dscale) = o;
       if (r.dbias == o) r.dy = arg;
     } else {
       return kNotTheKernel;
@@ -179,12 +195,12 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
   if (r.dx < 0) return kNotTheKernel;
   if (r.dscale < 0 || r.dbias < 0)
     return "its scale or bias gets no gradient here: the backward kernel computes both";
-  for (int a : from_outside)
+  for (int a : outside)
     if (a != r.dy) {
       if (r.prior >= 0) return kNotTheKernel;
       r.prior = a;
     }
-  if (from_outside.size() > 2 || !same_shape_and_f32(g[r.dy], g[r.x])) return kNotTheKernel;
+  if (outside.size() > 2 || !same_shape_and_f32(g[r.dy], g[r.x])) return kNotTheKernel;
   // dx sums the layer norm's parts, and, when other readers of x gave it a
   // gradient first (the residual stream), that gradient: the operands from
   // outside of the adds that end at dx. That gradient may be dy itself
@@ -205,6 +221,129 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
   }
   if (r.prior < 0 && summed == std::set<int>{r.dy}) r.prior = r.dy;
   if (summed != (r.prior < 0 ? std::set<int>{} : std::set<int>{r.prior})) return kNotTheKernel;
+  return "";
+}
+
+// Causal self-attention (dsl/transformer.cpp, CausalSelfAttention).
+// Forward: one operand, the packed projection [B, T, H, 3D] (q, k, v of a
+// head side by side), read by three slices; one result read outside, the
+// heads' outputs [B, T, H, D]. Backward: one operand from outside, dy (y's
+// gradient), besides forward values; one result, the packed projection's
+// gradient.
+struct AttentionRoles {
+  int qkv = -1, y = -1;
+  int dy = -1, dqkv = -1;
+};
+
+// Operands of `nodes` from elsewhere, constants and iotas aside: values
+// computed, inputs, parameters.
+std::vector<int> computed_operands(const Mapper& m, const std::vector<int>& nodes) {
+  std::vector<int> out;
+  for (int a : m.operands(nodes))
+    if (m.g_[a].op != Op::kIota) out.push_back(a);
+  return out;
+}
+
+std::vector<int> from_outside(const Mapper& m, const std::vector<int>& fwd, const std::vector<int>& bwd,
+                              const std::set<int>& known) {
+  const std::set<int> in(fwd.begin(), fwd.end());
+  std::vector<int> out;
+  for (int a : computed_operands(m, bwd))
+    if (!in.count(a) && !known.count(a)) out.push_back(a);
+  return out;
+}
+
+std::string map_attention(const Mapper& m, const ir::Composite& c, const std::vector<int>& fwd,
+                          const std::vector<int>* bwd, AttentionRoles& r) {
+  const ir::Graph& g = m.g_;
+  std::string why;
+  const std::set<int> region = region_of(g, fwd, bwd, "attention", why);
+  if (!why.empty()) return why;
+  const std::vector<int> ops = computed_operands(m, fwd);
+  const std::vector<int> outs = m.results(fwd, region);
+  if (ops.size() != 1 || outs.size() != 1) return kNotTheKernel;
+  r.qkv = ops[0];
+  r.y = outs[0];
+  const Node& qkv = g[r.qkv];
+  const Node& y = g[r.y];
+  const int64_t d = c.head_dim;
+  if (qkv.shape.size() != 4 || qkv.shape[3] != 3 * d || y.op != Op::kTranspose ||
+      y.shape != ir::Shape{qkv.shape[0], qkv.shape[1], qkv.shape[2], d} || y.dtype != qkv.dtype)
+    return kNotTheKernel;
+  if (qkv.dtype != ir::DType::kF32 && qkv.dtype != ir::DType::kBF16)
+    return std::string("its input is ") + ir::dtype_name(qkv.dtype).data() + ": the attention kernels read f32 or bf16";
+  // q, k and v: the projection's three slices of D along its last dimension.
+  std::set<int64_t> starts;
+  int dots = 0;
+  for (int id : fwd) {
+    const Node& v = g[id];
+    dots += v.op == Op::kDot;
+    if (v.op == Op::kSlice && v.args[0] == r.qkv && v.ints.size() == 3 && v.ints[0] == 3 && v.ints[2] == d)
+      starts.insert(v.ints[1]);
+  }
+  if (starts != std::set<int64_t>{0, d, 2 * d} || dots != 2) return kNotTheKernel;
+  if (!bwd) return "";
+  const std::vector<int> outside = from_outside(m, fwd, *bwd, {r.qkv});
+  const std::vector<int> bouts = m.results(*bwd, region);
+  if (outside.size() != 1 || bouts.size() != 1) return kNotTheKernel;
+  r.dy = outside[0];
+  r.dqkv = bouts[0];
+  if (g[r.dy].shape != y.shape || g[r.dy].dtype != y.dtype || g[r.dqkv].shape != qkv.shape ||
+      g[r.dqkv].dtype != qkv.dtype)
+    return kNotTheKernel;
+  return "";
+}
+
+// Softmax cross-entropy (dsl/ops.cpp, softmax_cross_entropy): per-example
+// losses, the mean over the batch left outside. Forward: operands the
+// logits [..., V] and the f32 labels [...]; one result, the losses [...].
+// Backward: one operand from outside, the losses' gradient [...], besides
+// forward values; one result, the logits' gradient.
+struct CrossEntropyRoles {
+  int logits = -1, labels = -1, loss = -1;
+  int dloss = -1, dlogits = -1;
+};
+
+std::string map_cross_entropy(const Mapper& m, const std::vector<int>& fwd, const std::vector<int>* bwd,
+                              CrossEntropyRoles& r) {
+  const ir::Graph& g = m.g_;
+  std::string why;
+  const std::set<int> region = region_of(g, fwd, bwd, "a loss", why);
+  if (!why.empty()) return why;
+  const std::vector<int> ops = computed_operands(m, fwd);
+  const std::vector<int> outs = m.results(fwd, region);
+  if (ops.size() != 2 || outs.size() != 1) return kNotTheKernel;
+  r.loss = outs[0];
+  const ir::Shape& rows = g[r.loss].shape;
+  for (int a : ops) {
+    ir::Shape batch = g[a].shape;
+    if (!batch.empty()) batch.pop_back();
+    (g[a].shape == rows ? r.labels : batch == rows ? r.logits : r.loss) = a;
+  }
+  if (r.logits < 0 || r.labels < 0 || r.loss != outs[0] || g[r.loss].dtype != ir::DType::kF32) return kNotTheKernel;
+  if (g[r.labels].dtype != ir::DType::kF32)
+    return std::string("its labels are ") + ir::dtype_name(g[r.labels].dtype).data() +
+           ": the cross_entropy kernel reads the DSL's float labels";
+  if (g[r.logits].dtype != ir::DType::kF32 && g[r.logits].dtype != ir::DType::kBF16)
+    return std::string("its logits are ") + ir::dtype_name(g[r.logits].dtype).data() +
+           ": the cross_entropy kernel reads f32 or bf16";
+  // logsumexp (one exp, one log) less the logit one_hot picks (an equal).
+  int exps = 0, logs = 0, equals = 0;
+  for (int id : fwd) {
+    exps += g[id].op == Op::kExp;
+    logs += g[id].op == Op::kLog;
+    equals += g[id].op == Op::kEqual;
+  }
+  if (exps != 1 || logs != 1 || equals != 1) return kNotTheKernel;
+  if (!bwd) return "";
+  const std::vector<int> outside = from_outside(m, fwd, *bwd, {r.logits, r.labels});
+  const std::vector<int> bouts = m.results(*bwd, region);
+  if (outside.size() != 1 || bouts.size() != 1) return kNotTheKernel;
+  r.dloss = outside[0];
+  r.dlogits = bouts[0];
+  if (g[r.dloss].shape != rows || g[r.dloss].dtype != ir::DType::kF32 ||
+      g[r.dlogits].shape != g[r.logits].shape || g[r.dlogits].dtype != g[r.logits].dtype)
+    return kNotTheKernel;
   return "";
 }
 
@@ -326,6 +465,57 @@ void replace_layer_norm(const ir::Graph& g, const ir::Composite& c, const LayerN
   out.push_back(std::move(b));
 }
 
+// The replacements of one attention region: forward (y and the rows'
+// log-sum-exp, lse [B, H, T] f32, which the forward kernel always writes),
+// then backward (dqkv from dy, qkv, y and lse). The kernel's scale is the
+// DSL's 1/sqrt(D) on q; the mask is causal (kernel_select.cpp checks).
+void replace_attention(const ir::Graph& g, const ir::Composite& c, const AttentionRoles& r,
+                       const std::vector<int>& fwd, const std::vector<int>* bwd, int base,
+                       std::vector<Replacement>& out) {
+  auto old = [](int id) { return Arg{id, -1, -1}; };
+  auto made = [](int rep, int index) { return Arg{-1, rep, index}; };
+  Replacement f;
+  f.removed = fwd;
+  NewNode k{kernel_node(g[r.y], "attention_forward"), {old(r.qkv)}, r.y};
+  k.node.scalar = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  f.nodes.push_back(std::move(k));
+  const ir::Shape& s = g[r.qkv].shape;
+  NewNode lse{kernel_node(g[r.y], "attention_forward.lse"), {made(base, 0)}, -1};
+  lse.node.shape = {s[0], s[2], s[1]};
+  lse.node.dtype = ir::DType::kF32;
+  if (const auto& sh = g[r.y].sharding; sh && sh->rank() == 4)  // y's (B, T, H, D) layout as (B, H, T)
+    lse.node.sharding = ir::Sharding{{sh->dims[0], sh->dims[2], sh->dims[1]}, sh->partial, sh->partial_kind};
+  f.nodes.push_back(std::move(lse));
+  out.push_back(std::move(f));
+  if (!bwd) return;
+  Replacement b;
+  b.removed = *bwd;
+  NewNode kb{kernel_node(g[r.dqkv], "attention_backward"),
+             {old(r.dy), old(r.qkv), made(base, 0), made(base, 1)},
+             r.dqkv};
+  kb.node.scalar = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  b.nodes.push_back(std::move(kb));
+  out.push_back(std::move(b));
+}
+
+// The replacements of one cross-entropy region: the forward launch writes
+// the losses; the backward's writes the logits' gradient (and the losses
+// again, into its scratch).
+void replace_cross_entropy(const ir::Graph& g, const CrossEntropyRoles& r, const std::vector<int>& fwd,
+                           const std::vector<int>* bwd, std::vector<Replacement>& out) {
+  auto old = [](int id) { return Arg{id, -1, -1}; };
+  Replacement f;
+  f.removed = fwd;
+  f.nodes.push_back({kernel_node(g[r.loss], "cross_entropy"), {old(r.logits), old(r.labels)}, r.loss});
+  out.push_back(std::move(f));
+  if (!bwd) return;
+  Replacement b;
+  b.removed = *bwd;
+  b.nodes.push_back(
+      {kernel_node(g[r.dlogits], "cross_entropy"), {old(r.logits), old(r.labels), old(r.dloss)}, r.dlogits});
+  out.push_back(std::move(b));
+}
+
 // The rewrite, or the index of a replacement that cannot be placed: one
 // whose results an old node reads before its operands all exist. A
 // replacement is placed at its first removed node, or as soon as its
@@ -393,7 +583,8 @@ Rewrite rewrite(const ir::Graph& g, const std::vector<Replacement>& reps) {
       return r;
     }
   remap_roots(r.graph, remap);
-  // What only the removed nodes read goes too (a constant, a broadcast).
+  // What only the removed nodes read goes too (a constant, an iota, a
+  // broadcast): inputs and parameters stay.
   std::vector<bool> had_users(n, false);
   for (const Node& v : g.nodes)
     for (int a : v.args) had_users[a] = true;
@@ -405,7 +596,9 @@ Rewrite rewrite(const ir::Graph& g, const std::vector<Replacement>& reps) {
   std::vector<bool> dead(r.graph.nodes.size(), false);
   for (size_t i = r.graph.nodes.size(); i-- > 0;) {
     const Node& v = r.graph.nodes[i];
-    if (!was_read[i] || uses[i] > 0 || ir::is_source(v.op) || v.op == Op::kSend || v.op == Op::kRecv) continue;
+    if (!was_read[i] || uses[i] > 0 || v.op == Op::kParameter || v.op == Op::kInput || v.op == Op::kSend ||
+        v.op == Op::kRecv)
+      continue;
     dead[i] = true;
     for (int a : v.args) --uses[a];
   }
@@ -474,7 +667,8 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
       adams[k].push_back({roles, nodes, i});
       continue;
     }
-    if (c.kind != ir::CompositeKind::kLayerNorm) {
+    if (c.kind != ir::CompositeKind::kLayerNorm && c.kind != ir::CompositeKind::kAttention &&
+        c.kind != ir::CompositeKind::kSoftmaxCrossEntropy) {
       for (KernelChoice* k : {f, b})
         if (k) fall_back(k, "sharc does not launch " + k->kernel + " from generated programs yet: generated kernels compute it");
       continue;
@@ -489,11 +683,23 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
     }
     const std::vector<int> fwd = m.computing(f->nodes);
     const std::vector<int> bwd = b ? m.computing(b->nodes) : std::vector<int>{};
-    LayerNormRoles roles;
-    std::string why = map_layer_norm(m, fwd, b ? &bwd : nullptr, roles);
+    std::string why;
     std::vector<Replacement> mine;
+    const int base = static_cast<int>(reps.size());
+    if (c.kind == ir::CompositeKind::kLayerNorm) {
+      LayerNormRoles roles;
+      why = map_layer_norm(m, fwd, b ? &bwd : nullptr, roles);
+      if (why.empty()) replace_layer_norm(g, c, roles, fwd, b ? &bwd : nullptr, base, mine);
+    } else if (c.kind == ir::CompositeKind::kAttention) {
+      AttentionRoles roles;
+      why = map_attention(m, c, fwd, b ? &bwd : nullptr, roles);
+      if (why.empty()) replace_attention(g, c, roles, fwd, b ? &bwd : nullptr, base, mine);
+    } else {
+      CrossEntropyRoles roles;
+      why = map_cross_entropy(m, fwd, b ? &bwd : nullptr, roles);
+      if (why.empty()) replace_cross_entropy(g, roles, fwd, b ? &bwd : nullptr, mine);
+    }
     if (why.empty()) {
-      replace_layer_norm(g, c, roles, fwd, b ? &bwd : nullptr, static_cast<int>(reps.size()), mine);
       if (const int id = read_elsewhere(m, mine); id >= 0)
         why = "the program reads " + ir::describe_value(g[id]) + " from inside it";
     }

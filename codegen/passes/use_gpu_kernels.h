@@ -27,8 +27,21 @@
 //    a kernel_output with ints = {its tensor}. The kernel writes them over
 //    the old values (BufferPlan::in_place_of). In a pipeline each parameter
 //    gets a launch of its own, since the stages update their own parameters.
-//  - attention, softmax_cross_entropy and global_norm: not yet mapped;
-//    generated kernels compute them, and the choice says so.
+//  - attention (causal, no dropout): the packed projection qkv
+//    [B, T, H, 3D] in, each head's q | k | v side by side:
+//      y, lse = attention_forward(qkv)        y [B, T, H, D], lse [B, H, T]
+//      dqkv = attention_backward(dy, qkv, y, lse)
+//    scalar = the scale on q, 1/sqrt(D). The kernels read q, k and v (and
+//    write their gradients) in place, as strided views; the backward
+//    recomputes the probabilities from lse. The parts go together.
+//  - softmax_cross_entropy: the per-example losses,
+//      loss = cross_entropy(logits, labels)
+//      dlogits = cross_entropy(logits, labels, dloss)
+//    with the DSL's float labels (one_hot's meaning) and each example's
+//    loss gradient; the mean over the batch stays outside. A mesh that
+//    splits the classes puts collectives inside: it falls back.
+//  - global_norm: not yet mapped; generated kernels compute it, and the
+//    choice says so.
 //
 //   before: %56 = reduce(%31) sum axes=[2] ... %77 = add(%75, %76)   (17 nodes)
 //   after:  %56 = kernel(%31, %33, %35) layernorm_forward : f32[8,64,64]

@@ -39,13 +39,14 @@ void with_activation_type(DType t, const char* what, F&& f) {
 template <class F>
 void with_head_dim(int head_dim, const char* what, F&& f) {
   switch (head_dim) {
+    case 8: f(std::integral_constant<int, 8>{}); return;
     case 16: f(std::integral_constant<int, 16>{}); return;
     case 32: f(std::integral_constant<int, 32>{}); return;
     case 64: f(std::integral_constant<int, 64>{}); return;
     default:
       throw std::invalid_argument(std::string(what) + ": head_dim " + std::to_string(head_dim) +
-                                  " has no kernel; the attention kernels are built for 16, 32 "
-                                  "and 64");
+                                  " has no kernel; the attention kernels are built for 8, 16, "
+                                  "32 and 64");
   }
 }
 
@@ -89,8 +90,8 @@ class LaunchingKernels : public KernelSet {
       using T = decltype(tag);
       launch("cross_entropy", cross_entropy_kernel<T>, Dim3{static_cast<unsigned>(a.rows)},
              Dim3{kCrossEntropyThreads}, 2 * kWarpSize * sizeof(float), stream(), a.loss,
-             static_cast<T*>(a.dlogits), static_cast<const T*>(a.logits), a.targets, a.vocab,
-             a.dloss);
+             static_cast<T*>(a.dlogits), static_cast<const T*>(a.logits), a.targets,
+             a.float_targets, a.dloss_rows, a.vocab, a.dloss);
     });
   }
 
@@ -103,7 +104,7 @@ class LaunchingKernels : public KernelSet {
         AttentionArgs<T> k{static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                            static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, a.sq, a.sk,
                            a.sv, a.so, a.batch, a.heads, a.seq, a.scale, a.causal};
-        if constexpr (std::is_same_v<T, bf16>) {
+        if constexpr (std::is_same_v<T, bf16> && D % 16 == 0) {  // the mma's k is 16
           if (tensor_cores_) {
             launch("attention_forward_tc", attention_forward_tc_kernel<D>,
                    Dim3{blocks_for(a.seq, kTcRows), static_cast<unsigned>(a.heads),
@@ -141,7 +142,7 @@ class LaunchingKernels : public KernelSet {
         const int64_t rows = static_cast<int64_t>(a.batch) * a.heads * a.seq;
         launch("attention_delta", attention_delta_kernel<D, T>, Dim3{blocks_for(rows, 8)},
                Dim3{8 * kWarpSize}, 0, stream(), k);
-        if constexpr (std::is_same_v<T, bf16>) {
+        if constexpr (std::is_same_v<T, bf16> && D % 16 == 0) {  // the mma's k is 16
           if (tensor_cores_) {
             const Dim3 grid{blocks_for(a.seq, kTcRows), static_cast<unsigned>(a.heads),
                             static_cast<unsigned>(a.batch)};

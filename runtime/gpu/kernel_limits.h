@@ -16,8 +16,9 @@ constexpr size_t layernorm_backward_scratch_floats(int rows, int cols) {
          static_cast<size_t>(cols);
 }
 
-// The head sizes the attention kernels are instantiated for.
-constexpr int kAttentionHeadDims[] = {16, 32, 64};
+// The head sizes the attention kernels are instantiated for (bf16 runs on
+// the tensor cores from 16 up; 8, the sample GPT's, on the scalar kernels).
+constexpr int kAttentionHeadDims[] = {8, 16, 32, 64};
 
 constexpr bool attention_head_dim_supported(int head_dim) {
   for (int d : kAttentionHeadDims)

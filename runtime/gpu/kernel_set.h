@@ -64,9 +64,14 @@ struct CrossEntropy {
   float* loss = nullptr;  // [rows]
   void* dlogits = nullptr;
   const void* logits = nullptr;  // [rows, vocab]
-  const int32_t* targets = nullptr;
+  const int32_t* targets = nullptr;  // a target outside [0, vocab): NaN loss and gradient
   int rows = 0, vocab = 0;
   float dloss = 1.0f;
+  // Instead of targets: labels as floats (the DSL's), with one_hot's meaning
+  // (a label that is no class index picks no logit: the loss is the
+  // logsumexp). Generated programs pass these.
+  const float* float_targets = nullptr;
+  const float* dloss_rows = nullptr;  // nullable: each row's dloss (the loss's adjoint)
 };
 
 // [batch, seq, heads, head_dim] views with the given element strides.

@@ -212,21 +212,34 @@ SHARC_DEVICE MaxSum combine(MaxSum a, MaxSum b) {
 }
 
 // loss[row] = logsumexp(logits[row]) - logits[row][target]; when dlogits is
-// not null, dlogits[row] = (softmax(logits[row]) - onehot(target)) * dloss,
-// which may overwrite logits in place. A target outside [0, vocab) gives a
-// NaN loss (and NaN gradients). One block per row.
+// not null, dlogits[row] = (softmax(logits[row]) - onehot(target)) * dloss
+// (dloss_rows[row] where that is set), which may overwrite logits in place.
+// A target outside [0, vocab) gives a NaN loss (and NaN gradients). Targets
+// may instead be floats (float_targets, the DSL's labels), with the DSL's
+// one_hot meaning: a label that is no class index picks no logit, so its
+// loss is the logsumexp and its gradient the softmax. One block per row.
 template <class T>
 SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
-                                       const int32_t* targets, int vocab, float dloss) {
+                                       const int32_t* targets, const float* float_targets,
+                                       const float* dloss_rows, int vocab, float dloss) {
   float* scratch = shared_memory<float>();  // [2][32]
   const int row = static_cast<int>(block_x());
   const int tid = static_cast<int>(thread_x());
   const int lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int64_t base = static_cast<int64_t>(row) * vocab;
-  const int target = targets[row];
-  const bool valid = target >= 0 && target < vocab;
+  int target = -1;
+  bool valid = true;  // the row has a loss: a class index, or a float label
+  if (float_targets) {
+    const float t = float_targets[row];
+    if (t >= 0.0f && t < static_cast<float>(vocab) && static_cast<float>(static_cast<int>(t)) == t)
+      target = static_cast<int>(t);
+  } else {
+    target = targets[row];
+    valid = target >= 0 && target < vocab;
+  }
+  if (dloss_rows) dloss = dloss_rows[row];
   // Read before any thread may overwrite the row with gradients.
-  const float target_logit = valid ? to_f32(logits[base + target]) : NAN;
+  const float target_logit = !valid ? NAN : target >= 0 ? to_f32(logits[base + target]) : 0.0f;
   MaxSum acc{-INFINITY, 0.0f};
   for (int c = tid; c < vocab; c += static_cast<int>(block_dim_x())) {
     const float v = to_f32(logits[base + c]);

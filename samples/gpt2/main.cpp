@@ -380,9 +380,12 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
     StepResult r;
     if (o.check && step == 0) {
       // The oracle sees the parameters as init() made them, before the step.
-      const sharc::ir::Graph global = sharc::trace("gpt2_train", [pipelined](sharc::ProgramBuilder& b) {
+      // The BACKEND cuda programs have no dropout on the attention weights (model.h).
+      const int64_t attention_dropout = o.world.cuda() ? 0 : 1;
+      const sharc::ir::Graph global = sharc::trace("gpt2_train", [&](sharc::ProgramBuilder& b) {
         if (pipelined) b.set_pipeline(gpt2::pipeline());  // micro-batches change the dropout draws
-        gpt2::build_train(b, gpt2::config(GPT2_LAYERS), gpt2::kTrainBatch, gpt2::default_optimizer());
+        gpt2::build_train(b, gpt2::config(GPT2_LAYERS, 0, attention_dropout), gpt2::kTrainBatch,
+                          gpt2::default_optimizer());
       });
       const double want = sharc::interpret(global,
                                            {{"tokens", {tokens.begin(), tokens.end()}},

@@ -4,12 +4,14 @@
 // the generation-time option "layers" (default kLayers); "scan" (default 1)
 // scans the blocks (stacked parameters, their code written once; 0 unrolls
 // them, model.h's config); training programs also read "remat" (model.h's
-// train_options; default 0, save everything). The pipelined step keeps its
-// blocks unrolled: its stages are whole blocks.
+// train_options; default 0, save everything) and "attention_dropout"
+// (default 1; 0 in the BACKEND cuda programs, model.h's config). The
+// pipelined step keeps its blocks unrolled: its stages are whole blocks.
 #include "samples/gpt2/model.h"
 
 SHARC_PROGRAM(gpt2_train, b) {
-  const gpt2::GPTConfig c = gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 1));
+  const gpt2::GPTConfig c =
+      gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 1), b.option("attention_dropout", 1));
   gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, b.option("remat", 0)));
 }
 
@@ -17,7 +19,7 @@ SHARC_PROGRAM(gpt2_train, b) {
 // pipelined layers (GPT marks them), set_pipeline says how.
 SHARC_PROGRAM(gpt2_train_pipelined, b) {
   b.set_pipeline(gpt2::pipeline());
-  const gpt2::GPTConfig c = gpt2::config(b.option("layers", gpt2::kLayers));
+  const gpt2::GPTConfig c = gpt2::config(b.option("layers", gpt2::kLayers), 0, b.option("attention_dropout", 1));
   gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, b.option("remat", 0)));
 }
 

@@ -48,9 +48,17 @@ inline Pipeline pipeline() {
 // `scan` (option "scan"): 1 scans the blocks, whose parameters are then
 // stacked under "h/..." with a replicated layer axis (dsl/layers.h); the
 // same numbers as the unrolled default, 0.
-inline GPTConfig config(int64_t layers = kLayers, int64_t scan = 0, SrcLoc loc = Here::current()) {
+// `attention_dropout` (option "attention_dropout"): 1 puts kDropout on the
+// attention weights as on the residual stream; 0 none there, as in the
+// BACKEND cuda programs, whose attention runs as the GPU kernel, which has
+// no dropout (codegen/kernel_select.h).
+inline GPTConfig config(int64_t layers = kLayers, int64_t scan = 0, int64_t attention_dropout = 1,
+                        SrcLoc loc = Here::current()) {
   if (scan != 0 && scan != 1)
     user_error(loc, "gpt2: option scan=" + std::to_string(scan) + " is not 0 (unrolled blocks) or 1 (scanned)");
+  if (attention_dropout != 0 && attention_dropout != 1)
+    user_error(loc, "gpt2: option attention_dropout=" + std::to_string(attention_dropout) +
+                        " is not 1 (dropout on the attention weights) or 0 (none there)");
   GPTConfig c;
   c.scan = scan == 1;
   c.vocab = kVocab;
@@ -59,6 +67,7 @@ inline GPTConfig config(int64_t layers = kLayers, int64_t scan = 0, SrcLoc loc =
   c.heads = kHeads;
   c.layers = layers;
   c.dropout = kDropout;
+  if (attention_dropout == 0) c.attention_dropout = 0.0;
   return c;
 }
 

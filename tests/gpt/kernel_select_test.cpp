@@ -109,7 +109,7 @@ TEST(KernelSelection, AHeadSizeWithoutAKernelFallsBackSayingWhy) {
   // 4 heads of 24.
   const Lowered l = lowered(config(96, 4, 0.0), "data=2,model=4");
   const auto c = choices(l.partitioned);
-  const std::string why = "fallback: head size 24: the attention kernels are built for 16, 32, 64";
+  const std::string why = "fallback: head size 24: the attention kernels are built for 8, 16, 32, 64";
   expect_all(c, "attention forward", why, 2);
   expect_all(c, "attention backward", why, 2);
   expect_all(c, "layer_norm forward", "layernorm_forward", 5);  // the rest still fits
@@ -159,7 +159,7 @@ std::map<std::string, int> kernel_nodes(const ir::Graph& g) {
   return out;
 }
 
-TEST(GpuKernels, TheGptsLayerNormsRunAsKernelsForwardAndBackward) {
+TEST(GpuKernels, TheGptsLayerNormsAttentionAndAdamWRunAsKernels) {
   const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
     gpt2::build_train(b, config(64, 4, 0.0), /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2));
   });
@@ -173,6 +173,7 @@ TEST(GpuKernels, TheGptsLayerNormsRunAsKernelsForwardAndBackward) {
   const std::map<std::string, int> want = {
       {"layernorm_forward", 5},         {"layernorm_forward.mean", 5}, {"layernorm_forward.rstd", 5},
       {"layernorm_backward", 5},        {"layernorm_backward.dscale", 5}, {"layernorm_backward.dbias", 5},
+      {"attention_forward", 2},         {"attention_forward.lse", 2},  {"attention_backward", 2},
       {"adamw", 1},                     {"adamw.param", p - 1},        {"adamw.m", p},
       {"adamw.v", p}};
   EXPECT_EQ(kernel_nodes(l.partitioned), want);
@@ -181,10 +182,12 @@ TEST(GpuKernels, TheGptsLayerNormsRunAsKernelsForwardAndBackward) {
       EXPECT_EQ(n.ints, std::vector<int>{p});
       EXPECT_EQ(n.args.size(), 2u + 4u * params);  // lr, t, then w, g, m, v per tensor
     }
-  // Nothing of a layer norm region is left but its kernels and the
-  // all-reduces of its parameter gradients, which leave it.
+  // Nothing of a layer norm or attention region is left but its kernels
+  // and the all-reduces of its parameter gradients, which leave it.
   for (const ir::Node& n : l.partitioned.nodes) {
-    if (n.composite < 0 || l.partitioned.composites[n.composite].kind != ir::CompositeKind::kLayerNorm) continue;
+    if (n.composite < 0) continue;
+    const ir::CompositeKind kind = l.partitioned.composites[n.composite].kind;
+    if (kind != ir::CompositeKind::kLayerNorm && kind != ir::CompositeKind::kAttention) continue;
     EXPECT_TRUE(n.op == ir::Op::kKernel || n.op == ir::Op::kKernelOutput || ir::is_collective(n.op) ||
                 ir::is_source(n.op))
         << ir::op_name(n.op) << " " << n.name;
@@ -211,10 +214,24 @@ TEST(GpuKernels, TheGptsLayerNormsRunAsKernelsForwardAndBackward) {
   expect_all(c, "layer_norm forward", "layernorm_forward", 5);
   expect_all(c, "layer_norm backward", "layernorm_backward", 5);
   expect_all(c, "adam forward", "adamw", params);
-  expect_all(c, "attention forward",
-             "fallback: sharc does not launch attention_forward from generated programs yet: generated kernels "
-             "compute it",
-             2);
+  expect_all(c, "attention forward", "attention_forward", 2);
+  expect_all(c, "attention backward", "attention_backward", 2);
+  // One head of 16 per device: the kernels read q, k and v in place from
+  // the packed projection [4, 8, 1, 48] and write its gradient the same way.
+  for (const ir::Node& n : l.partitioned.nodes) {
+    if (n.op != ir::Op::kKernel || n.kernel.rfind("attention_", 0) != 0) continue;
+    const bool forward = n.kernel == "attention_forward";
+    ASSERT_EQ(n.args.size(), forward ? 1u : 4u);
+    const ir::Node& qkv = l.partitioned.nodes[n.args[forward ? 0 : 1]];
+    EXPECT_EQ(qkv.shape, (ir::Shape{4, 8, 1, 48}));
+    EXPECT_EQ(n.shape, (forward ? ir::Shape{4, 8, 1, 16} : ir::Shape{4, 8, 1, 48}));
+    EXPECT_DOUBLE_EQ(n.scalar, 0.25);  // 1 / sqrt(16), on q
+    if (!forward) {
+      EXPECT_EQ(l.partitioned.nodes[n.args[2]].kernel, "attention_forward");
+      EXPECT_EQ(l.partitioned.nodes[n.args[3]].kernel, "attention_forward.lse");
+      EXPECT_EQ(l.partitioned.nodes[n.args[3]].shape, (ir::Shape{4, 1, 8}));
+    }
+  }
   const std::string report = format_report(predict(l));
   EXPECT_NE(report.find("Composite regions on the GPU: each part's kernel, or why generated kernels compute it:\n"
                         "  dsl/transformer.cpp:"),
@@ -224,6 +241,76 @@ TEST(GpuKernels, TheGptsLayerNormsRunAsKernelsForwardAndBackward) {
   // A CPU program keeps every region's nodes.
   EXPECT_TRUE(kernel_nodes(lower(g, Mesh::parse("data=2,model=4", 8)).partitioned).empty());
   EXPECT_TRUE(lower(g, Mesh::parse("data=2,model=4", 8)).kernels.empty());
+}
+
+// On data=8 every region of the GPT's training step is one launch, but the
+// global norm (generated kernels, saying so): the scanned layers' layer
+// norms and attention, the cross-entropy forward and backward, the AdamW
+// updates.
+TEST(GpuKernels, DataParallelRunsTheGptsRegionsAsKernels) {
+  GPTConfig cfg = config(64, 4, 0.0);
+  cfg.scan = true;
+  const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
+    gpt2::build_train(b, cfg, /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2), gpt2::train_options(cfg));
+  });
+  const Lowered l = lowered_for_gpu(g, "data=8", 8);
+  std::map<std::string, int> k = kernel_nodes(l.partitioned);
+  EXPECT_EQ(k["layernorm_forward"], 5);
+  EXPECT_EQ(k["layernorm_backward"], 5);
+  EXPECT_EQ(k["attention_forward"], 2);
+  EXPECT_EQ(k["attention_backward"], 2);
+  EXPECT_EQ(k["cross_entropy"], 2);  // the losses, then their gradient
+  EXPECT_EQ(k["adamw"], 1);
+  for (const ir::Node& n : l.partitioned.nodes) {
+    if (n.op != ir::Op::kKernel || n.kernel != "cross_entropy") continue;
+    const ir::Node& logits = l.partitioned.nodes[n.args[0]];
+    const ir::Node& labels = l.partitioned.nodes[n.args[1]];
+    EXPECT_EQ(logits.shape, (ir::Shape{1, 8, 16}));  // a window of 8 tokens, 16 classes
+    EXPECT_EQ(labels.shape, (ir::Shape{1, 8}));
+    EXPECT_EQ(labels.dtype, ir::DType::kF32);
+    if (n.args.size() == 3) {  // backward: each example's loss gradient in, dlogits out
+      EXPECT_EQ(l.partitioned.nodes[n.args[2]].shape, (ir::Shape{1, 8}));
+      EXPECT_EQ(n.shape, logits.shape);
+    } else {
+      ASSERT_EQ(n.args.size(), 2u);
+      EXPECT_EQ(n.shape, labels.shape);
+    }
+  }
+  std::multimap<std::string, std::string> c;
+  for (const KernelChoice& kc : l.kernels)
+    c.emplace(std::string(ir::composite_name(l.partitioned.composites[kc.composite].kind)) +
+                  (kc.backward ? " backward" : " forward"),
+              kc.kernel.empty() ? "fallback: " + kc.reason : kc.kernel);
+  expect_all(c, "softmax_cross_entropy forward", "cross_entropy", 1);
+  expect_all(c, "softmax_cross_entropy backward", "cross_entropy", 1);
+  expect_all(c, "global_norm forward",
+             "fallback: sharc does not launch global_norm from generated programs yet: generated kernels compute "
+             "it",
+             1);
+}
+
+// Where 'model' splits the classes the loss needs the devices' partial
+// sums: collectives inside the region, so generated kernels compute it;
+// a remat policy that computes attention twice keeps generated kernels too.
+TEST(GpuKernels, TheLossOnSplitClassesAndRematerialisedAttentionFallBack) {
+  GPTConfig cfg = config(64, 4, 0.0);
+  const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
+    gpt2::build_train(b, cfg, /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2), gpt2::train_options(cfg, 1));
+  });
+  const Lowered l = lowered_for_gpu(g, "data=2,model=4", 8);
+  std::map<std::string, std::string> why;
+  for (const KernelChoice& kc : l.kernels)
+    why[std::string(ir::composite_name(l.partitioned.composites[kc.composite].kind)) +
+        (kc.backward ? " backward" : " forward")] = kc.kernel.empty() ? kc.reason : kc.kernel;
+  EXPECT_EQ(why["softmax_cross_entropy forward"].rfind("the partitioner put a", 0), 0u)
+      << why["softmax_cross_entropy forward"];
+  EXPECT_NE(why["softmax_cross_entropy forward"].find("over 'model' inside it"), std::string::npos)
+      << why["softmax_cross_entropy forward"];
+  EXPECT_EQ(why["attention forward"],
+            "a remat policy computes it twice: sharc runs the kernel for attention computed once");
+  EXPECT_EQ(why["attention backward"], why["attention forward"]);
+  EXPECT_EQ(kernel_nodes(l.partitioned).count("attention_forward"), 0u);
+  EXPECT_EQ(kernel_nodes(l.partitioned).count("cross_entropy"), 0u);
 }
 
 ir::Graph layer_norm_program(bool bf16) {

@@ -424,6 +424,39 @@ TEST_F(GpuKernels, CrossEntropyOfATargetOutsideTheVocabularyIsNaN) {
   EXPECT_EQ(to_host(a.logits, 2 * vocab), logits) << "forward only must not touch the logits";
 }
 
+// The DSL's labels: floats, one_hot's meaning (a label that is no class
+// index picks no logit), and each row's own dloss, as generated programs
+// pass them.
+TEST_F(GpuKernels, CrossEntropyOfFloatLabelsFollowsOneHot) {
+  const int rows = 4, vocab = 50;
+  auto logits = random_values(rows * vocab, 13, -3.0f, 3.0f);
+  const std::vector<float> labels = {7, 2.5f, 49, 50};  // 2.5 and 50 are no class
+  const std::vector<float> dloss = {0.25f, -0.5f, 1.0f, 2.0f};
+  std::vector<double> loss(rows), grad(rows * vocab);
+  for (int r = 0; r < rows; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int c = 0; c < vocab; ++c) m = std::max<double>(m, logits[r * vocab + c]);
+    for (int c = 0; c < vocab; ++c) s += std::exp(logits[r * vocab + c] - m);
+    const double lse = m + std::log(s);
+    const bool picks = r == 0 || r == 2;
+    loss[r] = lse - (picks ? logits[r * vocab + static_cast<int>(labels[r])] : 0.0);
+    for (int c = 0; c < vocab; ++c)
+      grad[r * vocab + c] =
+          (std::exp(logits[r * vocab + c] - lse) - (picks && c == static_cast<int>(labels[r]))) * dloss[r];
+  }
+  CrossEntropy a;
+  a.logits = to_device(logits);
+  a.dlogits = alloc(rows * vocab * 4);
+  a.float_targets = static_cast<const float*>(to_device(labels));
+  a.dloss_rows = static_cast<const float*>(to_device(dloss));
+  a.loss = static_cast<float*>(alloc(rows * 4));
+  a.rows = rows;
+  a.vocab = vocab;
+  k_->cross_entropy(a);
+  expect_close(to_host(a.loss, rows), loss, 1e-5, "loss");
+  expect_close(to_host(a.dlogits, grad.size()), grad, 1e-5, "dlogits");
+}
+
 // --------------------------------------------------------------------------
 // AdamW
 
@@ -654,7 +687,10 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::kBF16, 2, 150, 2, 32, false, false},
                       AttentionCase{DType::kBF16, 1, 200, 2, 64, true, true},
                       AttentionCase{DType::kBF16, 2, 80, 3, 32, true, true, true, true},
-                      AttentionCase{DType::kF32, 1, 33, 2, 16, true, true, true, true}),
+                      AttentionCase{DType::kF32, 1, 33, 2, 16, true, true, true, true},
+                      // Head size 8 (the sample GPT's): scalar kernels in bf16 too.
+                      AttentionCase{DType::kF32, 2, 40, 2, 8, true, true, true, true},
+                      AttentionCase{DType::kBF16, 1, 70, 3, 8, true, true, true, true}),
     attention_name);
 
 TEST_F(GpuKernels, AttentionRefusesAHeadSizeWithoutAKernel) {
@@ -667,7 +703,7 @@ TEST_F(GpuKernels, AttentionRefusesAHeadSizeWithoutAKernel) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(),
                  "attention_forward: head_dim 48 has no kernel; the attention kernels are built "
-                 "for 16, 32 and 64");
+                 "for 8, 16, 32 and 64");
   }
   EXPECT_FALSE(attention_supports_head_dim(48));
   EXPECT_TRUE(attention_supports_head_dim(64));
