@@ -35,10 +35,19 @@ void check_divisible(const char* what, const std::vector<int64_t>& shape, int di
   }
 }
 
-// `count` elements of the device's reusable scratch (Communicator::scratch).
+// `count` elements of the device's reusable scratch (Communicator::scratch,
+// or the mover's where it packs).
 template <class T>
-T* scratch(Communicator& comm, int slot, size_t count) {
+T* scratch(Communicator& comm, BlockMover* mover, int slot, size_t count) {
+  if (mover) return static_cast<T*>(mover->scratch(slot, count * sizeof(T)));
   return reinterpret_cast<T*>(comm.scratch(slot, count * sizeof(T)));
+}
+
+// rt::strided_copy of a 3-d view, or the mover's.
+template <class T>
+void copy3(BlockMover* mover, const T* in, const int64_t (&shape)[3], const int64_t (&strides)[3], T* out) {
+  if (mover) return mover->strided_copy(in, shape, strides, sizeof(T), out);
+  strided_copy(in, {shape[0], shape[1], shape[2]}, {strides[0], strides[1], strides[2]}, out);
 }
 
 int64_t product(const std::vector<int64_t>& shape, int from, int to) {
@@ -51,12 +60,12 @@ int64_t product(const std::vector<int64_t>& shape, int from, int to) {
 // j * block_count); writes their concatenation along dim into out.
 template <class T>
 void concat_blocks(const T* blocks, const std::vector<int64_t>& block_shape, int dim, int n,
-                   T* out) {
+                   T* out, BlockMover* mover) {
   // Output viewed as (outer, n, dim * inner): the n axis steps from one source
   // block to the next in `blocks`, the other two walk inside a block.
   const int64_t outer = product(block_shape, 0, dim);
   const int64_t row = product(block_shape, dim, static_cast<int>(block_shape.size()));
-  strided_copy(blocks, {outer, n, row}, {row, outer * row, 1}, out);
+  copy3(mover, blocks, {outer, n, row}, {row, outer * row, 1}, out);
 }
 
 }  // namespace
@@ -101,7 +110,7 @@ Permutation ring_shift(int n, int shift) {
 
 template <class T>
 void all_gather_dim(Communicator& comm, const Group& group, const T* in,
-                    const std::vector<int64_t>& local_shape, int dim, T* out) {
+                    const std::vector<int64_t>& local_shape, int dim, T* out, BlockMover* mover) {
   check_dim("all_gather_dim", local_shape, dim);
   const int n = group.size();
   const size_t count = num_elements(local_shape);
@@ -109,14 +118,15 @@ void all_gather_dim(Communicator& comm, const Group& group, const T* in,
     comm.all_gather(in, out, count, group);
     return;
   }
-  T* blocks = scratch<T>(comm, 0, count * n);
+  T* blocks = scratch<T>(comm, mover, 0, count * n);
   comm.all_gather(in, blocks, count, group);
-  concat_blocks(blocks, local_shape, dim, n, out);
+  concat_blocks(blocks, local_shape, dim, n, out, mover);
 }
 
 template <class T>
 void reduce_scatter_dim(Communicator& comm, const Group& group, const T* in,
-                        const std::vector<int64_t>& full_shape, int dim, T* out, ReduceOp op) {
+                        const std::vector<int64_t>& full_shape, int dim, T* out, ReduceOp op,
+                        BlockMover* mover) {
   const int n = group.size();
   check_divisible("reduce_scatter_dim", full_shape, dim, n);
   const size_t block = num_elements(full_shape) / n;
@@ -129,15 +139,15 @@ void reduce_scatter_dim(Communicator& comm, const Group& group, const T* in,
   const int64_t outer = product(full_shape, 0, dim);
   const int64_t row = product(full_shape, dim, static_cast<int>(full_shape.size()));
   const int64_t block_row = row / n;
-  T* packed = scratch<T>(comm, 0, num_elements(full_shape));
-  strided_copy(in, {n, outer, block_row}, {block_row, row, 1}, packed);
+  T* packed = scratch<T>(comm, mover, 0, num_elements(full_shape));
+  copy3(mover, in, {n, outer, block_row}, {block_row, row, 1}, packed);
   comm.reduce_scatter(packed, out, block, group, op);
 }
 
 template <class T>
 void all_to_all_dim(Communicator& comm, const Group& group, const T* in,
                     const std::vector<int64_t>& local_shape, int split_dim, int concat_dim,
-                    T* out) {
+                    T* out, BlockMover* mover) {
   const int n = group.size();
   check_divisible("all_to_all_dim", local_shape, split_dim, n);
   check_dim("all_to_all_dim", local_shape, concat_dim);
@@ -151,22 +161,23 @@ void all_to_all_dim(Communicator& comm, const Group& group, const T* in,
   if (!split_outer) {
     const int64_t outer = product(local_shape, 0, split_dim);
     const int64_t row = product(local_shape, split_dim, static_cast<int>(local_shape.size()));
-    T* packed = scratch<T>(comm, 0, block * n);
-    strided_copy(in, {n, outer, row / n}, {row / n, row, 1}, packed);
+    T* packed = scratch<T>(comm, mover, 0, block * n);
+    copy3(mover, in, {n, outer, row / n}, {row / n, row, 1}, packed);
     send = packed;
   }
-  T* recv = concat_outer ? out : scratch<T>(comm, 1, block * n);
+  T* recv = concat_outer ? out : scratch<T>(comm, mover, 1, block * n);
   comm.all_to_all(send, recv, block, group);
-  if (!concat_outer) concat_blocks(recv, block_shape, concat_dim, n, out);
+  if (!concat_outer) concat_blocks(recv, block_shape, concat_dim, n, out, mover);
 }
 
 #define SHARC_TENSOR_COLLECTIVES_FOR(T)                                                   \
   template void all_gather_dim<T>(Communicator&, const Group&, const T*,                  \
-                                  const std::vector<int64_t>&, int, T*);                  \
+                                  const std::vector<int64_t>&, int, T*, BlockMover*);     \
   template void reduce_scatter_dim<T>(Communicator&, const Group&, const T*,              \
-                                      const std::vector<int64_t>&, int, T*, ReduceOp);    \
+                                      const std::vector<int64_t>&, int, T*, ReduceOp,     \
+                                      BlockMover*);                                       \
   template void all_to_all_dim<T>(Communicator&, const Group&, const T*,                  \
-                                  const std::vector<int64_t>&, int, int, T*);             \
+                                  const std::vector<int64_t>&, int, int, T*, BlockMover*); \
   template void slice_block<T>(const T*, const std::vector<int64_t>&, int, int, int, T*); \
   template void place_block<T>(const T*, const std::vector<int64_t>&, int, int, int, T*);
 SHARC_TENSOR_COLLECTIVES_FOR(float)

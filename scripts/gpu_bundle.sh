@@ -20,9 +20,10 @@ for b in tests/gpu/gpu_kernels_cuda_test tests/gpu/gpu_kernels_sim_test bench/be
   cp "$build/$b" gpu-bundle/
 done
 # Shared libraries, resolved here; glibc, the dynamic loader and CUDA's own
-# libraries come from the GPU machine.
+# libraries (NCCL's too: 200 MB, past what a device call carries) come from
+# the GPU machine.
 ldd gpu-bundle/gpu_kernels_cuda_test gpu-bundle/bench_gpu_kernels gpu-bundle/gpu_cuda_programs_device_test |
   awk '/=> \// {print $3}' | sort -u |
-  grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/libcuda|/libcudart|/libcublas' |
+  grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/libcuda|/libcudart|/libcublas|/libnccl' |
   while read -r lib; do cp -L "$lib" gpu-bundle/lib/; done
 du -sh gpu-bundle

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine, from the repository root, after
 # scripts/gpu_bundle.sh packed gpu-bundle/ here: the kernel tests on the
-# device, the generated CUDA programs on a CudaWorld, compute-sanitizer's
+# device, the generated CUDA programs on a CudaWorld (and one on a one-rank
+# NcclWorld, libnccl itself), compute-sanitizer's
 # memcheck over the kernel tests and the generated GPT, and the kernel benchmark
 # with PyTorch's peers, then the GPT-2 124M peers (torch.compile and JAX).
 # Logs go to ${OUT:-gpu-out}/. One device call:
@@ -10,11 +11,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
 mkdir -p "$out"
-# CUDA's runtime and cuBLASLt come from the machine: the toolkit's, or else
-# the copies PyTorch's wheels installed.
+# CUDA's runtime, cuBLASLt and NCCL come from the machine: the toolkit's, or
+# else the copies PyTorch's wheels installed.
 cuda_libs=$(python3 - <<'PY' 2>/dev/null
 import importlib, os
-for m in ("nvidia.cu13", "nvidia.cublas", "nvidia.cuda_runtime"):
+for m in ("nvidia.cu13", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.nccl"):
     try:
         mod = importlib.import_module(m)
         for d in mod.__path__:
@@ -25,12 +26,12 @@ for m in ("nvidia.cu13", "nvidia.cublas", "nvidia.cuda_runtime"):
 PY
 )
 export LD_LIBRARY_PATH="$PWD/gpu-bundle/lib:/usr/local/cuda/lib64:$(echo $cuda_libs | tr ' ' ':')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "== libraries"; ldd gpu-bundle/gpu_kernels_cuda_test | grep -E "cuda|cublas|not found"
+echo "== libraries"; ldd gpu-bundle/gpu_cuda_programs_device_test | grep -E "cuda|cublas|nccl|not found"
 export SHARC_PEERS_SCRIPT="$PWD/bench/gpu_kernels_peers.py"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 echo "== kernel tests on the device"
 gpu-bundle/gpu_kernels_cuda_test 2>&1 | tee "$out/cuda_test.txt" | grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure|element"
-echo "== generated CUDA programs on a CudaWorld (nvcc builds, against the oracle)"
+echo "== generated CUDA programs on a CudaWorld, and the MLP on a one-rank NcclWorld (nvcc builds, against the oracle)"
 timeout 240 gpu-bundle/gpu_cuda_programs_device_test 2>&1 | tee "$out/cuda_programs.txt" |
   grep -E "^\[  (PASSED|FAILED|SKIPPED)|OK \]|Failure|what\(\)"
 echo "== compute-sanitizer memcheck: the generated 2-layer GPT"

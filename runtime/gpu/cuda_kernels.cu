@@ -240,4 +240,10 @@ size_t cuda_free_memory(int device) {
 
 void cuda_set_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 
+int cuda_device_count() {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  return count;
+}
+
 }  // namespace sharc::gpu

@@ -30,7 +30,7 @@ struct Staged {
 template <class T>
 void all_reduce(const DeviceContext& d, rt::Communicator& comm, T* data, size_t count, const rt::Group& group,
                 rt::ReduceOp op) {
-  if (d.host_memory) return comm.all_reduce(data, count, group, op);
+  if (d.host_memory || d.device_comm) return comm.all_reduce(data, count, group, op);
   Staged<T> s(d, data, count);
   comm.all_reduce(s.host.data(), count, group, op);
   s.put(d, data);
@@ -39,7 +39,7 @@ void all_reduce(const DeviceContext& d, rt::Communicator& comm, T* data, size_t 
 template <class T>
 void all_reduce(const DeviceContext& d, rt::Communicator& comm, const std::vector<rt::Segment<T>>& segments,
                 const rt::Group& group, rt::ReduceOp op) {
-  if (d.host_memory) return comm.all_reduce(segments, group, op);
+  if (d.host_memory || d.device_comm) return comm.all_reduce(segments, group, op);
   std::vector<Staged<T>> staged;
   std::vector<rt::Segment<T>> host;
   staged.reserve(segments.size());
@@ -54,7 +54,7 @@ void all_reduce(const DeviceContext& d, rt::Communicator& comm, const std::vecto
 template <class T>
 void all_gather_dim(const DeviceContext& d, rt::Communicator& comm, const rt::Group& group, const T* in,
                     const std::vector<int64_t>& local_shape, int dim, T* out) {
-  if (d.host_memory) return rt::all_gather_dim(comm, group, in, local_shape, dim, out);
+  if (d.host_memory || d.device_comm) return rt::all_gather_dim(comm, group, in, local_shape, dim, out, d.device_comm);
   const auto n = static_cast<size_t>(rt::num_elements(local_shape));
   Staged<T> s(d, in, n), r(n * static_cast<size_t>(group.size()));
   rt::all_gather_dim(comm, group, s.host.data(), local_shape, dim, r.host.data());
@@ -64,7 +64,8 @@ void all_gather_dim(const DeviceContext& d, rt::Communicator& comm, const rt::Gr
 template <class T>
 void reduce_scatter_dim(const DeviceContext& d, rt::Communicator& comm, const rt::Group& group, const T* in,
                         const std::vector<int64_t>& full_shape, int dim, T* out, rt::ReduceOp op) {
-  if (d.host_memory) return rt::reduce_scatter_dim(comm, group, in, full_shape, dim, out, op);
+  if (d.host_memory || d.device_comm)
+    return rt::reduce_scatter_dim(comm, group, in, full_shape, dim, out, op, d.device_comm);
   const auto n = static_cast<size_t>(rt::num_elements(full_shape));
   Staged<T> s(d, in, n), r(n / static_cast<size_t>(group.size()));
   rt::reduce_scatter_dim(comm, group, s.host.data(), full_shape, dim, r.host.data(), op);
@@ -74,7 +75,8 @@ void reduce_scatter_dim(const DeviceContext& d, rt::Communicator& comm, const rt
 template <class T>
 void all_to_all_dim(const DeviceContext& d, rt::Communicator& comm, const rt::Group& group, const T* in,
                     const std::vector<int64_t>& local_shape, int split_dim, int concat_dim, T* out) {
-  if (d.host_memory) return rt::all_to_all_dim(comm, group, in, local_shape, split_dim, concat_dim, out);
+  if (d.host_memory || d.device_comm)
+    return rt::all_to_all_dim(comm, group, in, local_shape, split_dim, concat_dim, out, d.device_comm);
   const auto n = static_cast<size_t>(rt::num_elements(local_shape));
   Staged<T> s(d, in, n), r(n);
   rt::all_to_all_dim(comm, group, s.host.data(), local_shape, split_dim, concat_dim, r.host.data());
@@ -84,7 +86,7 @@ void all_to_all_dim(const DeviceContext& d, rt::Communicator& comm, const rt::Gr
 template <class T>
 void ppermute(const DeviceContext& d, rt::Communicator& comm, const T* in, T* out, size_t count,
               const rt::Group& group, const rt::Permutation& perm) {
-  if (d.host_memory) return comm.ppermute(in, out, count, group, perm);
+  if (d.host_memory || d.device_comm) return comm.ppermute(in, out, count, group, perm);
   Staged<T> s(d, in, count), r(count);
   comm.ppermute(s.host.data(), r.host.data(), count, group, perm);
   r.put(d, out);
@@ -92,14 +94,14 @@ void ppermute(const DeviceContext& d, rt::Communicator& comm, const T* in, T* ou
 
 template <class T>
 void send(const DeviceContext& d, rt::Communicator& comm, const T* in, size_t count, int dst, uint64_t tag) {
-  if (d.host_memory) return comm.send(in, count, dst, tag);
+  if (d.host_memory || d.device_comm) return comm.send(in, count, dst, tag);
   Staged<T> s(d, in, count);
   comm.send(s.host.data(), count, dst, tag);  // send copies the block
 }
 
 template <class T>
 void recv(const DeviceContext& d, rt::Communicator& comm, T* out, size_t count, int src, uint64_t tag) {
-  if (d.host_memory) return comm.recv(out, count, src, tag);
+  if (d.host_memory || d.device_comm) return comm.recv(out, count, src, tag);
   Staged<T> r(count);
   comm.recv(r.host.data(), count, src, tag);
   r.put(d, out);
@@ -109,7 +111,7 @@ template <class T>
 PendingTransfer ppermute_start(const DeviceContext& d, rt::Communicator& comm, const T* in, T* out, size_t count,
                                const rt::Group& group, const rt::Permutation& perm) {
   PendingTransfer p;
-  if (d.host_memory) {
+  if (d.host_memory || d.device_comm) {
     p.recv = comm.ppermute_start(in, out, count, group, perm);
     return p;
   }

@@ -8,9 +8,10 @@
 // program's. Elsewhere each stages through host memory: the device's inputs
 // are downloaded, the collective runs on host copies, the results are
 // uploaded. That is correct on any world whose communicator moves host
-// memory, and slow; a world with a device communicator (NCCL) replaces it.
-// The bytes each device sends are the same either way: the staging is
-// local. Host code only: compiled once, called from both compilations of a
+// memory, and slow. A world whose communicator takes device buffers
+// (DeviceContext::device_comm: gpu::NcclWorld) gets them as they are, and
+// interleaved blocks are packed on the device. The bytes each device sends
+// are the same every way: the staging is local. Host code only: compiled once, called from both compilations of a
 // program.
 #pragma once
 

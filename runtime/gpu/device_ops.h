@@ -25,6 +25,10 @@
 #include "runtime/gpu/kernel_set.h"
 #include "runtime/philox.h"
 
+namespace sharc::rt {
+class BlockMover;  // runtime/tensor_collectives.h
+}
+
 namespace sharc::gpu {
 
 // One device as a generated program's step sees it: its kernels, GEMMs and
@@ -37,6 +41,10 @@ struct DeviceContext {
   // simulator): collectives then run on them as they are
   // (device_collectives.h), else through host copies.
   bool host_memory = true;
+  // Non-null where the world's communicator takes device buffers as they
+  // are (gpu::NcclWorld): collectives hand them over unstaged, packing
+  // interleaved blocks on the device through this.
+  rt::BlockMover* device_comm = nullptr;
 };
 
 #if defined(__CUDACC__)

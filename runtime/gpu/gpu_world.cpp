@@ -85,7 +85,7 @@ DeviceContext device_context(rt::World& world, int rank, std::string_view progra
                                kernels.name() + ": link its nvcc build, NAME_device"
                          : "by nvcc for a GPU (the library NAME_device), but this world's devices are the "
                            "simulator's: link its simulator build, NAME"));
-  return DeviceContext{&kernels, nullptr, gpu->device_memory_is_host()};
+  return DeviceContext{&kernels, nullptr, gpu->device_memory_is_host(), gpu->device_communicator(rank)};
 }
 
 }  // namespace sharc::gpu

@@ -15,7 +15,7 @@
 //    collectives on host copies (device_collectives.h). Every device
 //    launches on CUDA's default stream, so the devices' work is ordered
 //    and nothing overlaps yet.
-//  - NcclWorld (a GPU per rank) is to come.
+//  - NcclWorld (nccl_world.h): a GPU per rank, collectives through NCCL.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@
 
 #include "runtime/gpu/device_ops.h"
 #include "runtime/gpu/kernel_set.h"
+#include "runtime/tensor_collectives.h"
 #include "runtime/thread_world.h"
 #include "runtime/world.h"
 
@@ -40,6 +41,9 @@ class GpuWorld : public rt::World {
   virtual bool device_memory_is_host() const = 0;
   // Bytes of local device `rank`'s memory free for a program's buffers.
   virtual size_t free_memory(int rank) = 0;
+  // Non-null where comm(rank) takes device buffers as they are (NcclWorld):
+  // how the dimension-aware collectives pack blocks on the device.
+  virtual rt::BlockMover* device_communicator(int) { return nullptr; }
 };
 
 class SimGpuWorld final : public GpuWorld {

@@ -205,6 +205,25 @@ class LaunchingKernels : public KernelSet {
            static_cast<const float*>(a.partial), a.num_chunks, a.max_norm);
   }
 
+  void strided_copy(const void* in, const int64_t (&shape)[3], const int64_t (&strides)[3], size_t elem_bytes,
+                    void* out) override {
+    const int64_t total = shape[0] * shape[1] * shape[2];
+    if (total == 0) return;
+    const unsigned blocks = blocks_for(total, 256) < 1024 ? blocks_for(total, 256) : 1024;
+    auto go = [&](auto word) {
+      using W = decltype(word);
+      launch("strided_copy3", strided_copy3_kernel<W>, Dim3{blocks}, Dim3{256}, 0, stream(), static_cast<W*>(out),
+             static_cast<const W*>(in), shape[1], shape[2], strides[0], strides[1], strides[2], total);
+    };
+    if (elem_bytes == 4)
+      go(uint32_t{});
+    else if (elem_bytes == 2)
+      go(uint16_t{});
+    else
+      throw std::invalid_argument("strided_copy: elements of " + std::to_string(elem_bytes) +
+                                  " bytes; the kernel moves 2 or 4");
+  }
+
   void bias_grad(const BiasGrad& a) override {
     if (a.cols == 0) return;
     with_activation_type(a.dtype, "bias_grad", [&](auto tag) {

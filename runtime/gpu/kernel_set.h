@@ -222,6 +222,12 @@ class KernelSet {
   virtual void adamw(const AdamWTensor* tensors, const TensorChunk* chunks, int num_chunks,
                      const AdamWHyper& h) = 0;
   virtual void gemm(const Gemm& g) = 0;
+  // out (contiguous)[i0][i1][i2] = in[i0 * strides[0] + i1 * strides[1] +
+  // i2 * strides[2]], elements of 2 or 4 bytes moved as bits: how a
+  // collective's interleaved blocks are packed on the device
+  // (rt::BlockMover; gpu::NcclWorld).
+  virtual void strided_copy(const void* in, const int64_t (&shape)[3], const int64_t (&strides)[3],
+                            size_t elem_bytes, void* out) = 0;
   // One warp runs one tensor-core mma (dialect.h, mma_16x8x16) on device
   // arrays d[16x8] = a[16x16] b[16x8], row major, a and b rounded to bf16:
   // checks the fragment layout the tensor-core kernels rely on.
@@ -245,5 +251,6 @@ std::unique_ptr<KernelSet> make_cuda_kernels(int device);
 std::unique_ptr<rt::MemorySource> make_cuda_memory(int device);
 size_t cuda_free_memory(int device);
 void cuda_set_device(int device);
+int cuda_device_count();
 
 }  // namespace sharc::gpu

@@ -272,6 +272,20 @@ SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
 }
 
 // ---------------------------------------------------------------------------
+// A 3-d strided view copied out contiguously, elements moved as bits (W is
+// uint16_t or uint32_t): how a collective's interleaved blocks are packed on
+// the device (rt::BlockMover, gpu::NcclWorld). Grid-stride over the output.
+template <class W>
+SHARC_KERNEL void strided_copy3_kernel(W* out, const W* in, int64_t n1, int64_t n2, int64_t s0, int64_t s1,
+                                       int64_t s2, int64_t total) {
+  const int64_t step = static_cast<int64_t>(grid_dim_x()) * block_dim_x();
+  for (int64_t i = static_cast<int64_t>(block_x()) * block_dim_x() + thread_x(); i < total; i += step) {
+    const int64_t i2 = i % n2, i1 = (i / n2) % n1, i0 = i / (n1 * n2);
+    out[i] = in[i0 * s0 + i1 * s1 + i2 * s2];
+  }
+}
+
+// ---------------------------------------------------------------------------
 // AdamW over many tensors in one launch (optax semantics, as dsl/train.cpp):
 //   g = grad * grad_scale            (global-norm clipping's factor)
 //   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2

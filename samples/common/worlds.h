@@ -8,17 +8,22 @@
 //   --backend cuda --world nccl one GPU per rank (NcclWorld)
 //
 // gpu and nccl need a GPU; without one they say so and the sample exits
-// non-zero rather than run something else. On a GPU, --world gpu makes a
-// gpu::CudaWorld, which only a program's nvcc build (NAME_device) runs on:
-// the samples link the simulator's builds, so their programs then say so.
-// NcclWorld is still to come (issue 35).
+// non-zero rather than run something else. nccl also needs MPI (one process
+// per GPU, started by mpirun: the bootstrap is runtime/gpu/nccl_mpi.h). On a
+// GPU, --world gpu makes a gpu::CudaWorld and --world nccl a gpu::NcclWorld,
+// which only a program's nvcc build (NAME_device) runs on: the samples link
+// the simulator's builds, so their programs then say so.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "runtime/gpu/gpu_world.h"
+#include "runtime/gpu/nccl_world.h"
 #include "runtime/thread_world.h"
+#if defined(SHARC_HAVE_MPI)
+#include "runtime/gpu/nccl_mpi.h"
+#endif
 
 namespace samples {
 
@@ -69,9 +74,14 @@ struct WorldChoice {
       return nullptr;
     }
     if (world == "gpu") return std::make_unique<sharc::gpu::CudaWorld>(mesh);
-    *error = "--world nccl: NcclWorld (one GPU per rank) is not built yet (issue 35); --world sim runs the "
-             "same program on the simulator";
+#if defined(SHARC_HAVE_MPI)
+    static sharc::gpu::MpiBootstrap boot;  // this process among mpirun's
+    return std::make_unique<sharc::gpu::NcclWorld>(mesh, boot);
+#else
+    *error = "--world nccl needs MPI (one process per GPU, started by mpirun), and this sample was built "
+             "without it; --world gpu runs the mesh's devices on one GPU";
     return nullptr;
+#endif
   }
 };
 

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codegen/interpret.h"
@@ -25,15 +26,18 @@
 #include "gpt2_train_cuda_fsdp4_model2.h"
 #include "gpt2_train_cuda_pipe2_data2_model2.h"
 #include "mlp_train_cuda_bf16_fsdp4_model2.h"
+#include "mlp_train_cuda_data1.h"
 #include "mlp_train_cuda_data4_model2.h"
 #include "mlp_train_cuda_data8.h"
 #include "mlp_train_cuda_fsdp4_model2.h"
 #include "mlp_train_cuda_fsdp8.h"
 #include "mlp_train_cuda_model8.h"
 #include "runtime/gpu/gpu_world.h"
+#include "runtime/gpu/nccl_world.h"
 #include "runtime/init.h"
 #include "samples/gpt2/model.h"
 #include "samples/mlp_classifier/model.h"
+#include "tests/gpu/fake_nccl.h"
 
 namespace sharc {
 namespace {
@@ -43,6 +47,7 @@ namespace {
 // label cuda) their nvcc builds on a gpu::CudaWorld, skipping, with the
 // reason, where there is no GPU.
 #if SHARC_CUDA_WORLD
+constexpr bool kOnAGpu = true;
 using TestWorld = gpu::CudaWorld;
 #define SKIP_WITHOUT_GPU()                                         \
   do {                                                             \
@@ -50,6 +55,7 @@ using TestWorld = gpu::CudaWorld;
     if (!gpu::cuda_kernels(&why)) GTEST_SKIP() << why;             \
   } while (0)
 #else
+constexpr bool kOnAGpu = false;
 using TestWorld = gpu::SimGpuWorld;
 #define SKIP_WITHOUT_GPU() \
   do {                     \
@@ -262,6 +268,90 @@ TEST(CudaPrograms, PipelinedGptMatchesTheOracle) {
                         gpt_batch, kGptF32);
 }
 
+// The programs on gpu::NcclWorld: one world per rank, each on a thread of
+// its own (as one process per GPU would be), their collectives through NCCL
+// calls on device buffers, here a stand-in moving the simulator's memory
+// (tests/gpu/fake_nccl.h). Every rank's outputs at every step and its
+// parameters after the last, against the oracle. The pipelined GPT's sends
+// and receives match by order, as NCCL's do: a receive out of order would
+// show here.
+// With `libnccl` (the device build, one rank): NCCL itself on the GPU.
+template <class Program, class Inputs, class Outputs, class Parameters>
+void expect_nccl_training_matches_oracle(const ir::Graph& global, HostValues (*make_inputs)(int),
+                                         const Inputs& input_table, const Outputs& outputs,
+                                         const Parameters& parameters, const Closeness& c, bool libnccl) {
+  const rt::MeshShape mesh = Program::mesh_shape();
+  const int n = mesh.num_devices();
+  std::vector<HostValues> want;
+  HostValues state;
+  for (int step = 1; step <= kSteps; ++step) want.push_back(interpret(global, make_inputs(step), kSeed, &state));
+  gpu::fake::Hub hub(n);
+  gpu::fake::ThreadBootstrap::Shared shared;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        gpu::fake::ThreadBootstrap boot(shared, r, n);
+        const gpu::NcclWorld::Options options{.timeout = std::chrono::seconds(120)};
+        std::unique_ptr<gpu::NcclWorld> made =
+            libnccl ? std::make_unique<gpu::NcclWorld>(mesh, boot, options)
+                    : std::make_unique<gpu::NcclWorld>(mesh, boot, std::make_unique<gpu::fake::FakeNccl>(hub, r),
+                                                       gpu::simulated_kernels(), nullptr, SIZE_MAX, options);
+        gpu::NcclWorld& world = *made;
+        Program program(world);
+        program.init(kSeed);
+        for (int step = 1; step <= kSteps; ++step) {
+          const HostValues inputs = make_inputs(step);
+          std::vector<std::vector<float>> host;
+          typename Program::Inputs in;
+          for (const rt::TensorInfo& info : input_table) {
+            const std::vector<double>& v = inputs.at(std::string(info.name));
+            host.emplace_back(v.begin(), v.end());
+          }
+          for (size_t k = 0; k < host.size(); ++k) in.set(input_table[k].name, std::span<const float>(host[k]));
+          typename Program::Outputs out;
+          std::vector<std::vector<float>> got;
+          for (const rt::TensorInfo& info : outputs) got.emplace_back(static_cast<size_t>(info.elements()));
+          for (size_t k = 0; k < got.size(); ++k) out.set(outputs[k].name, std::span<float>(got[k]));
+          program.step(in, out);
+          for (size_t k = 0; k < got.size(); ++k) {
+            const std::vector<double>& w = want[static_cast<size_t>(step - 1)].at(std::string(outputs[k].name));
+            const double tol = c.out_rtol * std::max(1.0, max_abs(w));
+            for (size_t i = 0; i < w.size(); ++i)
+              EXPECT_NEAR(got[k][i], w[i], tol) << "rank " << r << " output \"" << outputs[k].name << "\" [" << i
+                                                << "] at step " << step;
+          }
+        }
+        for (const rt::TensorInfo& info : parameters) {
+          const std::vector<double>& w = state.at(std::string(info.name));
+          std::vector<float> got(w.size());
+          program.get_parameter(info.name, got);
+          double worst = 0;
+          for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::fabs(got[i] - w[i]));
+          EXPECT_LE(worst, c.param_atol) << "rank " << r << " parameter \"" << info.name << "\"";
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+}
+
+#define EXPECT_NCCL_MATCHES_ORACLE(program, global, make_inputs, closeness, libnccl)                   \
+  expect_nccl_training_matches_oracle<sharc_gen::program::Program>(                                   \
+      global, make_inputs, sharc_gen::program::kInputs, sharc_gen::program::kOutputs,                 \
+      sharc_gen::program::kParameters, closeness, libnccl)
+
+// One rank: on a GPU (the device build), NCCL itself, the run the GPU
+// script makes; here, the stand-in.
+TEST(CudaPrograms, MlpTrainingOnOneRankNcclWorldMatchesTheOracle) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_NCCL_MATCHES_ORACLE(mlp_train_cuda_data1, mlp_train(false), mlp_batch, kMlpF32, kOnAGpu);
+}
+
+
 #if !SHARC_CUDA_WORLD  // the simulator's world: its memory capacity, its memory said not the host's
 // A program that does not fit a device's memory is refused before anything
 // is allocated, naming the device and both sizes; one byte more and it fits.
@@ -307,6 +397,14 @@ TEST(CudaPrograms, StagedThroughHostMemoryGptMatchesTheOracle) {
   EXPECT_MATCHES_ORACLE(gpt2_train_cuda_data2_model4, gpt_train(true, false), "data=2,model=4", gpt_batch, c);
   EXPECT_MATCHES_ORACLE(gpt2_train_cuda_pipe2_data2_model2, gpt_train(false, true), "pipe=2,data=2,model=2",
                         gpt_batch, c);
+}
+
+TEST(CudaPrograms, MlpTrainingOnNcclWorldsMatchesTheOracle) {
+  EXPECT_NCCL_MATCHES_ORACLE(mlp_train_cuda_data4_model2, mlp_train(false), mlp_batch, kMlpF32, false);
+}
+TEST(CudaPrograms, PipelinedGptOnNcclWorldsMatchesTheOracle) {
+  EXPECT_NCCL_MATCHES_ORACLE(gpt2_train_cuda_pipe2_data2_model2, gpt_train(false, true), gpt_batch, kGptF32,
+                             false);
 }
 
 // parameter_shard (what checkpoints read) refuses to hand the host a
