@@ -122,21 +122,28 @@ void kernel_temps(Tracker& t, const ir::Graph& g, const Node& v) {
 
 }  // namespace
 
-int64_t adamw_chunks(const ir::Graph& g, const ir::Node& kernel) {
+int64_t multi_tensor_chunks(const ir::Graph& g, const ir::Node& kernel) {
+  // adamw: lr, t, then (w, g, m, v) per tensor; global_norm: the tensors.
+  const bool adamw = kernel.kernel == "adamw";
   int64_t chunks = 0;
-  for (int t = 0; t < kernel.ints.at(0); ++t)
-    chunks += (ir::num_elements(g[kernel.args[2 + 4 * t]].shape) + gpu::kTensorChunk - 1) / gpu::kTensorChunk;
+  for (int t = 0; t < kernel.ints.at(0); ++t) {
+    const int x = kernel.args[static_cast<size_t>(adamw ? 2 + 4 * t : t)];
+    chunks += (ir::num_elements(g[x].shape) + gpu::kTensorChunk - 1) / gpu::kTensorChunk;
+  }
   return chunks;
 }
 
 uint64_t kernel_scratch_bytes(const ir::Graph& g, const ir::Node& kernel) {
   if (kernel.kernel == "adamw")  // the launch's tensor table and chunk list, uploaded to the device
-    return kernel.ints.at(0) * sizeof(gpu::AdamWTensor) + adamw_chunks(g, kernel) * sizeof(gpu::TensorChunk);
+    return kernel.ints.at(0) * sizeof(gpu::AdamWTensor) + multi_tensor_chunks(g, kernel) * sizeof(gpu::TensorChunk);
   if (kernel.kernel == "layernorm_backward") {
     const ir::Shape& x = g[kernel.args[1]].shape;
     const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
     return gpu::layernorm_backward_scratch_floats(static_cast<int>(rows), static_cast<int>(cols)) * sizeof(float);
   }
+  if (kernel.kernel == "global_norm")  // the tensor table, the chunk list and a partial sum per chunk
+    return kernel.ints.at(0) * sizeof(gpu::NormTensor) +
+           multi_tensor_chunks(g, kernel) * (sizeof(gpu::TensorChunk) + sizeof(float));
   if (kernel.kernel == "cross_entropy" && kernel.args.size() == 3) {  // the backward launch's losses
     const ir::Shape& logits = g[kernel.args[0]].shape;
     return static_cast<uint64_t>(ir::num_elements(logits) / logits.back()) * sizeof(float);

@@ -121,9 +121,9 @@ LocalDotLayout local_dot_layout(const ir::DotDims& d, const ir::Shape& lhs, cons
 // The scratch a Kernel node's launch allocates beside its results, in bytes
 // (0 for most): released after the launch.
 uint64_t kernel_scratch_bytes(const ir::Graph& g, const ir::Node& kernel);
-// The blocks of an "adamw" Kernel node's launch (gpu::tensor_chunks' count
-// for its tensors).
-int64_t adamw_chunks(const ir::Graph& g, const ir::Node& kernel);
+// The blocks of a multi-tensor Kernel node's launch, "adamw" or
+// "global_norm" (gpu::tensor_chunks' count for its tensors).
+int64_t multi_tensor_chunks(const ir::Graph& g, const ir::Node& kernel);
 
 // Bytes a device holds, replayed from the plan in statement order: the
 // persistent parameter shards (allocated when the Program is constructed),

@@ -325,6 +325,9 @@ class CpuEmitter {
   // The multi-tensor AdamW launch (a kernel node "adamw"): its tensor table
   // and chunk list uploaded to the device, the new values in place.
   void emit_adamw(CodeWriter& w, const Stmt& s);
+  // The global norm launch (a kernel node "global_norm"): its tensor table
+  // and chunk list uploaded into the launch's scratch, the partial sums after.
+  void emit_global_norm(CodeWriter& w, const Stmt& s);
 
   // ---- scanned layers -----------------------------------------------------
   //

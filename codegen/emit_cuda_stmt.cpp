@@ -84,6 +84,7 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
   };
   const ir::Composite& region = g_.composites.at(v.composite);
   if (v.kernel == "adamw") return emit_adamw(w, s);
+  if (v.kernel == "global_norm") return emit_global_norm(w, s);
   w.line("// " + loc_prefix(v) + ir::composite_name(region.kind) + (v.backward ? " backward" : " forward") +
          " as one kernel, KernelSet::" + v.kernel + " (" + shape_comment(v) + ")");
   for (const auto& [name, id] : result) w.line(declare(id, /*writes_all=*/true));
@@ -203,7 +204,7 @@ void CpuEmitter::emit_adamw(CodeWriter& w, const Stmt& s) {
          " as one multi-tensor kernel, KernelSet::adamw");
   w.open("");
   std::vector<std::string> rows, sizes;
-  const int64_t chunks = adamw_chunks(g_, v);
+  const int64_t chunks = multi_tensor_chunks(g_, v);
   for (int t = 0; t < tensors; ++t) {
     const int* old = &v.args[2 + 4 * t];  // w, g, m, v
     const int64_t n = ir::num_elements(g_[old[0]].shape);
@@ -235,6 +236,45 @@ void CpuEmitter::emit_adamw(CodeWriter& w, const Stmt& s) {
          float_literal(region.b1) + ", .b2 = " + float_literal(region.b2) + ", .eps = " +
          float_literal(region.eps) + ",");
   w.line("                       .lr = " + ptr(v.args[0]) + ", .count = " + ptr(v.args[1]) + "});");
+  w.close(kernel_scratch_ + " released");
+}
+
+void CpuEmitter::emit_global_norm(CodeWriter& w, const Stmt& s) {
+  const Node& v = g_[s.node];
+  const int tensors = v.ints.at(0);
+  const int factor = s.stores.empty() ? -1 : s.stores[0];
+  w.line("// " + loc_prefix(v) + "the global norm of " + std::to_string(tensors) + " gradients" +
+         (factor >= 0 ? " and the clip factor" : "") + " as one kernel, KernelSet::global_norm");
+  w.line(declare(s.node, /*writes_all=*/true));
+  if (factor >= 0) w.line(declare(factor, /*writes_all=*/true));
+  w.open("");
+  std::vector<std::string> rows, sizes;
+  for (int t = 0; t < tensors; ++t) {
+    const int x = v.args[static_cast<size_t>(t)];
+    const std::string n = std::to_string(ir::num_elements(g_[x].shape));
+    sizes.push_back(n);
+    rows.push_back("{" + ptr(x) + ", " + n + "},");
+  }
+  const int64_t chunks = multi_tensor_chunks(g_, v);
+  w.line("const gpu::NormTensor tensors[] = {");
+  for (const std::string& r : rows) w.line("    " + r);
+  w.line("};");
+  w.line("const std::vector<gpu::TensorChunk> chunks = gpu::tensor_chunks({" + join(sizes, ", ") + "});  // " +
+         std::to_string(chunks) + " blocks");
+  if (kernel_scratch_.empty()) kernel_scratch_ = locals_.user("kernel_scratch");
+  w.line("rt::BufferI32 " + kernel_scratch_ + "(" + std::to_string(kernel_scratch_bytes(g_, v) / 4) +
+         ", &mem, rt::uninitialized);  // the tensors, chunks and partial sums, on the device");
+  w.line("auto* device_tensors = reinterpret_cast<gpu::NormTensor*>(" + kernel_scratch_ + ".data());");
+  w.line("auto* device_chunks = reinterpret_cast<gpu::TensorChunk*>(device_tensors + " + std::to_string(tensors) +
+         ");");
+  w.line("gpu_dev.kernels->upload(device_tensors, tensors, sizeof tensors);");
+  w.line("gpu_dev.kernels->upload(device_chunks, chunks.data(), chunks.size() * sizeof(gpu::TensorChunk));");
+  w.line("gpu_dev.kernels->global_norm({.tensors = device_tensors, .chunks = device_chunks, .num_chunks = " +
+         std::to_string(chunks) + ",");
+  w.line("                             .partial = reinterpret_cast<float*>(device_chunks + " +
+         std::to_string(chunks) + "), .norm = " + ptr(s.node) + ",");
+  w.line("                             .clip_factor = " + (factor >= 0 ? ptr(factor) : std::string("nullptr")) +
+         ", .max_norm = " + float_literal(v.scalar > 0 ? v.scalar : 1.0) + "});");
   w.close(kernel_scratch_ + " released");
 }
 

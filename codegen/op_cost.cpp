@@ -70,6 +70,9 @@ rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
                                static_cast<double>(p[1]) * static_cast<double>(p[1]) *
                                static_cast<double>(p[3] / 3);
     c.flops = per_product * (n.kernel == "attention_forward" ? 2 : 5);
+  } else if (n.op == Op::kKernel && n.kernel == "global_norm") {
+    c.flops = 0;  // a square and an add per gradient element
+    for (int x : n.args) c.flops += 2 * elements(g.nodes[x].shape);
   } else if (n.op == Op::kKernel && n.kernel == "cross_entropy") {
     // Over the logits: max, exp and sum; the gradient's exp, sub and mul.
     c.flops = (n.args.size() == 2 ? 4 : 8) * elements(g.nodes[n.args[0]].shape);

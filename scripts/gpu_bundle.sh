@@ -4,7 +4,9 @@
 # OpenBLAS or network, runs binaries built here:
 #   - gpu_kernels_cuda_test, gpu_kernels_sim_test, bench_gpu_kernels;
 #   - gpu_cuda_programs_device_test: generated BACKEND cuda programs (nvcc
-#     builds) on a gpu::CudaWorld against the oracle;
+#     builds) on a gpu::CudaWorld against the oracle, printing each step's
+#     time, and the one-device MLP on a one-rank gpu::NcclWorld;
+#   - gpt2_main: the same GPT's CPU program, for its step time there;
 #   - the shared libraries they load that the GPU machine's image lacks
 #     (everything but glibc and the CUDA driver/runtime), under lib/.
 # Then one device call runs scripts/gpu_run.sh (see README.md, "GPU kernels").
@@ -12,18 +14,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${SHARC_BUILD_DIR:-build}
-scripts/build.sh --target gpu_kernels_cuda_test gpu_kernels_sim_test bench_gpu_kernels gpu_cuda_programs_device_test
+scripts/build.sh --target gpu_kernels_cuda_test gpu_kernels_sim_test bench_gpu_kernels gpu_cuda_programs_device_test \
+  gpt2_main
 rm -rf gpu-bundle
 mkdir -p gpu-bundle/lib
 for b in tests/gpu/gpu_kernels_cuda_test tests/gpu/gpu_kernels_sim_test bench/bench_gpu_kernels \
-         tests/gpu/gpu_cuda_programs_device_test; do
+         tests/gpu/gpu_cuda_programs_device_test samples/gpt2/gpt2_main; do
   cp "$build/$b" gpu-bundle/
 done
 # Shared libraries, resolved here; glibc, the dynamic loader and CUDA's own
 # libraries (NCCL's too: 200 MB, past what a device call carries) come from
 # the GPU machine.
-ldd gpu-bundle/gpu_kernels_cuda_test gpu-bundle/bench_gpu_kernels gpu-bundle/gpu_cuda_programs_device_test |
+ldd gpu-bundle/gpu_kernels_cuda_test gpu-bundle/bench_gpu_kernels gpu-bundle/gpu_cuda_programs_device_test \
+    gpu-bundle/gpt2_main |
   awk '/=> \// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/libcuda|/libcudart|/libcublas|/libnccl' |
   while read -r lib; do cp -L "$lib" gpu-bundle/lib/; done
-du -sh gpu-bundle
+# A device call carries 64 MiB at most: the binaries without their debug
+# information, everything in one gzip archive (OpenBLAS alone is 36 MB, 11
+# packed), which gpu_run.sh unpacks first.
+for b in gpu-bundle/*; do [ -f "$b" ] && strip --strip-debug "$b"; done
+tar -C gpu-bundle -czf gpu-bundle.tar.gz .
+rm -rf gpu-bundle && mkdir gpu-bundle && mv gpu-bundle.tar.gz gpu-bundle/packed.tar.gz
+size=$(stat -c %s gpu-bundle/packed.tar.gz)
+echo "gpu-bundle/packed.tar.gz: $((size / 1048576)) MiB"
+if [ "$size" -gt $((60 * 1048576)) ]; then
+  echo "gpu_bundle.sh: the bundle is past 60 MiB, too close to the 64 MiB a device call carries" >&2
+  exit 1
+fi

@@ -11,6 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
 mkdir -p "$out"
+[ -f gpu-bundle/packed.tar.gz ] && tar -C gpu-bundle -xzf gpu-bundle/packed.tar.gz
 # CUDA's runtime, cuBLASLt and NCCL come from the machine: the toolkit's, or
 # else the copies PyTorch's wheels installed.
 cuda_libs=$(python3 - <<'PY' 2>/dev/null
@@ -33,7 +34,10 @@ echo "== kernel tests on the device"
 gpu-bundle/gpu_kernels_cuda_test 2>&1 | tee "$out/cuda_test.txt" | grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure|element"
 echo "== generated CUDA programs on a CudaWorld, and the MLP on a one-rank NcclWorld (nvcc builds, against the oracle)"
 timeout 240 gpu-bundle/gpu_cuda_programs_device_test 2>&1 | tee "$out/cuda_programs.txt" |
-  grep -E "^\[  (PASSED|FAILED|SKIPPED)|OK \]|Failure|what\(\)"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED)|OK \]|Failure|what\(\)|ms/step"
+echo "== GPT step time: the CPU program on this machine's cores, beside the CUDA program's above"
+grep -E "ms/step" "$out/cuda_programs.txt" | tee "$out/step_times.txt"
+timeout 120 gpu-bundle/gpt2_main --mesh data=2,model=4 --steps 6 --sample 0 2>&1 | tail -3 | tee -a "$out/step_times.txt"
 echo "== compute-sanitizer memcheck: the generated 2-layer GPT"
 "${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}" --tool memcheck \
   --error-exitcode 3 gpu-bundle/gpu_cuda_programs_device_test --gtest_filter='*ScannedGptOnData2Model4*' \

@@ -347,6 +347,89 @@ std::string map_cross_entropy(const Mapper& m, const std::vector<int>& fwd, cons
   return "";
 }
 
+// The gradients' global norm and clip factor (dsl/train.cpp, train_step;
+// optax.clip_by_global_norm). Operands: the gradients, each squared and
+// summed. Results: the norm (an output), and with clipping each gradient
+// scaled by the factor min(1, max_norm / max(norm, 1e-30)). The kernel
+// computes the norm and the factor; the scaling stays (it reads the
+// factor the kernel writes).
+struct GlobalNormRoles {
+  std::vector<int> grads;   // in first-read order
+  int norm = -1, factor = -1;
+  double max_norm = 0;      // 0: no clipping
+  std::set<int> kept;       // the scaling and the factor's broadcasts
+};
+
+// The constant `x` is, through broadcasts, or NaN.
+double constant_value(const ir::Graph& g, int x) {
+  while (g[x].op == Op::kBroadcast) x = g[x].args[0];
+  return g[x].op == Op::kConstant ? g[x].scalar : std::nan("");
+}
+
+std::string map_global_norm(const Mapper& m, const std::vector<int>& part, GlobalNormRoles& r) {
+  const ir::Graph& g = m.g_;
+  const std::set<int> in(part.begin(), part.end());
+  for (int id : part) {
+    if (g[id].remat) return kNotTheKernel;
+    if (g[id].op == Op::kSqrt) r.norm = r.norm < 0 ? id : -2;
+    if (g[id].op == Op::kMin) r.factor = r.factor < 0 ? id : -2;
+  }
+  if (r.norm < 0 || r.factor == -2) return kNotTheKernel;
+  r.grads = computed_operands(m, part);
+  for (int x : r.grads)
+    if (g[x].dtype != ir::DType::kF32) return "a gradient is not f32: the global_norm kernel reads f32";
+  if (r.factor >= 0) {
+    // factor = min(1, max_norm / max(norm, 1e-30)).
+    const Node& f = g[r.factor];
+    const int ratio = constant_value(g, f.args[0]) == 1.0 ? f.args[1] : f.args[0];
+    if (g[ratio].op != Op::kDiv) return kNotTheKernel;
+    r.max_norm = constant_value(g, g[ratio].args[0]);
+    if (!(r.max_norm > 0)) return kNotTheKernel;
+    // What reads the factor inside: broadcasts, and the muls that scale.
+    std::vector<int> readers = {r.factor};
+    while (!readers.empty()) {
+      const int x = readers.back();
+      readers.pop_back();
+      for (int u : m.users_[x]) {
+        if (!in.count(u)) continue;
+        if (g[u].op == Op::kBroadcast) {
+          r.kept.insert(u);
+          readers.push_back(u);
+        } else if (g[u].op == Op::kMul && g[u].args.size() == 2) {
+          const int other = g[u].args[0] == x ? g[u].args[1] : g[u].args[0];
+          if (std::find(r.grads.begin(), r.grads.end(), other) == r.grads.end()) return kNotTheKernel;
+          r.kept.insert(u);
+        } else if (u != r.factor && g[u].op != Op::kMin) {
+          return kNotTheKernel;
+        }
+      }
+    }
+  }
+  // Read outside the region: the norm, and the scaled gradients only.
+  std::set<int> region(part.begin(), part.end());
+  for (int o : m.results(part, region))
+    if (o != r.norm && !(r.kept.count(o) && g[o].op == Op::kMul)) return kNotTheKernel;
+  return "";
+}
+
+// The global norm's replacement: a kernel node for the norm, operands the
+// gradients, ints = {tensors}, scalar = max_norm (0: no clipping), and a
+// kernel_output for the clip factor; the scaling is kept.
+Replacement replace_global_norm(const ir::Graph& g, const GlobalNormRoles& r, const std::vector<int>& part) {
+  auto old = [](int id) { return Arg{id, -1, -1}; };
+  Replacement rep;
+  for (int id : part)
+    if (!r.kept.count(id)) rep.removed.push_back(id);
+  NewNode k{kernel_node(g[r.norm], "global_norm"), {}, r.norm};
+  for (int x : r.grads) k.args.push_back(old(x));
+  k.node.ints = {static_cast<int>(r.grads.size())};
+  k.node.scalar = r.max_norm;
+  rep.nodes.push_back(std::move(k));
+  if (r.factor >= 0)
+    rep.nodes.push_back({kernel_node(g[r.factor], "global_norm.clip_factor"), {Arg{-1, 0, 0}}, r.factor});
+  return rep;
+}
+
 // One parameter's Adam(W) update (dsl/train.cpp): operands the parameter
 // w, its moments m and v, its gradient g, the learning rate and the step
 // count t; results the three new values, each the update of its old one.
@@ -667,10 +750,26 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
       adams[k].push_back({roles, nodes, i});
       continue;
     }
-    if (c.kind != ir::CompositeKind::kLayerNorm && c.kind != ir::CompositeKind::kAttention &&
-        c.kind != ir::CompositeKind::kSoftmaxCrossEntropy) {
-      for (KernelChoice* k : {f, b})
-        if (k) fall_back(k, "sharc does not launch " + k->kernel + " from generated programs yet: generated kernels compute it");
+    if (c.kind == ir::CompositeKind::kGlobalNorm && !f->kernel.empty()) {
+      GlobalNormRoles roles;
+      const std::vector<int> nodes = m.computing(f->nodes);
+      std::string why = map_global_norm(m, nodes, roles);
+      Replacement r;
+      if (why.empty()) {
+        r = replace_global_norm(g, roles, nodes);
+        if (const int id = read_elsewhere(m, {r}); id >= 0)
+          why = "the program reads " + ir::describe_value(g[id]) + " from inside it";
+      }
+      if (!why.empty()) {
+        fall_back(f, why);
+        continue;
+      }
+      // The kernel output's operand names this replacement.
+      for (NewNode& nn : r.nodes)
+        for (Arg& a : nn.args)
+          if (a.replacement == 0) a.replacement = static_cast<int>(reps.size());
+      reps.push_back(std::move(r));
+      reps_of.push_back({i});
       continue;
     }
     if (f->kernel.empty() || (b && b->kernel.empty())) {

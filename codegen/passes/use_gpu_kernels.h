@@ -40,8 +40,12 @@
 //    with the DSL's float labels (one_hot's meaning) and each example's
 //    loss gradient; the mean over the batch stays outside. A mesh that
 //    splits the classes puts collectives inside: it falls back.
-//  - global_norm: not yet mapped; generated kernels compute it, and the
-//    choice says so.
+//  - global_norm: the gradients' norm and, with clipping, the clip factor,
+//      norm = global_norm(g0, g1, ...)          ints = {tensors}
+//      factor = kernel_output(norm)             scalar = max_norm
+//    The scaling of each gradient by the factor stays (generated kernels),
+//    reading the factor the kernel writes. A mesh that shards a gradient
+//    puts the norm's partial sums' all-reduce inside: it falls back.
 //
 //   before: %56 = reduce(%31) sum axes=[2] ... %77 = add(%75, %76)   (17 nodes)
 //   after:  %56 = kernel(%31, %33, %35) layernorm_forward : f32[8,64,64]

@@ -8,8 +8,13 @@ namespace {
 constexpr int64_t kEvalBatch = 1000;  // the 10,000 test images in 10 batches
 }
 
+// Option "clip" (default 0, none): the gradients' global norm is clipped at
+// this value (optax.clip_by_global_norm).
 SHARC_PROGRAM(mlp_train, b) {
-  mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer());
+  const int64_t clip = b.option("clip", 0);
+  sharc::TrainOptions o;
+  if (clip > 0) o.clip_global_norm = static_cast<double>(clip);
+  mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer(), o);
 }
 
 // The same step in bf16 mixed precision (--dtype bf16): activations and

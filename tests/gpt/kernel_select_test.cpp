@@ -243,10 +243,9 @@ TEST(GpuKernels, TheGptsLayerNormsAttentionAndAdamWRunAsKernels) {
   EXPECT_TRUE(lower(g, Mesh::parse("data=2,model=4", 8)).kernels.empty());
 }
 
-// On data=8 every region of the GPT's training step is one launch, but the
-// global norm (generated kernels, saying so): the scanned layers' layer
-// norms and attention, the cross-entropy forward and backward, the AdamW
-// updates.
+// On data=8 every region of the GPT's training step is one launch: the
+// scanned layers' layer norms and attention, the cross-entropy forward and
+// backward, the global norm and clip factor, the AdamW updates.
 TEST(GpuKernels, DataParallelRunsTheGptsRegionsAsKernels) {
   GPTConfig cfg = config(64, 4, 0.0);
   cfg.scan = true;
@@ -283,10 +282,20 @@ TEST(GpuKernels, DataParallelRunsTheGptsRegionsAsKernels) {
               kc.kernel.empty() ? "fallback: " + kc.reason : kc.kernel);
   expect_all(c, "softmax_cross_entropy forward", "cross_entropy", 1);
   expect_all(c, "softmax_cross_entropy backward", "cross_entropy", 1);
-  expect_all(c, "global_norm forward",
-             "fallback: sharc does not launch global_norm from generated programs yet: generated kernels compute "
-             "it",
-             1);
+  expect_all(c, "global_norm forward", "global_norm", 1);
+  // The norm of every gradient and the clip factor (max norm 1, the
+  // sample's), which each gradient's scaling reads.
+  int norms = 0;
+  for (const ir::Node& n : l.partitioned.nodes) {
+    if (n.op != ir::Op::kKernel || n.kernel != "global_norm") continue;
+    ++norms;
+    EXPECT_EQ(n.ints, std::vector<int>{static_cast<int>(n.args.size())});
+    EXPECT_EQ(n.args.size(), static_cast<size_t>(k["adamw.m"]));  // one per parameter
+    EXPECT_DOUBLE_EQ(n.scalar, 1.0);
+    EXPECT_TRUE(n.shape.empty());
+  }
+  EXPECT_EQ(norms, 1);
+  EXPECT_EQ(k["global_norm.clip_factor"], 1);
 }
 
 // Where 'model' splits the classes the loss needs the devices' partial
@@ -311,6 +320,9 @@ TEST(GpuKernels, TheLossOnSplitClassesAndRematerialisedAttentionFallBack) {
   EXPECT_EQ(why["attention backward"], why["attention forward"]);
   EXPECT_EQ(kernel_nodes(l.partitioned).count("attention_forward"), 0u);
   EXPECT_EQ(kernel_nodes(l.partitioned).count("cross_entropy"), 0u);
+  // 'model' shards gradients: the norm's partial sums are all-reduced inside.
+  EXPECT_EQ(why["global_norm forward"].rfind("the partitioner put a", 0), 0u) << why["global_norm forward"];
+  EXPECT_EQ(kernel_nodes(l.partitioned).count("global_norm"), 0u);
 }
 
 ir::Graph layer_norm_program(bool bf16) {

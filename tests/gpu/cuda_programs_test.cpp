@@ -10,8 +10,10 @@
 // three meshes, scanned and pipelined, the same way.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <iterator>
+#include <optional>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
@@ -132,6 +134,7 @@ void expect_training_matches_oracle(const ir::Graph& global, const char* mesh, H
   }
   HostValues state;
   double worst_loss = 0, worst_cosine = 1;  // bf16: what was measured, printed
+  double step_seconds = 0;                  // after the first step, printed (the GPU run's step time)
   for (int step = 1; step <= kSteps; ++step) {
     const HostValues inputs = make_inputs(step);
     std::vector<std::vector<float>> host;  // every input is f32 in these models
@@ -146,7 +149,10 @@ void expect_training_matches_oracle(const ir::Graph& global, const char* mesh, H
     std::vector<std::vector<float>> got;
     for (const rt::TensorInfo& info : outputs) got.emplace_back(static_cast<size_t>(info.elements()));
     for (size_t k = 0; k < got.size(); ++k) out.set(outputs[k].name, std::span<float>(got[k]));
+    const auto started = std::chrono::steady_clock::now();
     program.step(in, out);
+    if (step > 1)  // out's downloads wait for the device: the step's time
+      step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (step == 1) {  // the collectives' bytes per device and kind, and the memory, are the report's
       std::string why;
       PipelineOptions gpu;  // the program's layer norms run as KernelSet kernels
@@ -193,12 +199,16 @@ void expect_training_matches_oracle(const ir::Graph& global, const char* mesh, H
   if (c.loss_rtol > 0)
     std::printf("bf16 on %s: worst loss error %.2e, worst update cosine %.4f\n",
                 mesh, worst_loss, worst_cosine);
+  std::printf("%s on %s, %s: %.2f ms/step (steps 2-%d)\n", global.name.c_str(), mesh,
+              world.kernels(0).name().c_str(), 1e3 * step_seconds / (kSteps - 1), kSteps);
 }
 
-ir::Graph mlp_train(bool bf16) {
+ir::Graph mlp_train(bool bf16, std::optional<double> clip = std::nullopt) {
   return trace(bf16 ? "mlp_train_bf16" : "mlp_train", [&](ProgramBuilder& b) {
     if (bf16) b.set_dtype(DType::kBF16);
-    mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer());
+    TrainOptions o;
+    o.clip_global_norm = clip;
+    mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer(), o);
   });
 }
 
@@ -345,10 +355,13 @@ void expect_nccl_training_matches_oracle(const ir::Graph& global, HostValues (*m
       sharc_gen::program::kParameters, closeness, libnccl)
 
 // One rank: on a GPU (the device build), NCCL itself, the run the GPU
-// script makes; here, the stand-in.
+// script makes; here, the stand-in. Gradients clipped at norm 1 (option
+// clip=1): the global norm kernel's clip factor scales them.
 TEST(CudaPrograms, MlpTrainingOnOneRankNcclWorldMatchesTheOracle) {
   SKIP_WITHOUT_GPU();
-  EXPECT_NCCL_MATCHES_ORACLE(mlp_train_cuda_data1, mlp_train(false), mlp_batch, kMlpF32, kOnAGpu);
+  // The first step's norm is past 1, so the factor does scale.
+  EXPECT_GT(interpret(mlp_train(false, 1.0), mlp_batch(1), kSeed).at("grad_norm")[0], 1.0);
+  EXPECT_NCCL_MATCHES_ORACLE(mlp_train_cuda_data1, mlp_train(false, 1.0), mlp_batch, kMlpF32, kOnAGpu);
 }
 
 
