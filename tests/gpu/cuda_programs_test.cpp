@@ -24,6 +24,7 @@
 #include "codegen/interpret.h"
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
+#include "gpt2_train_cuda_bf16_data2_model4.h"
 #include "gpt2_train_cuda_data2_model4.h"
 #include "gpt2_train_cuda_fsdp4_model2.h"
 #include "gpt2_train_cuda_pipe2_data2_model2.h"
@@ -248,9 +249,10 @@ TEST(CudaPrograms, MlpTrainingInBF16IsNearTheOracle) {
                         Closeness{.loss_rtol = 3e-2, .min_cosine = 0.93});
 }
 
-ir::Graph gpt_train(bool scan, bool pipelined) {
+ir::Graph gpt_train(bool scan, bool pipelined, bool bf16 = false) {
   return trace(pipelined ? "gpt2_train_pipelined" : "gpt2_train", [&](ProgramBuilder& b) {
     if (pipelined) b.set_pipeline(gpt2::pipeline());
+    if (bf16) b.set_dtype(DType::kBF16);
     // attention_dropout=0, as the programs are built (samples/gpt2/CMakeLists.txt).
     const gpt2::GPTConfig c = gpt2::config(GPT2_LAYERS, scan ? GPT2_SCAN : 0, /*attention_dropout=*/0);
     gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, 0));
@@ -272,6 +274,17 @@ TEST(CudaPrograms, ScannedGptOnData2Model4MatchesTheOracle) {
 TEST(CudaPrograms, ScannedGptOnFsdp4Model2MatchesTheOracle) {
   EXPECT_MATCHES_ORACLE(gpt2_train_cuda_fsdp4_model2, gpt_train(true, false), "fsdp=4,model=2", gpt_batch,
                         kGptF32);
+}
+// bf16 mixed precision (option bf16=1): 3% on the loss (measured: 5e-6) and
+// cosine 0.88 for each parameter's update (measured: 0.909 at worst, on
+// h/attn/qkv/bias; the rest above 0.93, the MLP's bound). The key bias's
+// gradient is zero in exact arithmetic (softmax ignores a constant added to
+// a row of scores), so what the program and the oracle give for that third
+// of qkv/bias is rounding, which Adam scales to full-size steps. The
+// attention kernel rounds differently from the DSL's bf16 ops it replaces.
+TEST(CudaPrograms, ScannedGptInBF16IsNearTheOracle) {
+  EXPECT_MATCHES_ORACLE(gpt2_train_cuda_bf16_data2_model4, gpt_train(true, false, true), "data=2,model=4",
+                        gpt_batch, Closeness{.loss_rtol = 3e-2, .min_cosine = 0.88});
 }
 TEST(CudaPrograms, PipelinedGptMatchesTheOracle) {
   EXPECT_MATCHES_ORACLE(gpt2_train_cuda_pipe2_data2_model2, gpt_train(false, true), "pipe=2,data=2,model=2",
