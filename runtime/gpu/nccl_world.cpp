@@ -362,9 +362,17 @@ NcclWorld::NcclWorld(rt::MeshShape mesh, Bootstrap& boot, Options options)
 NcclWorld::Parts NcclWorld::libnccl_parts(const Bootstrap& boot, const Options& options) {
   const std::string rank = "NcclWorld: rank " + std::to_string(boot.rank()) + ": ";
   Parts p;
+  // The node's devices, counted without a context on any of them: each
+  // rank then makes one on its own GPU only.
+  int devices = 0;
+  try {
+    devices = cuda_device_count();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(rank + "no GPU: " + e.what());
+  }
+  if (devices == 0) throw std::runtime_error(rank + "no GPU: CUDA finds no device");
+  p.gpu = options.gpu >= 0 ? options.gpu : boot.rank() % devices;
   std::string why;
-  if (!cuda_kernels(&why)) throw std::runtime_error(rank + "no GPU: " + why);
-  p.gpu = options.gpu >= 0 ? options.gpu : boot.rank() % cuda_device_count();
   p.nccl = nccl_library(p.gpu, &why);
   if (!p.nccl) throw std::runtime_error(rank + why);
   p.own_kernels = make_cuda_kernels(p.gpu);
