@@ -328,6 +328,13 @@ class CpuEmitter {
   // The global norm launch (a kernel node "global_norm"): its tensor table
   // and chunk list uploaded into the launch's scratch, the partial sums after.
   void emit_global_norm(CodeWriter& w, const Stmt& s);
+  // A multi-tensor launch's table (`rows` of `type`, one per tensor of
+  // `sizes` elements) and chunk list, uploaded into its scratch (`what`
+  // says what the scratch holds); the launch reads device_tensors and
+  // device_chunks.
+  void emit_tensor_table(CodeWriter& w, const Node& v, const std::string& type,
+                         const std::vector<std::string>& rows, const std::vector<std::string>& sizes,
+                         const std::string& what);
 
   // ---- scanned layers -----------------------------------------------------
   //

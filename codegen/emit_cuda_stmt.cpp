@@ -102,6 +102,10 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     }
     w.line(line);
   };
+  // A launch's activation type, that of value `id`.
+  auto dtype_field = [&](int id) {
+    return std::string(".dtype = rt::DType::") + (g_[id].dtype == ir::DType::kBF16 ? "kBF16" : "kF32");
+  };
   // One name for every launch's scratch, each in a block of its own, so
   // that a scanned layer's statements read alike and fold into one loop.
   auto scratch = [&](const std::string& what) {
@@ -121,8 +125,7 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
       return "{" + std::to_string(p[1] * p[2] * last) + ", " + std::to_string(p[2] * last) + ", " +
              std::to_string(last) + "}";
     };
-    const std::string dtype = std::string(".dtype = rt::DType::") +
-                              (g_[v.args[qkv_arg]].dtype == ir::DType::kBF16 ? "kBF16" : "kF32");
+    const std::string dtype = dtype_field(v.args[qkv_arg]);
     const std::string packed = strides(3 * d), plain = strides(d);
     auto view = [&](int id, int64_t part) { return ptr(id) + (part == 0 ? "" : " + " + std::to_string(part * d)); };
     const std::string dims[] = {".batch = " + std::to_string(p[0]), ".heads = " + std::to_string(p[2]),
@@ -150,8 +153,7 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     // going to the scratch.
     const Shape& l = g_[v.args[0]].shape;
     const int64_t vocab = l.back(), rows = ir::num_elements(l) / vocab;
-    const std::string dtype = std::string(".dtype = rt::DType::") +
-                              (g_[v.args[0]].dtype == ir::DType::kBF16 ? "kBF16" : "kF32");
+    const std::string dtype = dtype_field(v.args[0]);
     const std::string shape[] = {".rows = " + std::to_string(rows), ".vocab = " + std::to_string(vocab)};
     if (v.args.size() == 2) {
       launch({dtype, ".loss = " + ptr(s.node), ".logits = " + ptr(v.args[0]), shape[0], shape[1],
@@ -188,6 +190,24 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
   internal_error("the CUDA renderer has no launch for kernel " + v.kernel);
 }
 
+void CpuEmitter::emit_tensor_table(CodeWriter& w, const Node& v, const std::string& type,
+                                   const std::vector<std::string>& rows, const std::vector<std::string>& sizes,
+                                   const std::string& what) {
+  w.line("const " + type + " tensors[] = {");
+  for (const std::string& r : rows) w.line("    " + r);
+  w.line("};");
+  w.line("const std::vector<gpu::TensorChunk> chunks = gpu::tensor_chunks({" + join(sizes, ", ") + "});  // " +
+         std::to_string(multi_tensor_chunks(g_, v)) + " blocks");
+  if (kernel_scratch_.empty()) kernel_scratch_ = locals_.user("kernel_scratch");
+  w.line("rt::BufferI32 " + kernel_scratch_ + "(" + std::to_string(kernel_scratch_bytes(g_, v) / 4) +
+         ", &mem, rt::uninitialized);  // " + what + ", on the device");
+  w.line("auto* device_tensors = reinterpret_cast<" + type + "*>(" + kernel_scratch_ + ".data());");
+  w.line("auto* device_chunks = reinterpret_cast<gpu::TensorChunk*>(device_tensors + " + std::to_string(rows.size()) +
+         ");");
+  w.line("gpu_dev.kernels->upload(device_tensors, tensors, sizeof tensors);");
+  w.line("gpu_dev.kernels->upload(device_chunks, chunks.data(), chunks.size() * sizeof(gpu::TensorChunk));");
+}
+
 void CpuEmitter::emit_adamw(CodeWriter& w, const Stmt& s) {
   const Node& v = g_[s.node];
   const ir::Composite& region = g_.composites.at(v.composite);
@@ -219,19 +239,7 @@ void CpuEmitter::emit_adamw(CodeWriter& w, const Stmt& s) {
                    ", nullptr, " + std::to_string(n) + ", " + float_literal(region.weight_decay) + "},  // \"" +
                    g_[old[0]].name + "\"");
   }
-  w.line("const gpu::AdamWTensor tensors[] = {");
-  for (const std::string& r : rows) w.line("    " + r);
-  w.line("};");
-  w.line("const std::vector<gpu::TensorChunk> chunks = gpu::tensor_chunks({" + join(sizes, ", ") + "});  // " +
-         std::to_string(chunks) + " blocks");
-  if (kernel_scratch_.empty()) kernel_scratch_ = locals_.user("kernel_scratch");
-  w.line("rt::BufferI32 " + kernel_scratch_ + "(" + std::to_string(kernel_scratch_bytes(g_, v) / 4) +
-         ", &mem, rt::uninitialized);  // the tensors and chunks, on the device");
-  w.line("auto* device_tensors = reinterpret_cast<gpu::AdamWTensor*>(" + kernel_scratch_ + ".data());");
-  w.line("auto* device_chunks = reinterpret_cast<gpu::TensorChunk*>(device_tensors + " + std::to_string(tensors) +
-         ");");
-  w.line("gpu_dev.kernels->upload(device_tensors, tensors, sizeof tensors);");
-  w.line("gpu_dev.kernels->upload(device_chunks, chunks.data(), chunks.size() * sizeof(gpu::TensorChunk));");
+  emit_tensor_table(w, v, "gpu::AdamWTensor", rows, sizes, "the tensors and chunks");
   w.line("gpu_dev.kernels->adamw(device_tensors, device_chunks, " + std::to_string(chunks) + ", {.b1 = " +
          float_literal(region.b1) + ", .b2 = " + float_literal(region.b2) + ", .eps = " +
          float_literal(region.eps) + ",");
@@ -256,19 +264,7 @@ void CpuEmitter::emit_global_norm(CodeWriter& w, const Stmt& s) {
     rows.push_back("{" + ptr(x) + ", " + n + "},");
   }
   const int64_t chunks = multi_tensor_chunks(g_, v);
-  w.line("const gpu::NormTensor tensors[] = {");
-  for (const std::string& r : rows) w.line("    " + r);
-  w.line("};");
-  w.line("const std::vector<gpu::TensorChunk> chunks = gpu::tensor_chunks({" + join(sizes, ", ") + "});  // " +
-         std::to_string(chunks) + " blocks");
-  if (kernel_scratch_.empty()) kernel_scratch_ = locals_.user("kernel_scratch");
-  w.line("rt::BufferI32 " + kernel_scratch_ + "(" + std::to_string(kernel_scratch_bytes(g_, v) / 4) +
-         ", &mem, rt::uninitialized);  // the tensors, chunks and partial sums, on the device");
-  w.line("auto* device_tensors = reinterpret_cast<gpu::NormTensor*>(" + kernel_scratch_ + ".data());");
-  w.line("auto* device_chunks = reinterpret_cast<gpu::TensorChunk*>(device_tensors + " + std::to_string(tensors) +
-         ");");
-  w.line("gpu_dev.kernels->upload(device_tensors, tensors, sizeof tensors);");
-  w.line("gpu_dev.kernels->upload(device_chunks, chunks.data(), chunks.size() * sizeof(gpu::TensorChunk));");
+  emit_tensor_table(w, v, "gpu::NormTensor", rows, sizes, "the tensors, chunks and partial sums");
   w.line("gpu_dev.kernels->global_norm({.tensors = device_tensors, .chunks = device_chunks, .num_chunks = " +
          std::to_string(chunks) + ",");
   w.line("                             .partial = reinterpret_cast<float*>(device_chunks + " +

@@ -134,10 +134,25 @@ std::set<int> region_of(const ir::Graph& g, const std::vector<int>& fwd, const s
   return region;
 }
 
+// Operands of `nodes` from elsewhere, constants and iotas aside: values
+// computed, inputs, parameters.
+std::vector<int> computed_operands(const Mapper& m, const std::vector<int>& nodes) {
+  std::vector<int> out;
+  for (int a : m.operands(nodes))
+    if (m.g_[a].op != Op::kIota) out.push_back(a);
+  return out;
+}
+
 // The backward part's operands from outside the region, those in `known`
 // (forward operands) aside.
 std::vector<int> from_outside(const Mapper& m, const std::vector<int>& fwd, const std::vector<int>& bwd,
-                              const std::set<int>& known);
+                              const std::set<int>& known) {
+  const std::set<int> in(fwd.begin(), fwd.end());
+  std::vector<int> out;
+  for (int a : computed_operands(m, bwd))
+    if (!in.count(a) && !known.count(a)) out.push_back(a);
+  return out;
+}
 
 // Layer norm. Forward: operands x, scale, bias; one result read outside
 // the region, y. Returns the reason it cannot run as the kernel, or "".
@@ -235,23 +250,6 @@ struct AttentionRoles {
   int dy = -1, dqkv = -1;
 };
 
-// Operands of `nodes` from elsewhere, constants and iotas aside: values
-// computed, inputs, parameters.
-std::vector<int> computed_operands(const Mapper& m, const std::vector<int>& nodes) {
-  std::vector<int> out;
-  for (int a : m.operands(nodes))
-    if (m.g_[a].op != Op::kIota) out.push_back(a);
-  return out;
-}
-
-std::vector<int> from_outside(const Mapper& m, const std::vector<int>& fwd, const std::vector<int>& bwd,
-                              const std::set<int>& known) {
-  const std::set<int> in(fwd.begin(), fwd.end());
-  std::vector<int> out;
-  for (int a : computed_operands(m, bwd))
-    if (!in.count(a) && !known.count(a)) out.push_back(a);
-  return out;
-}
 
 std::string map_attention(const Mapper& m, const ir::Composite& c, const std::vector<int>& fwd,
                           const std::vector<int>* bwd, AttentionRoles& r) {
@@ -415,7 +413,9 @@ std::string map_global_norm(const Mapper& m, const std::vector<int>& part, Globa
 // The global norm's replacement: a kernel node for the norm, operands the
 // gradients, ints = {tensors}, scalar = max_norm (0: no clipping), and a
 // kernel_output for the clip factor; the scaling is kept.
-Replacement replace_global_norm(const ir::Graph& g, const GlobalNormRoles& r, const std::vector<int>& part) {
+// `base`: the index the replacement will have.
+Replacement replace_global_norm(const ir::Graph& g, const GlobalNormRoles& r, const std::vector<int>& part,
+                                int base) {
   auto old = [](int id) { return Arg{id, -1, -1}; };
   Replacement rep;
   for (int id : part)
@@ -426,7 +426,7 @@ Replacement replace_global_norm(const ir::Graph& g, const GlobalNormRoles& r, co
   k.node.scalar = r.max_norm;
   rep.nodes.push_back(std::move(k));
   if (r.factor >= 0)
-    rep.nodes.push_back({kernel_node(g[r.factor], "global_norm.clip_factor"), {Arg{-1, 0, 0}}, r.factor});
+    rep.nodes.push_back({kernel_node(g[r.factor], "global_norm.clip_factor"), {Arg{-1, base, 0}}, r.factor});
   return rep;
 }
 
@@ -756,7 +756,7 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
       std::string why = map_global_norm(m, nodes, roles);
       Replacement r;
       if (why.empty()) {
-        r = replace_global_norm(g, roles, nodes);
+        r = replace_global_norm(g, roles, nodes, static_cast<int>(reps.size()));
         if (const int id = read_elsewhere(m, {r}); id >= 0)
           why = "the program reads " + ir::describe_value(g[id]) + " from inside it";
       }
@@ -764,10 +764,6 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
         fall_back(f, why);
         continue;
       }
-      // The kernel output's operand names this replacement.
-      for (NewNode& nn : r.nodes)
-        for (Arg& a : nn.args)
-          if (a.replacement == 0) a.replacement = static_cast<int>(reps.size());
       reps.push_back(std::move(r));
       reps_of.push_back({i});
       continue;

@@ -5,6 +5,7 @@
 // those two files only.
 #pragma once
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -209,7 +210,7 @@ class LaunchingKernels : public KernelSet {
                     void* out) override {
     const int64_t total = shape[0] * shape[1] * shape[2];
     if (total == 0) return;
-    const unsigned blocks = blocks_for(total, 256) < 1024 ? blocks_for(total, 256) : 1024;
+    const unsigned blocks = std::min(blocks_for(total, 256), 1024u);
     auto go = [&](auto word) {
       using W = decltype(word);
       launch("strided_copy3", strided_copy3_kernel<W>, Dim3{blocks}, Dim3{256}, 0, stream(), static_cast<W*>(out),

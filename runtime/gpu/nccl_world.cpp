@@ -56,7 +56,7 @@ class NcclCommunicator final : public rt::Communicator, public rt::BlockMover {
   NcclCommunicator(const rt::MeshShape& mesh, int rank, Bootstrap& boot, NcclApi& nccl, KernelSet& kernels,
                    std::chrono::milliseconds timeout)
       : mesh_(mesh), rank_(rank), nccl_(nccl), kernels_(kernels), timeout_(timeout) {
-    scratch_[0].kernels = scratch_[1].kernels = zeros_.kernels = &kernels;
+    scratch_[0].kernels = scratch_[1].kernels = &kernels;
     // Rank 0's id reaches every rank over the bootstrap.
     const std::vector<std::string> ids = boot.all_gather(rank == 0 ? nccl.unique_id() : std::string());
     world_ = guarded(rank, "ncclCommInitRank", [&] { return nccl.init(mesh.num_devices(), ids.at(0), rank); });
@@ -330,7 +330,7 @@ class NcclCommunicator final : public rt::Communicator, public rt::BlockMover {
   NcclApi::Comm world_ = nullptr;
   std::vector<NcclApi::Comm> comms_;
   std::map<std::vector<int>, NcclApi::Comm> by_ranks_;
-  DeviceScratch scratch_[2], zeros_;
+  DeviceScratch scratch_[2];
   bool aborted_ = false;
 };
 
