@@ -322,6 +322,15 @@ class CpuEmitter {
   // CUDA: a Kernel node (passes/use_gpu_kernels.h), one KernelSet launch
   // writing the node's buffer and its KernelOutputs' (emit_cuda_stmt.cpp).
   void emit_kernel(CodeWriter& w, const Stmt& s);
+  // KernelSet::NAME({.field = value, ...}): the fields packed into lines.
+  void emit_launch(CodeWriter& w, const std::string& kernel, const std::vector<std::string>& fields);
+  // "rt::DType::kBF16": a launch's element type.
+  static std::string dtype_literal(ir::DType t);
+  // A GEMM with its epilogue (a kernel node "gemm_bias", "gemm_gelu",
+  // "gemm_bias_gelu" or "gemm_dgelu"): one KernelSet::gemm on the dot's
+  // local layout, `pre_gelu` the buffer of gelu's argument it also writes
+  // ("nullptr": none).
+  void emit_gemm(CodeWriter& w, const Stmt& s, const std::string& pre_gelu);
   // The multi-tensor AdamW launch (a kernel node "adamw"): its tensor table
   // and chunk list uploaded to the device, the new values in place.
   void emit_adamw(CodeWriter& w, const Stmt& s);

@@ -82,30 +82,16 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     const auto it = result.find(name);
     return it == result.end() ? std::string("nullptr") : ptr(it->second);
   };
+  if (v.kernel.rfind("gemm", 0) == 0) return emit_gemm(w, s, out("pre_gelu"));
   const ir::Composite& region = g_.composites.at(v.composite);
   if (v.kernel == "adamw") return emit_adamw(w, s);
   if (v.kernel == "global_norm") return emit_global_norm(w, s);
   w.line("// " + loc_prefix(v) + ir::composite_name(region.kind) + (v.backward ? " backward" : " forward") +
          " as one kernel, KernelSet::" + v.kernel + " (" + shape_comment(v) + ")");
   for (const auto& [name, id] : result) w.line(declare(id, /*writes_all=*/true));
-  // KernelSet::NAME({.field = value, ...}): the fields packed into lines.
-  auto launch = [&](const std::vector<std::string>& fields) {
-    std::string line = "gpu_dev.kernels->" + v.kernel + "({";
-    for (size_t i = 0; i < fields.size(); ++i) {
-      const std::string f = fields[i] + (i + 1 < fields.size() ? "," : "});");
-      if (line.size() + 1 + f.size() > 100 && line.back() != '{') {
-        w.line(line);
-        line = "    " + f;
-      } else {
-        line += (line.back() == '{' ? "" : " ") + f;
-      }
-    }
-    w.line(line);
-  };
+  auto launch = [&](const std::vector<std::string>& fields) { emit_launch(w, v.kernel, fields); };
   // A launch's activation type, that of value `id`.
-  auto dtype_field = [&](int id) {
-    return std::string(".dtype = rt::DType::") + (g_[id].dtype == ir::DType::kBF16 ? "kBF16" : "kF32");
-  };
+  auto dtype_field = [&](int id) { return ".dtype = " + dtype_literal(g_[id].dtype); };
   // One name for every launch's scratch, each in a block of its own, so
   // that a scanned layer's statements read alike and fold into one loop.
   auto scratch = [&](const std::string& what) {
@@ -188,6 +174,57 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     return;
   }
   internal_error("the CUDA renderer has no launch for kernel " + v.kernel);
+}
+
+std::string CpuEmitter::dtype_literal(ir::DType t) {
+  return std::string("rt::DType::") + (t == ir::DType::kBF16 ? "kBF16" : t == ir::DType::kI32 ? "kI32" : "kF32");
+}
+
+void CpuEmitter::emit_launch(CodeWriter& w, const std::string& kernel, const std::vector<std::string>& fields) {
+  std::string line = "gpu_dev.kernels->" + kernel + "({";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const std::string f = fields[i] + (i + 1 < fields.size() ? "," : "});");
+    if (line.size() + 1 + f.size() > 100 && line.back() != '{') {
+      w.line(line);
+      line = "    " + f;
+    } else {
+      line += (line.back() == '{' ? "" : " ") + f;
+    }
+  }
+  w.line(line);
+}
+
+void CpuEmitter::emit_gemm(CodeWriter& w, const Stmt& s, const std::string& pre_gelu) {
+  const Node& v = g_[s.node];
+  const int a = v.args[0], b = v.args[1];
+  const LocalDotLayout l = local_dot_layout(v.dot, g_[a].shape, g_[b].shape);
+  const bool bias = v.kernel.find("_bias") != std::string::npos;
+  const bool backward = v.kernel == "gemm_dgelu", gelu = !backward && v.kernel.find("_gelu") != std::string::npos;
+  std::string what = backward ? " multiplied by gelu'(" + var_[v.args[2]] + ")" : "";
+  if (bias) what = gelu ? ", the bias added, then gelu" : " with the bias added";
+  else if (gelu) what = " then gelu";
+  if (gelu && pre_gelu != "nullptr") what += " (its argument kept for the backward)";
+  w.line("// " + loc_prefix(v) + "dot " + ir::dot_dims_str(v.dot) + what +
+         " as one cuBLASLt GEMM and its epilogue, KernelSet::gemm (" + std::to_string(l.M) + "x" +
+         std::to_string(l.K) + " . " + std::to_string(l.K) + "x" + std::to_string(l.N) + ")");
+  w.line(declare(s.node, /*writes_all=*/true));
+  for (int o : s.stores) w.line(declare(o, /*writes_all=*/true));
+  const std::string epilogue = backward ? "kGeluBackward" : gelu ? "kGelu" : "kNone";
+  std::vector<std::string> fields;
+  if (l.trans_lhs) fields.push_back(".trans_a = true");
+  if (l.trans_rhs) fields.push_back(".trans_b = true");
+  for (const std::string& f :
+       {".m = " + std::to_string(l.M), ".n = " + std::to_string(l.N), ".k = " + std::to_string(l.K),
+        ".ab_dtype = " + dtype_literal(g_[a].dtype), ".a = " + ptr(a),
+        ".lda = " + std::to_string(l.trans_lhs ? l.M : l.K), ".b = " + ptr(b),
+        ".ldb = " + std::to_string(l.trans_rhs ? l.K : l.N), ".c_dtype = " + dtype_literal(v.dtype),
+        ".c = " + ptr(s.node), ".ldc = " + std::to_string(l.N)})
+    fields.push_back(f);
+  if (bias) fields.push_back(".bias = " + ptr(v.args[2]));
+  if (epilogue != "kNone") fields.push_back(".epilogue = gpu::Gemm::Epilogue::" + epilogue);
+  if (backward) fields.push_back(".pre_gelu = " + ptr(v.args[2]));
+  else if (pre_gelu != "nullptr") fields.push_back(".pre_gelu = " + pre_gelu);
+  emit_launch(w, "gemm", fields);
 }
 
 void CpuEmitter::emit_tensor_table(CodeWriter& w, const Node& v, const std::string& type,

@@ -49,6 +49,17 @@ rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
   if (n.op == Op::kDot)
     return gemm_cost(n.dot, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, n.shape,
                      static_cast<double>(ir::dtype_size(n.dtype)));
+  if (n.op == Op::kKernel && n.kernel.rfind("gemm", 0) == 0) {
+    // A GEMM with its epilogue: the GEMM, then the bias or gelu's argument
+    // read, gelu's argument written where it is kept, and a few flops per
+    // element of the result (gelu's tanh: about eight).
+    rt::OpCost c = gemm_cost(n.dot, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, n.shape,
+                             static_cast<double>(ir::dtype_size(n.dtype)));
+    if (n.args.size() > 2) c.bytes += bytes_of(g.nodes[n.args[2]]);
+    for (int k : stmt.stores) c.bytes += bytes_of(g.nodes[k]);
+    c.flops += elements(n.shape) * (n.kernel == "gemm_bias" ? 1 : 8);
+    return c;
+  }
   rt::OpCost c;
   c.bytes = bytes_of(n);
   for (int k : stmt.stores) c.bytes += bytes_of(g.nodes[k]);

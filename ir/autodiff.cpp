@@ -15,6 +15,10 @@ namespace sharc {
 
 namespace {
 
+// gelu's tanh approximation: 0.5 x (1 + tanh(c (x + a x^3))), c = sqrt(2/pi).
+constexpr double kGeluA = 0.044715;
+double gelu_c() { return std::sqrt(2.0 / std::numbers::pi); }
+
 using ir::Node;
 using ir::Op;
 using ir::Shape;
@@ -385,7 +389,8 @@ class Sweep {
       case Op::kGelu: {
         // gelu(x) = 0.5 x (1 + t), t = tanh(u), u = c (x + a x^3), c = sqrt(2/pi):
         // gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
-        const double c = std::sqrt(2.0 / std::numbers::pi), a = 0.044715;
+        // match_gelu_gradient (below) recognises exactly these nodes.
+        const double c = gelu_c(), a = kGeluA;
         const int x2 = b_.mul(x, x);
         const int u = b_.mul(x, b_.add2(b_.constant_like(c, x), b_.scale(x2, c * a)));
         const int t = b_.unary(Op::kTanh, u);
@@ -629,6 +634,41 @@ std::vector<std::vector<int>> append_gradient_parts(ir::Graph& g, int loss, cons
   std::vector<std::vector<int>> parts;
   for (int w : wrt) parts.push_back(sweep.parts(w));
   return parts;
+}
+
+std::optional<GeluGradient> match_gelu_gradient(const ir::Graph& g, int root) {
+  const double c = gelu_c(), a = kGeluA;
+  auto constant = [&](int id, double v) {
+    return g[id].op == Op::kConstant && std::abs(g[id].scalar - v) <= 1e-12 * std::abs(v);
+  };
+  // `id` is op(l, r): binds its operands.
+  auto binary = [&](int id, Op op, int& l, int& r) {
+    if (g[id].op != op || g[id].args.size() != 2) return false;
+    l = g[id].args[0];
+    r = g[id].args[1];
+    return true;
+  };
+  // The kGelu rule's nodes, outside in: gy * (left + right).
+  int gy, sum, left, right;
+  if (!binary(root, Op::kMul, gy, sum) || !binary(sum, Op::kAdd, left, right)) return std::nullopt;
+  // left = (t + 1) * 0.5, t = tanh(u), u = x * (c + x2 * (c a)), x2 = x * x.
+  int t_plus_1, half, t, one, x, inner, c1, x2_ca, x2, ca, xa, xb;
+  if (!binary(left, Op::kMul, t_plus_1, half) || !constant(half, 0.5) || !binary(t_plus_1, Op::kAdd, t, one) ||
+      !constant(one, 1.0) || g[t].op != Op::kTanh)
+    return std::nullopt;
+  if (!binary(g[t].args[0], Op::kMul, x, inner) || !binary(inner, Op::kAdd, c1, x2_ca) || !constant(c1, c) ||
+      !binary(x2_ca, Op::kMul, x2, ca) || !constant(ca, c * a) || !binary(x2, Op::kMul, xa, xb) || xa != x ||
+      xb != x)
+    return std::nullopt;
+  // right = ((x * 0.5) * (1 - t * t)) * (c + x2 * (3 c a)).
+  int x_sech2, du, x_half, sech2, x_again, half2, one2, t2, ta, tb, c2, x2_3ca, x2_again, three_ca;
+  if (!binary(right, Op::kMul, x_sech2, du) || !binary(x_sech2, Op::kMul, x_half, sech2) ||
+      !binary(x_half, Op::kMul, x_again, half2) || x_again != x || !constant(half2, 0.5) ||
+      !binary(sech2, Op::kSub, one2, t2) || !constant(one2, 1.0) || !binary(t2, Op::kMul, ta, tb) || ta != t ||
+      tb != t || !binary(du, Op::kAdd, c2, x2_3ca) || !constant(c2, c) ||
+      !binary(x2_3ca, Op::kMul, x2_again, three_ca) || x2_again != x2 || !constant(three_ca, 3.0 * c * a))
+    return std::nullopt;
+  return GeluGradient{gy, x};
 }
 
 }  // namespace sharc

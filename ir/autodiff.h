@@ -35,6 +35,7 @@
 //     spec and rules (jax.lax.with_sharding_constraint's transpose).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "ir/ir.h"
@@ -58,5 +59,17 @@ std::vector<int> append_gradients(ir::Graph& g, int loss, const std::vector<int>
 // meet once after the last micro-batch instead of once per micro-batch.
 std::vector<std::vector<int>> append_gradient_parts(ir::Graph& g, int loss, const std::vector<int>& wrt,
                                                     const SrcLoc& loc);
+
+// The gradient the kGelu rule appends for y = gelu(x), gy * gelu'(x),
+// written out in primitive ops (14 nodes and 8 constants). When `node` is
+// the root of exactly that expression, returns its gy and x: the GPU backend
+// runs it as a GEMM's GELU-backward epilogue (codegen/passes/use_gpu_kernels.h)
+// when gy is a GEMM's result. The matcher lives beside the rule, so the two
+// change together; tests/autodiff/autodiff_test.cpp finds the rule's output
+// with it.
+struct GeluGradient {
+  int gy = -1, x = -1;
+};
+std::optional<GeluGradient> match_gelu_gradient(const ir::Graph& g, int node);
 
 }  // namespace sharc

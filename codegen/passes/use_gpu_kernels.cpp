@@ -9,7 +9,9 @@
 #include <string>
 #include <tuple>
 
+#include "codegen/buffer_plan.h"
 #include "codegen/passes/drop_nodes.h"
+#include "ir/autodiff.h"
 
 namespace sharc {
 
@@ -689,6 +691,103 @@ Rewrite rewrite(const ir::Graph& g, const std::vector<Replacement>& reps) {
   return r;
 }
 
+// ---- GEMM epilogues ---------------------------------------------------------
+
+// `d` runs as one plain cuBLASLt GEMM whose result only the epilogue reads:
+// a dot outside every region and every replacement, one GEMM of its local
+// shapes (no batch, no operand copied first, its free rhs dimension last),
+// all of one float type, with a width that cuBLASLt's epilogue buffers
+// allow (a multiple of 8), read once and by nothing outside the program.
+bool epilogue_gemm(const Mapper& m, int d, const std::set<int>& taken) {
+  const ir::Graph& g = m.g_;
+  const Node& v = g[d];
+  if (v.op != Op::kDot || v.composite >= 0 || taken.count(d) || m.outside_[d] || m.users_[d].size() != 1)
+    return false;
+  const Node &l = g[v.args[0]], &r = g[v.args[1]];
+  if ((v.dtype != ir::DType::kF32 && v.dtype != ir::DType::kBF16) || l.dtype != v.dtype || r.dtype != v.dtype)
+    return false;
+  const LocalDotLayout lay = local_dot_layout(v.dot, l.shape, r.shape);
+  return lay.B == 1 && !lay.transpose_lhs && !lay.transpose_rhs && !v.shape.empty() && v.shape.back() == lay.N &&
+         lay.N % 8 == 0 && lay.M < (int64_t{1} << 31) && lay.N < (int64_t{1} << 31) && lay.K < (int64_t{1} << 31);
+}
+
+// The kernel node of an epilogue GEMM in `like`'s place: the dot's line and
+// label (the GEMM is the work), the dot dims.
+Node gemm_node(const Node& like, const Node& dot, const std::string& kernel) {
+  Node n = kernel_node(like, kernel);
+  n.loc = dot.loc;
+  n.name = dot.name;
+  n.dot = dot.dot;
+  return n;
+}
+
+// Every GEMM whose elementwise reader cuBLASLt can apply as it writes the
+// result (KernelSet::gemm's epilogues), each one replacement:
+//   forward:  z = dot + broadcast(bias) [, y = gelu(z)], or y = gelu(dot):
+//             c [, pre_gelu] = gemm_bias | gemm_gelu | gemm_bias_gelu(a, b[, bias])
+//             pre_gelu (a kernel_output) is z, written when the program
+//             reads z elsewhere (the gelu's gradient does);
+//   backward: gy * gelu'(x) as autodiff writes it (match_gelu_gradient),
+//             gy a GEMM's result: dx = gemm_dgelu(a, b, x).
+// The dot dims ride on the kernel node. Nodes of `taken` (the regions'
+// replacements) are left alone; the first is replacement `base`.
+std::vector<Replacement> gemm_epilogues(const Mapper& m, const std::set<int>& taken, int base) {
+  const ir::Graph& g = m.g_;
+  auto old = [](int id) { return Arg{id, -1, -1}; };
+  auto only_user = [&](int id) { return m.users_[id].size() == 1 ? *m.users_[id].begin() : -1; };
+  std::vector<Replacement> out;
+  for (int d = 0; d < static_cast<int>(g.nodes.size()); ++d) {
+    if (!epilogue_gemm(m, d, taken)) continue;
+    const Node& dot = g[d];
+    const int reader = only_user(d);
+    if (taken.count(reader)) continue;
+    // The backward: the dot is gy of a gelu's gradient.
+    if (const auto grad = match_gelu_gradient(g, reader); grad && grad->gy == d) {
+      if (g[grad->x].dtype != dot.dtype || g[grad->x].shape != dot.shape) continue;
+      Replacement r;
+      r.removed = {d, reader};
+      r.nodes.push_back({gemm_node(g[reader], dot, "gemm_dgelu"), {old(dot.args[0]), old(dot.args[1]), old(grad->x)},
+                         reader});
+      out.push_back(std::move(r));
+      continue;
+    }
+    // The forward: the bias add, then gelu, each where it is there.
+    int bias = -1, z = -1;
+    const Node& rd = g[reader];
+    if (rd.op == Op::kAdd) {
+      const int other = rd.args[0] == d ? rd.args[1] : rd.args[0];
+      const Node& b = g[other];
+      if (other == d || b.op != Op::kBroadcast || b.ints != std::vector<int>{static_cast<int>(dot.shape.size()) - 1})
+        continue;
+      const Node& vec = g[b.args[0]];
+      if (vec.shape != ir::Shape{dot.shape.back()} || vec.dtype != dot.dtype || taken.count(b.args[0])) continue;
+      bias = b.args[0];
+      z = reader;
+    }
+    const int y_candidate = z >= 0 ? -1 : reader;
+    int y = -1;
+    if (z < 0 && g[y_candidate].op == Op::kGelu) y = y_candidate;
+    if (z >= 0)
+      for (int u : m.users_[z])
+        if (g[u].op == Op::kGelu && !taken.count(u)) y = u;
+    if (bias < 0 && y < 0) continue;
+    // z is written as pre_gelu when anything besides the gelu reads it.
+    const bool keep_z = z >= 0 && y >= 0 && (m.outside_[z] || m.users_[z].size() > 1);
+    const std::string kernel = std::string("gemm") + (bias >= 0 ? "_bias" : "") + (y >= 0 ? "_gelu" : "");
+    const int result = y >= 0 ? y : z;
+    Replacement r;
+    r.removed = {d};
+    if (z >= 0) r.removed.push_back(z);
+    if (y >= 0) r.removed.push_back(y);
+    std::vector<Arg> args = {old(dot.args[0]), old(dot.args[1])};
+    if (bias >= 0) args.push_back(old(bias));
+    r.nodes.push_back({gemm_node(g[result], dot, kernel), args, result});
+    if (keep_z) r.nodes.push_back({gemm_node(g[z], dot, kernel + ".pre_gelu"), {Arg{-1, base + static_cast<int>(out.size()), 0}}, z});
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 // A removed node that something other than the replacements reads, or -1.
 int read_elsewhere(const Mapper& m, const std::vector<Replacement>& reps) {
   std::set<int> removed, replaced;
@@ -827,8 +926,16 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
     reps.push_back(std::move(r));
     reps_of.push_back(ks);
   }
+  // The GEMM epilogues, last: each is a replacement of its own, with no
+  // region's choice (reps_of empty).
+  std::set<int> taken;
+  for (const Replacement& r : reps) taken.insert(r.removed.begin(), r.removed.end());
+  for (Replacement& r : gemm_epilogues(m, taken, static_cast<int>(reps.size()))) {
+    reps.push_back(std::move(r));
+    reps_of.emplace_back();
+  }
   // Place them; a replacement that cannot be placed falls back with its
-  // region's others, and the rest are placed again.
+  // region's others (an epilogue alone), and the rest are placed again.
   for (;;) {
     Rewrite r = rewrite(g, reps);
     if (r.failed < 0) {
@@ -838,17 +945,20 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
     const std::vector<size_t> region = reps_of[r.failed];
     for (size_t k : region)
       fall_back(&choices[k], "the program reads its results before all its operands are computed");
+    auto dropped_now = [&](size_t k) {
+      return region.empty() ? k == static_cast<size_t>(r.failed) : reps_of[k] == region;
+    };
     std::vector<Replacement> kept;
     std::vector<std::vector<size_t>> kept_of;
     for (size_t k = 0; k < reps.size(); ++k)
-      if (reps_of[k] != region) {
+      if (!dropped_now(k)) {
         kept.push_back(std::move(reps[k]));
         kept_of.push_back(reps_of[k]);
       }
     // Operand references into later replacements shift down with them.
     std::vector<int> shift(reps.size(), 0);
     for (size_t k = 0, dropped = 0; k < reps.size(); ++k) {
-      if (reps_of[k] == region) ++dropped;
+      if (dropped_now(k)) ++dropped;
       shift[k] = static_cast<int>(dropped);
     }
     for (Replacement& rep : kept)

@@ -46,6 +46,17 @@
 //    The scaling of each gradient by the factor stays (generated kernels),
 //    reading the factor the kernel writes. A mesh that shards a gradient
 //    puts the norm's partial sums' all-reduce inside: it falls back.
+//  - GEMM epilogues (no region): a local dot whose only reader cuBLASLt
+//    can apply as it writes the result (passes/use_gpu_kernels.cpp,
+//    epilogue_gemm, says which dots qualify):
+//      c[, pre_gelu] = gemm_bias | gemm_gelu | gemm_bias_gelu(a, b[, bias])
+//        for dot + broadcast(bias) [then gelu], or gelu(dot); pre_gelu
+//        (a kernel_output) is gelu's argument, written when the program
+//        reads it elsewhere (gelu's gradient does);
+//      dx = gemm_dgelu(a, b, x)
+//        for gy * gelu'(x) as autodiff writes it (ir/autodiff.h,
+//        match_gelu_gradient) with gy the dot's result.
+//    The kernel node carries the dot's dims and line.
 //
 //   before: %56 = reduce(%31) sum axes=[2] ... %77 = add(%75, %76)   (17 nodes)
 //   after:  %56 = kernel(%31, %33, %35) layernorm_forward : f32[8,64,64]

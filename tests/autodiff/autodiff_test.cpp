@@ -323,6 +323,33 @@ TEST(Autodiff, Relu) {
 TEST(Autodiff, Gelu) {
   check_unary(gelu, -3, 3);
 }
+TEST(Autodiff, TheGeluRuleIsWhatItsMatcherFinds) {
+  // match_gelu_gradient finds gy * gelu'(x) among the appended nodes: one
+  // root, whose x is gelu's operand and whose gy is the cotangent of gelu's
+  // result (here sin's adjoint, cos(y) * w). Nothing else matches.
+  auto r = check_gradients([](ProgramBuilder& b) {
+    Param x = b.scope().param("x", {3, 4}, zeros());
+    b.output("loss", weighted_sum(b, sin(gelu(mul(x, x)))));
+  });
+  int gelu_node = -1;
+  for (int id = 0; id < r.forward_nodes; ++id)
+    if (r.g.nodes[id].op == Op::kGelu) gelu_node = id;
+  ASSERT_GE(gelu_node, 0);
+  std::vector<std::pair<int, GeluGradient>> found;
+  for (int id = 0; id < static_cast<int>(r.g.nodes.size()); ++id)
+    if (const auto m = match_gelu_gradient(r.g, id)) found.emplace_back(id, *m);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].second.x, r.g.nodes[gelu_node].args[0]);
+  const Node& gy = r.g.nodes[found[0].second.gy];
+  EXPECT_TRUE(gy.backward);
+  EXPECT_EQ(gy.op, Op::kMul);
+  EXPECT_EQ(gy.shape, (ir::Shape{3, 4}));
+  // A different constant is a different function: no match.
+  Graph changed = r.g;
+  for (Node& n : changed.nodes)
+    if (n.op == Op::kConstant && n.scalar == 0.5) n.scalar = 0.25;
+  EXPECT_FALSE(match_gelu_gradient(changed, found[0].first).has_value());
+}
 TEST(Autodiff, Tanh) {
   check_unary(tanh, -2, 2);
 }

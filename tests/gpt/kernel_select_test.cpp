@@ -170,7 +170,10 @@ TEST(GpuKernels, TheGptsLayerNormsAttentionAndAdamWRunAsKernels) {
   const int p = static_cast<int>(params);
   // Every parameter's AdamW update in one launch: the kernel node is the
   // first parameter's new value.
+  // The GEMM epilogues: TheGptsProjectionsTakeTheirEpilogues.
   const std::map<std::string, int> want = {
+      {"gemm_bias", 2},                 {"gemm_bias_gelu", 2},         {"gemm_bias_gelu.pre_gelu", 2},
+      {"gemm_dgelu", 2},
       {"layernorm_forward", 5},         {"layernorm_forward.mean", 5}, {"layernorm_forward.rstd", 5},
       {"layernorm_backward", 5},        {"layernorm_backward.dscale", 5}, {"layernorm_backward.dbias", 5},
       {"attention_forward", 2},         {"attention_forward.lse", 2},  {"attention_backward", 2},
@@ -388,6 +391,97 @@ TEST(GpuKernels, ABf16LayerNormFallsBackSayingWhy) {
   ASSERT_EQ(l.kernels.size(), 1u);
   EXPECT_EQ(l.kernels[0].kernel, "");
   EXPECT_EQ(l.kernels[0].reason, "its input is bf16: sharc runs the layer norm kernels on f32 values so far");
+}
+
+// ---- GEMM epilogues ---------------------------------------------------------
+
+// A dense layer of `width` outputs, gelu, and a dense layer back, trained
+// with SGD: the forward's bias add and gelu and the backward's gelu
+// gradient are what cuBLASLt's epilogues do.
+ir::Graph gelu_mlp(int64_t width, ir::DType dtype = ir::DType::kF32) {
+  return trace("gelu_mlp", [&](ProgramBuilder& b) {
+    Scope s = b.scope();
+    Param w1 = s.param("w1", {16, width}, with_partitioning(lecun_normal(), P(None, "model")));
+    Param b1 = s.param("b1", {width}, with_partitioning(zeros(), P("model")));
+    Param w2 = s.param("w2", {width, 16}, with_partitioning(lecun_normal(), P("model", None)));
+    Tensor x = b.input("x", {8, 16}, P("data", None));
+    train_step(b, {x},
+               [&](const std::vector<Tensor>& mb) {
+                 Tensor h = gelu(add(matmul(astype(mb[0], dtype), astype(w1, dtype)), astype(b1, dtype)));
+                 Tensor y = astype(matmul(h, astype(w2, dtype)), ir::DType::kF32);
+                 return sum(mul(y, y), {0, 1});
+               },
+               sgd(Schedule::constant(1e-3)));
+  });
+}
+
+TEST(GpuKernels, GemmsTakeTheBiasAddGeluAndGeluGradientAsEpilogues) {
+  for (ir::DType t : {ir::DType::kF32, ir::DType::kBF16}) {
+    SCOPED_TRACE(ir::dtype_name(t));
+    const Lowered l = lowered_for_gpu(gelu_mlp(32, t), "data=2,model=2", 4);
+    // The forward GEMM writes gelu's result and its argument (which the
+    // gradient reads); the backward GEMM dh = dy w2^T is multiplied by
+    // gelu'(z) as it is written.
+    EXPECT_EQ(kernel_nodes(l.partitioned),
+              (std::map<std::string, int>{{"gemm_bias_gelu", 1}, {"gemm_bias_gelu.pre_gelu", 1}, {"gemm_dgelu", 1}}));
+    int forward = -1, pre = -1, backward = -1;
+    for (int i = 0; i < static_cast<int>(l.partitioned.nodes.size()); ++i) {
+      const ir::Node& n = l.partitioned[i];
+      EXPECT_NE(n.op, ir::Op::kGelu);
+      EXPECT_NE(n.op, ir::Op::kTanh) << "gelu's gradient is left as elementwise ops";
+      if (n.kernel == "gemm_bias_gelu") forward = i;
+      if (n.kernel == "gemm_bias_gelu.pre_gelu") pre = i;
+      if (n.kernel == "gemm_dgelu") backward = i;
+    }
+    ASSERT_GE(forward, 0);
+    ASSERT_GE(backward, 0);
+    const ir::Node& f = l.partitioned[forward];
+    ASSERT_EQ(f.args.size(), 3u);  // x (its local rows), w1 and b1, each as the GEMM reads it (t)
+    EXPECT_EQ(f.shape, (ir::Shape{4, 16}));  // local: rows split over data, width over model
+    EXPECT_EQ(f.dtype, t);
+    EXPECT_EQ(f.dot.lhs_contract, std::vector<int>{1});
+    EXPECT_EQ(l.partitioned[pre].args, std::vector<int>{forward});
+    const ir::Node& b = l.partitioned[backward];
+    ASSERT_EQ(b.args.size(), 3u);
+    EXPECT_EQ(b.args[2], pre);  // gelu'(z) from the argument the forward kept
+    EXPECT_TRUE(b.backward);
+    EXPECT_EQ(b.dot.rhs_contract, std::vector<int>{1});  // dy w2^T: w2 read transposed
+  }
+}
+
+TEST(GpuKernels, AGemmTooNarrowForCublasLtEpiloguesKeepsThemAsGeneratedKernels) {
+  // 12 columns over model=2: 6 per device, not a multiple of 8 (cuBLASLt's
+  // epilogue buffers' leading dimension), so the dots stay plain GEMMs.
+  const Lowered l = lowered_for_gpu(gelu_mlp(12), "data=2,model=2", 4);
+  EXPECT_TRUE(kernel_nodes(l.partitioned).empty());
+  int gelus = 0;
+  for (const ir::Node& n : l.partitioned.nodes) gelus += n.op == ir::Op::kGelu;
+  EXPECT_EQ(gelus, 1);
+}
+
+TEST(GpuKernels, TheGptsProjectionsTakeTheirEpilogues) {
+  const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
+    gpt2::build_train(b, config(64, 4, 0.0), /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2));
+  });
+  // Per block: the qkv projection with its bias; the MLP's first
+  // projection with its bias and gelu (keeping gelu's argument for the
+  // backward) and the gelu gradient on the GEMM that brings the MLP's
+  // gradient back. On one whole device the output projections also take
+  // their biases; on model=4 their GEMMs give partial sums, summed before
+  // the bias is added, so they stay plain.
+  std::map<std::string, int> megatron = {{"gemm_bias", 2},
+                                         {"gemm_bias_gelu", 2},
+                                         {"gemm_bias_gelu.pre_gelu", 2},
+                                         {"gemm_dgelu", 2}};
+  std::map<std::string, int> whole = megatron;
+  whole["gemm_bias"] = 6;  // and attn/proj, mlp/proj
+  for (auto [mesh, want] : {std::pair{"data=2,model=4", megatron}, std::pair{"data=8", whole}}) {
+    SCOPED_TRACE(mesh);
+    std::map<std::string, int> gemms;
+    for (const auto& [k, count] : kernel_nodes(lowered_for_gpu(g, mesh, 8).partitioned))
+      if (k.rfind("gemm", 0) == 0) gemms[k] = count;
+    EXPECT_EQ(gemms, want);
+  }
 }
 
 }  // namespace

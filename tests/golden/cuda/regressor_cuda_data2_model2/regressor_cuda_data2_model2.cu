@@ -189,8 +189,8 @@ Program::Program(rt::World& world) : world_(world), local_ranks_(world.local_ran
     [[maybe_unused]] rt::DeviceMemory& mem = world.memory(rank);
     const std::vector<int> coords = world.mesh().coords(rank);
     gpu::device_context(world, rank, kProgram, gpu::kSimulatorBuild);  // refuses a world that is not a gpu::GpuWorld
-    gpu::require_memory(world, rank, kProgram, 25808);  // parameters 13072 + step arena 12736
-    mem.reserve_arena(12736);  // the step's buffers (rt::StepArena), placed as the buffer plan replays them
+    gpu::require_memory(world, rank, kProgram, 29648);  // parameters 13072 + step arena 16576
+    mem.reserve_arena(16576);  // the step's buffers (rt::StepArena), placed as the buffer plan replays them
     dev->data_index = coords[0];
     dev->model_index = coords[1];
     dev->group_data = rt::make_group(world.mesh(), rank, {0});  // "data"
@@ -437,34 +437,17 @@ void Program::Step::forward() {
     gpu::upload_strided(gpu_dev, in.y + dev.data_index * 16, {16, 1}, {1, 1}, y.data());
 }  // Program::Step::forward
 
-// examples/own_project/model.cpp:29: fused broadcast, add, gelu: one thread per element
-// of f32[16,32] [{"data"}, {"model"}], the grid striding over the rest.
-static SHARC_KERNEL void gelu_kernel(int64_t n, const float* __restrict__ hidden_bias, const float* __restrict__ hidden_dot, float* __restrict__ gelu, float* __restrict__ hidden_add) {
-  for (int64_t i = gpu::element_index(); i < n; i += gpu::element_stride()) {
-    const float v0 = hidden_bias[(i) % 32];  // examples/own_project/model.cpp:29 broadcast
-    const float v1 = hidden_dot[i] + v0;  // examples/own_project/model.cpp:29 add
-    hidden_add[i] = v1;
-    gelu[i] = rt::gelu(v1);  // examples/own_project/model.cpp:29 gelu
-  }  // fused loop of gelu
-}
-
 // hidden in forward
 void Program::Step::forward_hidden() {
   // ---- hidden (examples/own_project/model.cpp:29) ---------------------------
-  timeline.op("dot  examples/own_project/model.cpp:29 hidden", {.flops = 32768, .bytes = 8192});
-  // examples/own_project/model.cpp:29 hidden: [{"data"}, {}], [{}, {"model"}] -> [{"data"}, {"model"}] => dot contract=[1]x[0]
-  hidden_dot = rt::Buffer(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
-  gpu::gemm(gpu_dev, /*batch=*/1, /*M=*/16, /*N=*/32, /*K=*/32,
-           x.data(), false, dev.hidden_kernel.data(), false, hidden_dot.data());
-
-  // ---- gelu (examples/own_project/model.cpp:29) -----------------------------
-  timeline.op("gelu  examples/own_project/model.cpp:29", {.flops = 1024, .bytes = 6272});
-  // examples/own_project/model.cpp:29: [{"data"}, {"model"}], [{"model"}] -> [{"data"}, {"model"}] => fused broadcast, add, gelu; also keeps hidden_add
-  gelu = rt::Buffer(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
-  hidden_add = rt::Buffer(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
-  gpu::launch_independent("gelu_kernel", gelu_kernel, gpu::Dim3{gpu::elementwise_blocks(512)}, gpu::Dim3{gpu::kElementwiseThreads}, 0,
-                          gpu_dev.stream, int64_t{512}, dev.hidden_bias.data(), hidden_dot.data(), gelu.data(), hidden_add.data());
-  hidden_dot = rt::Buffer();  // last use of hidden_dot
+  timeline.op("gemm_bias_gelu  examples/own_project/model.cpp:29 hidden", {.flops = 36864, .bytes = 10368});
+  // examples/own_project/model.cpp:29 hidden: dot contract=[1]x[0], the bias added, then gelu (its argument kept for the backward) as one cuBLASLt GEMM and its epilogue, KernelSet::gemm (16x32 . 32x32)
+  hidden_gemm_bias_gelu = rt::Buffer(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
+  hidden_gemm_bias_gelu_pre_gelu = rt::Buffer(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
+  gpu_dev.kernels->gemm({.m = 16, .n = 32, .k = 32, .ab_dtype = rt::DType::kF32, .a = x.data(),
+      .lda = 32, .b = dev.hidden_kernel.data(), .ldb = 32, .c_dtype = rt::DType::kF32,
+      .c = hidden_gemm_bias_gelu.data(), .ldc = 32, .bias = dev.hidden_bias.data(),
+      .epilogue = gpu::Gemm::Epilogue::kGelu, .pre_gelu = hidden_gemm_bias_gelu_pre_gelu.data()});
 }  // Program::Step::forward_hidden
 
 // examples/own_project/model.cpp:44: fused broadcast, add, sub, mul: one thread per element
@@ -492,7 +475,7 @@ void Program::Step::forward_head() {
   // examples/own_project/model.cpp:29 head: [{"data"}, {"model"}], [{"model"}, {}] -> [{"data"}, {}] partial={"model"} => dot contract=[1]x[0]
   head_dot = rt::Buffer(16, &mem, rt::uninitialized);  // f32[16,1] [{"data"}, {}] partial={"model"}
   gpu::gemm(gpu_dev, /*batch=*/1, /*M=*/16, /*N=*/1, /*K=*/32,
-           gelu.data(), false, dev.head_kernel.data(), false, head_dot.data());
+           hidden_gemm_bias_gelu.data(), false, dev.head_kernel.data(), false, head_dot.data());
   timeline.comm_op("reduce_scatter  examples/own_project/model.cpp:29 head");
   // examples/own_project/model.cpp:29 head: [{"data"}, {}] partial={"model"} -> [{"data", "model"}, {}] => reduce_scatter(model)
   head_reduce_scatter = rt::Buffer(8, &mem, rt::uninitialized);  // f32[8,1] [{"data", "model"}, {}]
@@ -564,29 +547,6 @@ void Program::Step::backward() {
   sub = rt::Buffer();  // last use of sub
 }  // Program::Step::backward
 
-// examples/own_project/model.cpp:29: fused mul, mul, add, mul, tanh, mul, add, mul, sub, add, mul, mul, mul, mul, add, mul: one thread per element
-// of f32[16,32] [{"data"}, {"model"}], the grid striding over the rest.
-static SHARC_KERNEL void grad_mul_13_kernel(int64_t n, const float* __restrict__ hidden_add, const float* __restrict__ grad_head_dot, float* __restrict__ grad_mul_13) {
-  for (int64_t i = gpu::element_index(); i < n; i += gpu::element_stride()) {
-    const float v0 = hidden_add[i] * hidden_add[i];  // examples/own_project/model.cpp:29 mul
-    const float v1 = v0 * 0.0356774069f;  // examples/own_project/model.cpp:29 mul
-    const float v2 = 0.797884583f + v1;  // examples/own_project/model.cpp:29 add
-    const float v3 = hidden_add[i] * v2;  // examples/own_project/model.cpp:29 mul
-    const float v4 = rt::tanh(v3);  // examples/own_project/model.cpp:29 tanh
-    const float v5 = v0 * 0.107032225f;  // examples/own_project/model.cpp:29 mul
-    const float v6 = 0.797884583f + v5;  // examples/own_project/model.cpp:29 add
-    const float v7 = v4 * v4;  // examples/own_project/model.cpp:29 mul
-    const float v8 = 1.0f - v7;  // examples/own_project/model.cpp:29 sub
-    const float v9 = v4 + 1.0f;  // examples/own_project/model.cpp:29 add
-    const float v10 = v9 * 0.5f;  // examples/own_project/model.cpp:29 mul
-    const float v11 = hidden_add[i] * 0.5f;  // examples/own_project/model.cpp:29 mul
-    const float v12 = v11 * v8;  // examples/own_project/model.cpp:29 mul
-    const float v13 = v12 * v6;  // examples/own_project/model.cpp:29 mul
-    const float v14 = v10 + v13;  // examples/own_project/model.cpp:29 add
-    grad_mul_13[i] = grad_head_dot[i] * v14;  // examples/own_project/model.cpp:29 mul
-  }  // fused loop of grad_mul_13
-}
-
 // head in backward
 void Program::Step::backward_head() {
   // ---- head (examples/own_project/model.cpp:29) -----------------------------
@@ -594,27 +554,22 @@ void Program::Step::backward_head() {
   // examples/own_project/model.cpp:29 head: [{"data"}, {}] -> [{}] partial={"data"} => reduce sum
   grad_head_reduce = rt::Buffer(1, &mem, rt::uninitialized);  // f32[1] [{}] partial={"data"}
   gpu::reduce(gpu_dev, grad_add.data(), {16, 1}, {0}, rt::ReduceOp::kSum, grad_head_reduce.data());
-  timeline.op("dot  examples/own_project/model.cpp:29 head", {.flops = 1024, .bytes = 2240});
-  // examples/own_project/model.cpp:29 head: [{"data"}, {}], [{"model"}, {}] -> [{"data"}, {"model"}] => dot contract=[1]x[1]
-  grad_head_dot = rt::Buffer(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
-  gpu::gemm(gpu_dev, /*batch=*/1, /*M=*/16, /*N=*/32, /*K=*/1,
-           grad_add.data(), false, dev.head_kernel.data(), /*trans_b=*/true, grad_head_dot.data());
+  timeline.op("gemm_dgelu  examples/own_project/model.cpp:29 head", {.flops = 5120, .bytes = 4288});
+  // examples/own_project/model.cpp:29 head: dot contract=[1]x[1] multiplied by gelu'(hidden_gemm_bias_gelu_pre_gelu) as one cuBLASLt GEMM and its epilogue, KernelSet::gemm (16x1 . 1x32)
+  grad_head_gemm_dgelu = rt::Buffer(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
+  gpu_dev.kernels->gemm({.trans_b = true, .m = 16, .n = 32, .k = 1, .ab_dtype = rt::DType::kF32,
+      .a = grad_add.data(), .lda = 1, .b = dev.head_kernel.data(), .ldb = 1,
+      .c_dtype = rt::DType::kF32, .c = grad_head_gemm_dgelu.data(), .ldc = 32,
+      .epilogue = gpu::Gemm::Epilogue::kGeluBackward,
+      .pre_gelu = hidden_gemm_bias_gelu_pre_gelu.data()});
+  hidden_gemm_bias_gelu_pre_gelu = rt::Buffer();  // last use of hidden_gemm_bias_gelu_pre_gelu
   timeline.op("dot  examples/own_project/model.cpp:29 head", {.flops = 1024, .bytes = 2240});
   // examples/own_project/model.cpp:29 head: [{"data"}, {"model"}], [{"data"}, {}] -> [{"model"}, {}] partial={"data"} => dot contract=[0]x[0]
   grad_head_dot_2 = rt::Buffer(32, &mem, rt::uninitialized);  // f32[32,1] [{"model"}, {}] partial={"data"}
   gpu::gemm(gpu_dev, /*batch=*/1, /*M=*/32, /*N=*/1, /*K=*/16,
-           gelu.data(), /*trans_a=*/true, grad_add.data(), false, grad_head_dot_2.data());
-  gelu = rt::Buffer();  // last use of gelu
+           hidden_gemm_bias_gelu.data(), /*trans_a=*/true, grad_add.data(), false, grad_head_dot_2.data());
+  hidden_gemm_bias_gelu = rt::Buffer();  // last use of hidden_gemm_bias_gelu
   grad_add = rt::Buffer();  // last use of grad_add
-
-  // ---- mul (examples/own_project/model.cpp:29) ------------------------------
-  timeline.op("mul  examples/own_project/model.cpp:29", {.flops = 8192, .bytes = 6144});
-  // examples/own_project/model.cpp:29: [{"data"}, {"model"}] -> [{"data"}, {"model"}] => fused mul, mul, add, mul, tanh, mul, add, mul, sub, add, mul, mul, mul, mul, add, mul
-  grad_mul_13 = rt::Buffer(512, &mem, rt::uninitialized);  // f32[16,32] [{"data"}, {"model"}]
-  gpu::launch_independent("grad_mul_13_kernel", grad_mul_13_kernel, gpu::Dim3{gpu::elementwise_blocks(512)}, gpu::Dim3{gpu::kElementwiseThreads}, 0,
-                          gpu_dev.stream, int64_t{512}, hidden_add.data(), grad_head_dot.data(), grad_mul_13.data());
-  grad_head_dot = rt::Buffer();  // last use of grad_head_dot
-  hidden_add = rt::Buffer();  // last use of hidden_add
 }  // Program::Step::backward_head
 
 // hidden in backward
@@ -623,14 +578,14 @@ void Program::Step::backward_hidden() {
   timeline.op("reduce  examples/own_project/model.cpp:29 hidden", {.flops = 512, .bytes = 2176});
   // examples/own_project/model.cpp:29 hidden: [{"data"}, {"model"}] -> [{"model"}] partial={"data"} => reduce sum
   grad_hidden_reduce = rt::Buffer(32, &mem, rt::uninitialized);  // f32[32] [{"model"}] partial={"data"}
-  gpu::reduce(gpu_dev, grad_mul_13.data(), {16, 32}, {0}, rt::ReduceOp::kSum, grad_hidden_reduce.data());
+  gpu::reduce(gpu_dev, grad_head_gemm_dgelu.data(), {16, 32}, {0}, rt::ReduceOp::kSum, grad_hidden_reduce.data());
   timeline.op("dot  examples/own_project/model.cpp:29 hidden", {.flops = 32768, .bytes = 8192});
   // examples/own_project/model.cpp:29 hidden: [{"data"}, {}], [{"data"}, {"model"}] -> [{}, {"model"}] partial={"data"} => dot contract=[0]x[0]
   grad_hidden_dot = rt::Buffer(1024, &mem, rt::uninitialized);  // f32[32,32] [{}, {"model"}] partial={"data"}
   gpu::gemm(gpu_dev, /*batch=*/1, /*M=*/32, /*N=*/32, /*K=*/16,
-           x.data(), /*trans_a=*/true, grad_mul_13.data(), false, grad_hidden_dot.data());
+           x.data(), /*trans_a=*/true, grad_head_gemm_dgelu.data(), false, grad_hidden_dot.data());
   x = rt::Buffer();  // last use of x
-  grad_mul_13 = rt::Buffer();  // last use of grad_mul_13
+  grad_head_gemm_dgelu = rt::Buffer();  // last use of grad_head_gemm_dgelu
 }  // Program::Step::backward_hidden
 
 // head in backward, part 2
