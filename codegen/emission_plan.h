@@ -22,6 +22,10 @@
 // reused receive buffers, for the last task that read the buffer it
 // overwrites. Those waits are the events a CUDA renderer records and waits on;
 // a single-threaded renderer may ignore them, since plan order respects them.
+// The CUDA renderer (emit_ring_dot) writes each as gpu::stream_wait at the
+// point where "the other stream's work so far" is exactly the tasks waited
+// for; the simulator's deferred streams (SimGpuWorld::set_deferred_streams)
+// check the result against the oracle.
 //
 // Ring-overlapped TP (a RingDot of n steps), per step k:
 //   gather:  transfer k (comm) sends the block held at step k on while

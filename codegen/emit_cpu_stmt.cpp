@@ -50,10 +50,14 @@ std::string CpuEmitter::declare(int v, bool writes_all) {
     return "// " + var_[v] + " is dev." + var_[param] + " (a reference member): " + shape_comment(g_[v]) +
            ", the new \"" + g_[param].name + "\" computed in place";
   std::string how;
-  if (writes_all) how += ", rt::uninitialized";
+  // CUDA: zeros on the device's stream (gpu::zeroed), not the host's.
+  const bool zero_on_stream = cuda() && !writes_all;
+  if (writes_all || zero_on_stream) how += ", rt::uninitialized";
   if (plan_.is_update_value[v]) how += ", rt::persistent";
-  return var_[v] + " = " + buf_type(g_[v].dtype) + "(" + std::to_string(ir::num_elements(g_[v].shape)) + ", &mem" +
-         how + ");  // " + shape_comment(g_[v]);
+  const std::string buffer =
+      buf_type(g_[v].dtype) + "(" + std::to_string(ir::num_elements(g_[v].shape)) + ", &mem" + how + ")";
+  return var_[v] + " = " + (zero_on_stream ? "gpu::zeroed(gpu_dev, " + buffer + ")" : buffer) + ";  // " +
+         shape_comment(g_[v]);
 }
 
 std::string CpuEmitter::unary_expr(Op op, const std::string& x) {
@@ -343,7 +347,7 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
   what += " dim=" + std::to_string(v.dim) + " over (" + axis + "), " +
           ir::ring_direction_name(v.ring.direction);
   w.line(describe(v, s.reads, what));
-  w.line(declare(id));
+  w.line(declare(id, /*writes_all=*/cuda()));  // the steps write every block (the CPU's zeros are cheap)
   w.open("");
   const std::string grp = group(v);
   const std::string p = locals_.user("p"), k = locals_.user("k");
@@ -360,6 +364,21 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
     w.line("// device adds its partial of a block to the sum arriving for it, and passes it on.");
   }
   w.line("const int " + p + " = " + grp + ".position;  // this device's place in the ring");
+  // CUDA: the transfers run on the device's comm stream, beside the GEMMs on
+  // its compute stream, with the plan's waits between the two
+  // (emission_plan.h): each transfer waits for the compute stream's work so
+  // far, each GEMM or add after a transfer landed for the comm stream's.
+  // Every ring buffer is written whole before it is read: on a GPU it gets
+  // no zeros (the CPU's are the host's, and cheap).
+  const std::string ring_fill = cuda() ? ", rt::uninitialized" : "";
+  std::string gpu_comm;
+  if (cuda()) {
+    gpu_comm = locals_.user("gpu_comm");
+    w.line("const gpu::DeviceContext " + gpu_comm + " = gpu::on_comm_stream(gpu_dev);  // the transfers' stream");
+  }
+  auto ring_call = [&](const std::string& fn) {
+    return cuda() ? "gpu::" + fn + "(" + gpu_comm + ", comm, " : comm_call(fn);
+  };
   std::string perm[2];
   perm[0] = locals_.user("to_right");
   w.line("const rt::Permutation " + perm[0] + " = rt::ring_shift(" + n + ", +1);  // send to " +
@@ -374,7 +393,7 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
   if (plan.sliced >= 0 && !plan.slice_contiguous) {
     slice_buf = locals_.user(std::string(role[plan.sliced]) + "_piece");
     w.line(buf_type(v.dtype) + " " + slice_buf + "(" +
-           std::to_string(plan.step_operand_count(plan.sliced)) + ", &mem);  // " +
+           std::to_string(plan.step_operand_count(plan.sliced)) + ", &mem" + ring_fill + ");  // " +
            ir::shape_str(plan.step_operand[plan.sliced], v.dtype) + ": a piece of " + role[plan.sliced]);
   }
   auto sliced_piece = [&](const std::string& i) {
@@ -390,7 +409,7 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
   std::string piece_buf;
   if (plan.gather && !plan.out_contiguous) {
     piece_buf = locals_.user("result_piece");
-    w.line(buf_type(v.dtype) + " " + piece_buf + "(" + piece + ", &mem);  // " +
+    w.line(buf_type(v.dtype) + " " + piece_buf + "(" + piece + ", &mem" + ring_fill + ");  // " +
            ir::shape_str(plan.step_result, v.dtype) + ": one step's piece of the result");
   }
   // "b0" at half 0, "b1 * 2 + 1" at half 1: the piece index of block b.
@@ -410,8 +429,8 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
     for (int h = 0; h < H; ++h) {
       cur[h] = locals_.user("cur" + suffix(h));
       next[h] = locals_.user("next" + suffix(h));
-      w.line(buf_type(v.dtype) + " " + cur[h] + "(" + count + ", &mem), " + next[h] + "(" + count +
-             ", &mem);  // " + ir::shape_str(plan.step_operand[m], v.dtype) + ": the " + role[m] +
+      w.line(buf_type(v.dtype) + " " + cur[h] + "(" + count + ", &mem" + ring_fill + "), " + next[h] + "(" +
+             count + ", &mem" + ring_fill + ");  // " + ir::shape_str(plan.step_operand[m], v.dtype) + ": the " + role[m] +
              " piece held / arriving" +
              (H == 2 ? std::string(", half ") + std::to_string(h) + " (travels " + way[h] + ")"
                      : ""));
@@ -435,8 +454,10 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
     w.line((cuda() ? "gpu::PendingTransfer " : "rt::PendingRecv ") + join(recv, ", ") + ";");
     w.open("if (" + k + " + 1 < " + n + ")");
     w.line("// the last step sends nothing: n - 1 transfers, the all_gather's bytes");
+    if (cuda())
+      w.line("gpu::stream_wait(" + gpu_comm + ", gpu_dev);  // it receives into the block the last step's GEMM read");
     for (int h = 0; h < H; ++h)
-      w.line(recv[h] + " = " + comm_call("ppermute_start") + cur[h] + ".data(), " + next[h] + ".data(), " +
+      w.line(recv[h] + " = " + ring_call("ppermute_start") + cur[h] + ".data(), " + next[h] + ".data(), " +
              count + ", " + grp + ", " + perm[h] + ");  // block " + blk[h] + " on to the " +
              way[h]);
     w.close();
@@ -459,9 +480,10 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
     }
     w.open("if (" + k + " + 1 < " + n + ")");
     for (int h = 0; h < H; ++h) {
-      w.line(comm_call("ppermute_wait") + recv[h] + ");");
+      w.line(ring_call("ppermute_wait") + recv[h] + ");");
       w.line("std::swap(" + cur[h] + ", " + next[h] + ");");
     }
+    if (cuda()) w.line("gpu::stream_wait(gpu_dev, " + gpu_comm + ");  // the next GEMM reads the block that arrived");
     w.close();
     w.close("ring step");
     w.close("ring_dot " + var_[id]);
@@ -476,8 +498,8 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
     const std::string hs = std::to_string(h);
     part[h] = locals_.user("part" + suffix(h));
     incoming[h] = locals_.user("incoming" + suffix(h));
-    w.line(buf_type(v.dtype) + " " + part[h] + "(" + piece + ", &mem), " + incoming[h] + "(" + piece +
-           ", &mem);  // " + ir::shape_str(plan.step_result, v.dtype) +
+    w.line(buf_type(v.dtype) + " " + part[h] + "(" + piece + ", &mem" + ring_fill + "), " + incoming[h] + "(" +
+           piece + ", &mem" + ring_fill + ");  // " + ir::shape_str(plan.step_result, v.dtype) +
            ": this device's partial / the sum so far from the " + way[1 - h] +
            (H == 2 ? ", half " + hs : ""));
     acc[h] = locals_.user("acc" + suffix(h));
@@ -486,7 +508,7 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
              ";  // the running sum" + (H == 2 ? " of half " + hs : "") + ", in place");
     } else {
       const std::string buf = locals_.user("sum" + suffix(h));
-      w.line(buf_type(v.dtype) + " " + buf + "(" + piece + ", &mem);");
+      w.line(buf_type(v.dtype) + " " + buf + "(" + piece + ", &mem" + ring_fill + ");");
       w.line(elem_type(v.dtype) + "* " + acc[h] + " = " + buf + ".data();  // the running sum of half " + hs);
     }
   }
@@ -502,8 +524,10 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
   w.line((cuda() ? "gpu::PendingTransfer " : "rt::PendingRecv ") + join(recv, ", ") + ";");
   w.open("if (" + k + " > 0)");
   w.line("// last step's sum on, while this step's block's sum so far arrives");
+  if (cuda())
+    w.line("gpu::stream_wait(" + gpu_comm + ", gpu_dev);  // it sends the last step's sum, into what its add read");
   for (int h = 0; h < H; ++h)
-    w.line(recv[h] + " = " + comm_call("ppermute_start") + acc[h] + ", " + incoming[h] + ".data(), " +
+    w.line(recv[h] + " = " + ring_call("ppermute_start") + acc[h] + ", " + incoming[h] + ".data(), " +
            piece + ", " + grp + ", " + perm[h] + ");  // to the " + way[h]);
   w.close();
   w.line("timeline.op(" + label + ", " + cost_literal(cost.gemm) + ");");
@@ -518,7 +542,8 @@ void CpuEmitter::emit_ring_dot(CodeWriter& w, const Stmt& s) {
   }
   w.open("if (" + k + " > 0)");
   for (int h = 0; h < H; ++h) {
-    w.line(comm_call("ppermute_wait") + recv[h] + ");");
+    w.line(ring_call("ppermute_wait") + recv[h] + ");");
+    if (cuda()) w.line("gpu::stream_wait(gpu_dev, " + gpu_comm + ");  // the add reads the sum that arrived");
     w.line("timeline.op(" + label + ", " + cost_literal(cost.add) + ");");
     record_mark(EmittedMark::Kind::kRingAdd, id, cost.add);
     const std::string sum =

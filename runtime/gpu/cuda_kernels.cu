@@ -60,10 +60,34 @@ class CudaKernels final : public LaunchingKernels {
             std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     check_lt(cublasLtCreate(&lt_), "cublasLtCreate");
     check(cudaMalloc(&workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+    // Blocking streams: each runs beside the other, and both stay ordered
+    // with the legacy default stream, where cudaMemcpy and anything launched
+    // on stream 0 run (upload and download are full barriers, as before).
+    check(cudaStreamCreate(&compute_), "cudaStreamCreate (compute)");
+    check(cudaStreamCreate(&comm_), "cudaStreamCreate (comm)");
+    for (cudaEvent_t& e : events_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    current_ = compute_;
   }
   ~CudaKernels() override {
+    cudaDeviceSynchronize();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaStreamDestroy(comm_);
+    cudaStreamDestroy(compute_);
     cudaFree(workspace_);
     cublasLtDestroy(lt_);
+  }
+
+  Stream compute_stream() override { return compute_; }
+  Stream comm_stream() override { return comm_; }
+  // One event per direction, recorded again for every wait: a stream's wait
+  // takes the event as it stands when the wait is given.
+  void wait_stream(Stream waiter, Stream on) override {
+    cudaEvent_t e = events_[on == comm_ ? 1 : 0];
+    check(cudaEventRecord(e, static_cast<cudaStream_t>(on)), "cudaEventRecord");
+    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), e, 0), "cudaStreamWaitEvent");
+  }
+  void synchronize_stream(Stream s) override {
+    check(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
   }
 
   std::string name() const override { return name_; }
@@ -165,6 +189,8 @@ class CudaKernels final : public LaunchingKernels {
 
  private:
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cudaEvent_t events_[2] = {};
   int device_;
   std::string name_;
   cublasLtHandle_t lt_ = nullptr;

@@ -34,8 +34,19 @@ namespace sharc::gpu {
 // One device as a generated program's step sees it: its kernels, GEMMs and
 // transfers (the world's KernelSet for the device) and the stream its
 // kernels run on.
+// A communicator that enqueues its operations on a device stream
+// (gpu::NcclWorld's): the collectives of device_collectives.h point it at
+// the stream of the DeviceContext they are called with.
+class StreamedCommunicator {
+ public:
+  virtual ~StreamedCommunicator() = default;
+  virtual void use_stream(Stream s) = 0;
+};
+
 struct DeviceContext {
   KernelSet* kernels = nullptr;
+  // Where this context's work goes: the device's compute stream, or its
+  // comm stream in the context on_comm_stream() gives (a ring's transfers).
   Stream stream = nullptr;
   // Whether the host may read and write the device's buffers (the
   // simulator): collectives then run on them as they are
@@ -45,7 +56,22 @@ struct DeviceContext {
   // are (gpu::NcclWorld): collectives hand them over unstaged, packing
   // interleaved blocks on the device through this.
   rt::BlockMover* device_comm = nullptr;
+  // The device's two streams (KernelSet::compute_stream, comm_stream).
+  Stream compute_stream = nullptr, comm_stream = nullptr;
+  // Non-null where the communicator enqueues on a device stream.
+  StreamedCommunicator* streamed_comm = nullptr;
 };
+
+// d with its work on the device's comm stream.
+inline DeviceContext on_comm_stream(DeviceContext d) {
+  d.stream = d.comm_stream;
+  return d;
+}
+// What `waiter`'s stream is given from now on waits for everything given
+// to `on`'s so far (the plan's waits between the two streams).
+inline void stream_wait(const DeviceContext& waiter, const DeviceContext& on) {
+  if (waiter.stream != on.stream) waiter.kernels->wait_stream(waiter.stream, on.stream);
+}
 
 #if defined(__CUDACC__)
 inline namespace cuda_target {
@@ -78,6 +104,15 @@ SHARC_DEVICE int64_t element_stride() { return static_cast<int64_t>(grid_dim_x()
 // out[0 .. count) = value (converted to T: bf16 to nearest even, i32 truncated).
 template <class T>
 void fill(const DeviceContext& d, T* out, size_t count, float value);
+// A step buffer that starts as zeros, written on the device's stream in
+// order with its other work (rt::Buffer's own zeros are the host's, at once,
+// which a stream's earlier work could still be reading):
+//   x = gpu::zeroed(gpu_dev, rt::Buffer(n, &mem, rt::uninitialized));
+template <class B>
+B zeroed(const DeviceContext& d, B buffer) {
+  fill(d, buffer.data(), buffer.size(), 0.0f);
+  return buffer;
+}
 template <class T>
 void copy(const DeviceContext& d, const T* in, T* out, size_t count);
 // out = a + b elementwise, in f32, rounded once (a ring's running sum).

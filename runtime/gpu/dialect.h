@@ -45,8 +45,8 @@ namespace sharc::gpu {
 
 constexpr int kWarpSize = 32;
 
-// A stream: cudaStream_t under nvcc (nullptr is the default stream); the
-// simulator runs everything at once and ignores it.
+// A stream: cudaStream_t under nvcc (nullptr is the default stream); on the
+// simulator nullptr (run at once) or a sim::StreamQueue (run late).
 using Stream = void*;
 
 struct Dim3 {
@@ -212,20 +212,28 @@ SHARC_DEVICE void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[
   sim::mma_16x8x16(d, a, b, c);
 }
 
+// On a stream queue the launch waits there, its arguments copied, until
+// the queue runs it (sim::StreamQueue).
 template <class... P, class... A>
 void launch(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t smem,
             Stream stream, A... args) {
-  (void)stream;
-  sim::run(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
-           [&] { k(static_cast<P>(args)...); });
+  auto run = [=] {
+    sim::run(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
+             [&] { k(static_cast<P>(args)...); });
+  };
+  if (stream) return static_cast<sim::StreamQueue*>(stream)->give(run);
+  run();
 }
 
 template <class... P, class... A>
 void launch_independent(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t smem,
                         Stream stream, A... args) {
-  (void)stream;
-  sim::run_independent(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
-                       [&] { k(static_cast<P>(args)...); });
+  auto run = [=] {
+    sim::run_independent(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
+                         [&] { k(static_cast<P>(args)...); });
+  };
+  if (stream) return static_cast<sim::StreamQueue*>(stream)->give(run);
+  run();
 }
 
 #endif

@@ -21,8 +21,16 @@ KernelSet& SimGpuWorld::kernels(int rank) {
     throw std::out_of_range("SimGpuWorld: device " + std::to_string(rank) + " is not one of its " +
                             std::to_string(size()) + " devices");
   // The simulator keeps no per-device state: its memory is the host's and
-  // its launches run on the calling device's thread.
+  // its launches run on the calling device's thread. Deferred streams are
+  // per device.
+  if (!deferred_.empty()) return *deferred_[static_cast<size_t>(rank)];
   return simulated_kernels();
+}
+
+void SimGpuWorld::set_deferred_streams(bool deferred, bool ignore_waits) {
+  deferred_.clear();
+  if (!deferred) return;
+  for (int r = 0; r < size(); ++r) deferred_.push_back(make_deferred_simulated_kernels(ignore_waits));
 }
 
 CudaWorld::CudaWorld(rt::MeshShape mesh, int gpu) : gpu_(gpu), threads_(std::move(mesh)) {
@@ -85,7 +93,14 @@ DeviceContext device_context(rt::World& world, int rank, std::string_view progra
                                kernels.name() + ": link its nvcc build, NAME_device"
                          : "by nvcc for a GPU (the library NAME_device), but this world's devices are the "
                            "simulator's: link its simulator build, NAME"));
-  return DeviceContext{&kernels, nullptr, gpu->device_memory_is_host(), gpu->device_communicator(rank)};
+  DeviceContext d;
+  d.kernels = &kernels;
+  d.stream = d.compute_stream = kernels.compute_stream();
+  d.comm_stream = kernels.comm_stream();
+  d.host_memory = gpu->device_memory_is_host();
+  d.device_comm = gpu->device_communicator(rank);
+  d.streamed_comm = gpu->streamed_communicator(rank);
+  return d;
 }
 
 }  // namespace sharc::gpu

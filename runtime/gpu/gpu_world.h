@@ -12,9 +12,9 @@
 //    device (its own host thread and communicator) with a KernelSet of its
 //    own and device memory from cudaMalloc; the host cannot touch that
 //    memory, so programs move blocks through their transfers and run
-//    collectives on host copies (device_collectives.h). Every device
-//    launches on CUDA's default stream, so the devices' work is ordered
-//    and nothing overlaps yet.
+//    collectives on host copies (device_collectives.h). Each device has
+//    its KernelSet's two streams; the host copies run on the legacy default
+//    stream, so they wait for everything before them.
 //  - NcclWorld (nccl_world.h): a GPU per rank, collectives through NCCL.
 #pragma once
 
@@ -44,6 +44,8 @@ class GpuWorld : public rt::World {
   // Non-null where comm(rank) takes device buffers as they are (NcclWorld):
   // how the dimension-aware collectives pack blocks on the device.
   virtual rt::BlockMover* device_communicator(int) { return nullptr; }
+  // Non-null where comm(rank) enqueues on a device stream (NcclWorld).
+  virtual StreamedCommunicator* streamed_communicator(int) { return nullptr; }
 };
 
 class SimGpuWorld final : public GpuWorld {
@@ -80,6 +82,13 @@ class SimGpuWorld final : public GpuWorld {
   // stays host memory.
   void set_device_memory_is_host(bool host) { host_memory_ = host; }
 
+  // With true, each device gets simulated kernels of its own whose two
+  // streams run their work late (make_deferred_simulated_kernels): a
+  // program that leaves out a wait between its streams then computes
+  // something else, which its tests see. ignore_waits: the streams ignore
+  // every wait, to show that they would. Before a Program is made.
+  void set_deferred_streams(bool deferred, bool ignore_waits = false);
+
   // The devices' threads (set_device_threads, set_clock, set_recv_timeout, ...).
   rt::ThreadWorld& threads() { return threads_; }
 
@@ -87,6 +96,7 @@ class SimGpuWorld final : public GpuWorld {
   rt::ThreadWorld threads_;
   size_t capacity_ = SIZE_MAX;
   bool host_memory_ = true;
+  std::vector<std::unique_ptr<KernelSet>> deferred_;
 };
 
 class CudaWorld final : public GpuWorld {

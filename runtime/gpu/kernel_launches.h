@@ -242,6 +242,8 @@ class LaunchingKernels : public KernelSet {
   }
 
   void set_tensor_cores(bool on) override { tensor_cores_ = on; }
+  Stream current_stream() override { return current_; }
+  void use_stream(Stream s) override { current_ = s; }
 
   void adamw(const AdamWTensor* tensors, const TensorChunk* chunks, int num_chunks,
              const AdamWHyper& h) override {
@@ -251,7 +253,9 @@ class LaunchingKernels : public KernelSet {
   }
 
  protected:
-  virtual Stream stream() const { return nullptr; }
+  // The stream its launches go on.
+  virtual Stream stream() const { return current_; }
+  Stream current_ = nullptr;
   // bf16 attention on the tensor cores (the default), or on the scalar
   // kernels that f32 uses (set_tensor_cores(false), to compare the two).
   bool tensor_cores_ = true;

@@ -24,6 +24,10 @@
 
 namespace sharc::gpu {
 
+// A stream: cudaStream_t under nvcc (nullptr is the default stream); on the
+// simulator nullptr (run at once) or a sim::StreamQueue (run late).
+using Stream = void*;
+
 using rt::DType;
 
 struct LayerNormForward {
@@ -203,6 +207,25 @@ class KernelSet {
   // "simulator", or the device: "cuda:0 NVIDIA H100 80GB HBM3 (sm_90)".
   virtual std::string name() const = 0;
 
+  // Streams. A device runs two, the emission plan's (codegen/emission_plan.h):
+  // compute (kernels, GEMMs, whole collectives) and comm (a ring's
+  // transfers), so a transfer can run beside the GEMM next to it. Work on one
+  // stream runs in the order given; across the two, only where wait_stream
+  // says. The launches and library calls of this KernelSet (and upload and
+  // download) go on current_stream(), compute_stream() unless use_stream
+  // says otherwise. A KernelSet whose work runs when it is given (the
+  // default simulator) has only the null stream.
+  virtual Stream compute_stream() { return nullptr; }
+  virtual Stream comm_stream() { return nullptr; }
+  virtual Stream current_stream() { return nullptr; }
+  virtual void use_stream(Stream) {}
+  // Nothing given to `waiter` from now on starts before everything given to
+  // `on` so far has finished (an event recorded on `on`, waited on by
+  // `waiter`).
+  virtual void wait_stream(Stream waiter, Stream on) {}
+  // The host waits until everything given to `s` has finished.
+  virtual void synchronize_stream(Stream s) { synchronize(); }
+
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
@@ -237,7 +260,17 @@ class KernelSet {
   virtual void set_tensor_cores(bool on) = 0;
 };
 
+// The simulator's kernels, shared by every device: they run when they are
+// given, on the null stream.
 KernelSet& simulated_kernels();
+// A device's own simulated kernels that run their streams' work late: each
+// stream's launches wait in a queue until something needs them (the host
+// reading or handing over a buffer, a stream that waits for them, a
+// synchronize), so that work the program does not order explicitly runs
+// out of order, and a missing wait_stream changes the results instead of
+// going unnoticed (SimGpuWorld::set_deferred_streams). With
+// ignore_waits, wait_stream does nothing: the check of that check.
+std::unique_ptr<KernelSet> make_deferred_simulated_kernels(bool ignore_waits = false);
 // The CUDA device's kernels, or null with *why_not saying why (sharc built
 // without CUDA, no device, a driver error).
 KernelSet* cuda_kernels(std::string* why_not);

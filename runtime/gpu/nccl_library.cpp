@@ -87,7 +87,9 @@ class Libnccl final : public NcclApi {
   void destroy(Comm comm) override { check(ncclCommDestroy(as_nccl(comm)), "ncclCommDestroy"); }
 
  private:
-  static cudaStream_t stream() { return nullptr; }  // the legacy default stream
+  void use_stream(void* s) override { stream_ = static_cast<cudaStream_t>(s); }
+  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream_ = nullptr;  // until use_stream: the legacy default stream
   int device_;
 };
 

@@ -51,12 +51,13 @@ auto guarded(int rank, const char* call, F&& f) {
 // The rank's collectives as NCCL calls on device buffers. The world's
 // communicator does point to point (global ranks are its ranks); one split
 // per set of mesh axes does the collectives of the groups over those axes.
-class NcclCommunicator final : public rt::Communicator, public rt::BlockMover {
+class NcclCommunicator final : public rt::Communicator, public rt::BlockMover, public StreamedCommunicator {
  public:
   NcclCommunicator(const rt::MeshShape& mesh, int rank, Bootstrap& boot, NcclApi& nccl, KernelSet& kernels,
                    std::chrono::milliseconds timeout)
       : mesh_(mesh), rank_(rank), nccl_(nccl), kernels_(kernels), timeout_(timeout) {
     scratch_[0].kernels = scratch_[1].kernels = &kernels;
+    nccl.use_stream(kernels.compute_stream());  // where the program's kernels run
     // Rank 0's id reaches every rank over the bootstrap.
     const std::vector<std::string> ids = boot.all_gather(rank == 0 ? nccl.unique_id() : std::string());
     world_ = guarded(rank, "ncclCommInitRank", [&] { return nccl.init(mesh.num_devices(), ids.at(0), rank); });
@@ -106,6 +107,9 @@ class NcclCommunicator final : public rt::Communicator, public rt::BlockMover {
     nccl_.all_reduce(one, one, 1, rt::DType::kF32, rt::ReduceOp::kSum, comm_of(group, "barrier"));
     wait(comm_of(group, "barrier"), "barrier");
   }
+
+  // StreamedCommunicator: the stream the calls from now on go on.
+  void use_stream(Stream s) override { nccl_.use_stream(s); }
 
   // rt::BlockMover: packing on the device.
   void strided_copy(const void* in, const int64_t (&shape)[3], const int64_t (&strides)[3], size_t elem_bytes,
@@ -407,6 +411,11 @@ KernelSet& NcclWorld::kernels(int rank) {
 }
 rt::BlockMover* NcclWorld::device_communicator(int rank) {
   check_rank(rank, "device_communicator");
+  return comm_.get();
+}
+
+StreamedCommunicator* NcclWorld::streamed_communicator(int rank) {
+  check_rank(rank, "streamed_communicator");
   return comm_.get();
 }
 

@@ -78,13 +78,16 @@ class NcclApi {
   // Whether everything enqueued on `comm` has completed; throws NcclError
   // for an asynchronous error (ncclCommGetAsyncError).
   virtual bool done(Comm comm) = 0;
+  // The device stream the operations from now on are enqueued on, and
+  // that done() asks about (NcclWorld: the program's compute stream, or its
+  // comm stream for a ring's transfers).
+  virtual void use_stream(void* stream) {}
   virtual void abort(Comm comm) = 0;    // ncclCommAbort
   virtual void destroy(Comm comm) = 0;  // ncclCommDestroy
 };
 
-// libnccl on CUDA device `device`, its operations on the device's legacy
-// default stream (where the program's kernels run); null with *why_not
-// saying why where sharc was built without CUDA.
+// libnccl on CUDA device `device`, its operations on the stream use_stream
+// names; null with *why_not saying why where sharc was built without CUDA.
 std::unique_ptr<NcclApi> nccl_library(int device, std::string* why_not);
 
 // How the processes find each other before NCCL can: rank `rank()` of
@@ -135,6 +138,7 @@ class NcclWorld final : public GpuWorld {
   KernelSet& kernels(int rank) override;
   bool device_memory_is_host() const override { return false; }
   rt::BlockMover* device_communicator(int rank) override;
+  StreamedCommunicator* streamed_communicator(int rank) override;
   // The GPU's free memory (a stand-in's: the capacity given less what the
   // device holds).
   size_t free_memory(int rank) override;

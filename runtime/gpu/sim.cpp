@@ -267,4 +267,26 @@ void run(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
       }
 }
 
+void StreamQueue::run_until(size_t mark) {
+  while (done_ < mark) {
+    // A queue's work that, through the waits, needs later work of its own
+    // queue: the streams would deadlock on a GPU.
+    if (running_)
+      throw std::logic_error("simulated stream " + name_ +
+                             " waits for its own later work (two streams wait for each other)");
+    std::function<void()> work = std::move(work_.front());
+    work_.pop_front();
+    running_ = true;
+    try {
+      work();
+    } catch (...) {
+      running_ = false;
+      ++done_;
+      throw;
+    }
+    running_ = false;
+    ++done_;
+  }
+}
+
 }  // namespace sharc::gpu::sim

@@ -17,7 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <string>
 
 namespace sharc::gpu::sim {
 
@@ -63,5 +65,31 @@ void run(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
 // call a barrier throws std::logic_error naming it.
 void run_independent(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
                      const std::function<void()>& body);
+
+// A simulated stream that runs its work late (make_deferred_simulated_kernels):
+// work given to it waits in order until run_until or run_all runs it, on
+// the calling thread. A wait on another queue is work too: it runs that
+// queue up to where it stood when the wait was given.
+class StreamQueue {
+ public:
+  explicit StreamQueue(std::string name) : name_(std::move(name)) {}
+  void give(std::function<void()> work) {
+    work_.push_back(std::move(work));
+    ++given_;
+  }
+  // How much work has been given so far: a mark for run_until.
+  size_t given() const { return given_; }
+  // Runs the work given before `mark` that has not run yet, in order.
+  void run_until(size_t mark);
+  void run_all() { run_until(given_); }
+  bool idle() const { return done_ == given_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  std::deque<std::function<void()>> work_;
+  size_t given_ = 0, done_ = 0;
+  bool running_ = false;
+};
 
 }  // namespace sharc::gpu::sim

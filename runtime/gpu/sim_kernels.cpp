@@ -3,6 +3,10 @@
 // a plain reference loop with cuBLASLt's semantics (f32 accumulation, then
 // alpha, beta, bias and the GELU epilogue, one rounding on store).
 #include <algorithm>
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <memory>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -69,9 +73,17 @@ float gelu_derivative(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kC * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-class SimKernels final : public LaunchingKernels {
+class SimKernels : public LaunchingKernels {
  public:
   std::string name() const override { return "simulator"; }
+  // Shared by every device: one stream, the null one, whatever it is told.
+  void use_stream(Stream) override {}
+
+ protected:
+  // Launches run when given; a deferred set queues whole calls instead.
+  Stream stream() const override { return nullptr; }
+
+ public:
 
   void* alloc(size_t bytes) override {
     return ::operator new(bytes > 0 ? bytes : 1, std::align_val_t{256});
@@ -122,11 +134,104 @@ class SimKernels final : public LaunchingKernels {
   }
 };
 
+// A device's simulated kernels whose two streams run their work late
+// (make_deferred_simulated_kernels): every call is queued whole, its
+// arguments copied, on the current stream's sim::StreamQueue, and runs
+// there when the host needs it (download, synchronize, a collective on
+// host memory through synchronize_stream) or a waiting stream does.
+class DeferredSimKernels final : public SimKernels {
+ public:
+  explicit DeferredSimKernels(bool ignore_waits) : ignore_waits_(ignore_waits) { current_ = &compute_; }
+  ~DeferredSimKernels() override { run_everything(); }
+
+  Stream compute_stream() override { return &compute_; }
+  Stream comm_stream() override { return &comm_; }
+  Stream current_stream() override { return current_; }
+  void use_stream(Stream s) override { current_ = s; }
+  void wait_stream(Stream waiter, Stream on) override {
+    if (ignore_waits_ || !waiter || !on) return;
+    auto* q = queue(on);
+    const size_t mark = q->given();
+    queue(waiter)->give([q, mark] { q->run_until(mark); });
+  }
+  void synchronize_stream(Stream s) override {
+    if (s) queue(s)->run_all();
+  }
+  void synchronize() override { run_everything(); }
+
+  void release(void* p) override {
+    run_everything();  // nothing queued may still read it
+    SimKernels::release(p);
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    // The host's bytes as they are now, copied when the stream gets there.
+    auto copy = std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(src),
+                                                         static_cast<const std::byte*>(src) + bytes);
+    defer([dst, copy] { std::memcpy(dst, copy->data(), copy->size()); });
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    synchronize_stream(current_);
+    std::memcpy(dst, src, bytes);
+  }
+
+#define SHARC_DEFERRED(method, Args)                                   \
+  void method(const Args& a) override {                               \
+    defer([this, a] { SimKernels::method(a); });                       \
+  }
+  SHARC_DEFERRED(layernorm_forward, LayerNormForward)
+  SHARC_DEFERRED(layernorm_backward, LayerNormBackward)
+  SHARC_DEFERRED(cross_entropy, CrossEntropy)
+  SHARC_DEFERRED(embedding_forward, Embedding)
+  SHARC_DEFERRED(embedding_backward, EmbeddingBackward)
+  SHARC_DEFERRED(global_norm, GlobalNorm)
+  SHARC_DEFERRED(bias_grad, BiasGrad)
+  SHARC_DEFERRED(attention_forward, Attention)
+  SHARC_DEFERRED(attention_backward, AttentionBackward)
+  SHARC_DEFERRED(gemm, Gemm)
+#undef SHARC_DEFERRED
+  void adamw(const AdamWTensor* tensors, const TensorChunk* chunks, int num_chunks, const AdamWHyper& h) override {
+    defer([=, this] { SimKernels::adamw(tensors, chunks, num_chunks, h); });
+  }
+  void strided_copy(const void* in, const int64_t (&shape)[3], const int64_t (&strides)[3], size_t elem_bytes,
+                    void* out) override {
+    const std::array<int64_t, 3> sh = {shape[0], shape[1], shape[2]}, st = {strides[0], strides[1], strides[2]};
+    defer([=, this] {
+      const int64_t shape3[3] = {sh[0], sh[1], sh[2]}, strides3[3] = {st[0], st[1], st[2]};
+      SimKernels::strided_copy(in, shape3, strides3, elem_bytes, out);
+    });
+  }
+  void mma_16x8x16_check(float* d, const float* a, const float* b) override {
+    defer([=, this] { SimKernels::mma_16x8x16_check(d, a, b); });
+  }
+
+ private:
+  sim::StreamQueue* queue(Stream s) { return static_cast<sim::StreamQueue*>(s); }
+  void defer(std::function<void()> work) {
+    if (current_)
+      queue(current_)->give(std::move(work));
+    else
+      work();
+  }
+  void run_everything() {
+    while (!compute_.idle() || !comm_.idle()) {
+      compute_.run_all();
+      comm_.run_all();
+    }
+  }
+
+  bool ignore_waits_;
+  sim::StreamQueue compute_{"compute"}, comm_{"comm"};
+};
+
 }  // namespace
 
 KernelSet& simulated_kernels() {
   static SimKernels kernels;
   return kernels;
+}
+
+std::unique_ptr<KernelSet> make_deferred_simulated_kernels(bool ignore_waits) {
+  return std::make_unique<DeferredSimKernels>(ignore_waits);
 }
 
 }  // namespace sharc::gpu
