@@ -6,12 +6,15 @@
 // them, model.h's config); training programs also read "remat" (model.h's
 // train_options; default 0, save everything) and "attention_dropout"
 // (default 1; 0 in the BACKEND cuda programs, model.h's config);
-// gpt2_train also "bf16" (default 0; 1: bf16 mixed precision). The
-// pipelined step keeps its blocks unrolled: its stages are whole blocks.
+// gpt2_train also "bf16" (default 0; 1: bf16 mixed precision) and "ring"
+// (default 0, the size threshold decides; 1: every tensor-parallel dot that
+// can runs as a ring, its transfers beside its GEMMs). The pipelined step
+// keeps its blocks unrolled: its stages are whole blocks.
 #include "samples/gpt2/model.h"
 
 SHARC_PROGRAM(gpt2_train, b) {
   if (b.option("bf16", 0) != 0) b.set_dtype(sharc::DType::kBF16);  // bf16 compute, f32 master weights
+  if (b.option("ring", 0) != 0) b.set_collective_matmul(sharc::CollectiveMatmul::kAlways);
   const gpt2::GPTConfig c =
       gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 1), b.option("attention_dropout", 1));
   gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, b.option("remat", 0)));

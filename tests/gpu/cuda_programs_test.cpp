@@ -29,6 +29,7 @@
 #include "gpt2_train_cuda_data2_model4.h"
 #include "gpt2_train_cuda_fsdp4_model2.h"
 #include "gpt2_train_cuda_pipe2_data2_model2.h"
+#include "gpt2_train_cuda_ring_data2_model4.h"
 #include "mlp_train_cuda_bf16_fsdp4_model2.h"
 #include "mlp_train_cuda_data1.h"
 #include "mlp_train_cuda_data4_model2.h"
@@ -254,10 +255,11 @@ TEST(CudaPrograms, MlpTrainingInBF16IsNearTheOracle) {
                         Closeness{.loss_rtol = 3e-2, .min_cosine = 0.93});
 }
 
-ir::Graph gpt_train(bool scan, bool pipelined, bool bf16 = false) {
+ir::Graph gpt_train(bool scan, bool pipelined, bool bf16 = false, bool ring = false) {
   return trace(pipelined ? "gpt2_train_pipelined" : "gpt2_train", [&](ProgramBuilder& b) {
     if (pipelined) b.set_pipeline(gpt2::pipeline());
     if (bf16) b.set_dtype(DType::kBF16);
+    if (ring) b.set_collective_matmul(CollectiveMatmul::kAlways);
     // attention_dropout=0, as the programs are built (samples/gpt2/CMakeLists.txt).
     const gpt2::GPTConfig c = gpt2::config(GPT2_LAYERS, scan ? GPT2_SCAN : 0, /*attention_dropout=*/0);
     gpt2::build_train(b, c, gpt2::kTrainBatch, gpt2::default_optimizer(), gpt2::train_options(c, 0));
@@ -271,6 +273,14 @@ ir::Graph gpt_train(bool scan, bool pipelined, bool bf16 = false) {
 // pipe=2,data=2,model=2. Outputs within 1e-5 of their size, parameters within
 // 1e-6 after three AdamW steps (measured: 1.1e-7 to 1.7e-7).
 constexpr Closeness kGptF32 = {.out_rtol = 1e-5, .param_atol = 1e-6};
+
+// Every tensor-parallel dot as a ring (option ring=1): the projections'
+// all-gathers and reduce-scatters become ring steps, each transfer on the
+// comm stream beside its GEMM on the compute stream.
+TEST(CudaPrograms, ScannedGptWithRingTensorParallelismMatchesTheOracle) {
+  EXPECT_MATCHES_ORACLE(gpt2_train_cuda_ring_data2_model4, gpt_train(true, false, false, true), "data=2,model=4",
+                        gpt_batch, kGptF32);
+}
 
 TEST(CudaPrograms, ScannedGptOnData2Model4MatchesTheOracle) {
   EXPECT_MATCHES_ORACLE(gpt2_train_cuda_data2_model4, gpt_train(true, false), "data=2,model=4", gpt_batch,
@@ -451,6 +461,8 @@ TEST(CudaPrograms, DeferredStreamsMatchTheOracle) {
   Closeness c = kGptF32;
   c.deferred = true;
   expect_gpts_match_oracle(c);
+  EXPECT_MATCHES_ORACLE(gpt2_train_cuda_ring_data2_model4, gpt_train(true, false, false, true), "data=2,model=4",
+                        gpt_batch, c);
 }
 
 // The check above can fail: with the streams' waits ignored, the ring's
