@@ -19,7 +19,9 @@ SHARC_PROGRAM(logical_dot_relu_dot, b) {
 }
 
 // One training step (Adam 1e-3, mean squared error) of the logical-names
-// variant, which runs on any strategy's mesh (train_model.h).
+// variant, which runs on any strategy's mesh (train_model.h). Option "bf16"
+// (default 0; 1: bf16 compute on f32 master weights).
 SHARC_PROGRAM(dot_relu_dot_train, b) {
+  if (b.option("bf16", 0) != 0) b.set_dtype(sharc::DType::kBF16);
   dot_relu_dot::build_dot_relu_dot_train(b);
 }

@@ -25,6 +25,7 @@
 #include "codegen/interpret.h"
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
+#include "dot_relu_dot_train_cuda_bf16_data2_model4.h"
 #include "gpt2_train_cuda_bf16_data2_model4.h"
 #include "gpt2_train_cuda_data2_model4.h"
 #include "gpt2_train_cuda_fsdp4_model2.h"
@@ -40,6 +41,7 @@
 #include "runtime/gpu/gpu_world.h"
 #include "runtime/gpu/nccl_world.h"
 #include "runtime/init.h"
+#include "samples/dot_relu_dot/train_model.h"
 #include "samples/gpt2/model.h"
 #include "samples/mlp_classifier/model.h"
 #include "tests/gpu/fake_nccl.h"
@@ -253,6 +255,33 @@ TEST(CudaPrograms, MlpTrainingOnFsdp4Model2MatchesTheOracle) {
 TEST(CudaPrograms, MlpTrainingInBF16IsNearTheOracle) {
   EXPECT_MATCHES_ORACLE(mlp_train_cuda_bf16_fsdp4_model2, mlp_train(true), "fsdp=4,model=2", mlp_batch,
                         Closeness{.loss_rtol = 3e-2, .min_cosine = 0.93});
+}
+
+// DotReluDot's training step in bf16 mixed precision (the Flax guide's
+// model, f32 master weights), on data=2,model=4: the loss within 1% of the
+// oracle's at every step and every weight's change the oracle's way (cosine
+// 0.99; measured: loss 5.2e-4 off at worst, cosine 0.998).
+HostValues dot_relu_dot_batch(int /*step*/) {
+  rt::InitSpec spec;
+  spec.kind = rt::InitKind::kNormal;
+  spec.a = 1.0;
+  const size_t n = static_cast<size_t>(dot_relu_dot::kBatch * dot_relu_dot::kDepth);
+  HostValues v;
+  for (const char* name : {"x", "label"}) {
+    spec.key = rt::init_key(name);
+    std::vector<double>& x = v[name];
+    x.resize(n);
+    for (size_t i = 0; i < n; ++i) x[i] = rt::init_element(spec, 1, i);
+  }
+  return v;
+}
+TEST(CudaPrograms, DotReluDotTrainingInBF16IsNearTheOracle) {
+  const ir::Graph global = trace("dot_relu_dot_train", [](ProgramBuilder& b) {
+    b.set_dtype(DType::kBF16);
+    dot_relu_dot::build_dot_relu_dot_train(b);
+  });
+  EXPECT_MATCHES_ORACLE(dot_relu_dot_train_cuda_bf16_data2_model4, global, "data=2,model=4", dot_relu_dot_batch,
+                        Closeness{.loss_rtol = 1e-2, .min_cosine = 0.99});
 }
 
 ir::Graph gpt_train(bool scan, bool pipelined, bool bf16 = false, bool ring = false) {
