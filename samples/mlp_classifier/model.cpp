@@ -9,8 +9,11 @@ constexpr int64_t kEvalBatch = 1000;  // the 10,000 test images in 10 batches
 }
 
 // Option "clip" (default 0, none): the gradients' global norm is clipped at
-// this value (optax.clip_by_global_norm).
+// this value (optax.clip_by_global_norm). Option "ring" (default 0, the size
+// threshold decides; 1: every dot whose all-gather or reduce-scatter can be
+// a ring is one, its transfers beside its GEMMs).
 SHARC_PROGRAM(mlp_train, b) {
+  if (b.option("ring", 0) != 0) b.set_collective_matmul(sharc::CollectiveMatmul::kAlways);
   const int64_t clip = b.option("clip", 0);
   sharc::TrainOptions o;
   if (clip > 0) o.clip_global_norm = static_cast<double>(clip);

@@ -38,6 +38,7 @@
 #include "mlp_train_cuda_fsdp4_model2.h"
 #include "mlp_train_cuda_fsdp8.h"
 #include "mlp_train_cuda_model8.h"
+#include "mlp_train_cuda_ring_fsdp8.h"
 #include "runtime/gpu/gpu_world.h"
 #include "runtime/gpu/nccl_world.h"
 #include "runtime/init.h"
@@ -212,9 +213,10 @@ void expect_training_matches_oracle(const ir::Graph& global, const char* mesh, H
               world.kernels(0).name().c_str(), 1e3 * step_seconds / (kSteps - 1), kSteps);
 }
 
-ir::Graph mlp_train(bool bf16, std::optional<double> clip = std::nullopt) {
+ir::Graph mlp_train(bool bf16, std::optional<double> clip = std::nullopt, bool ring = false) {
   return trace(bf16 ? "mlp_train_bf16" : "mlp_train", [&](ProgramBuilder& b) {
     if (bf16) b.set_dtype(DType::kBF16);
+    if (ring) b.set_collective_matmul(CollectiveMatmul::kAlways);
     TrainOptions o;
     o.clip_global_norm = clip;
     mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer(), o);
@@ -475,9 +477,10 @@ TEST(CudaPrograms, StagedThroughHostMemoryGptMatchesTheOracle) {
 
 // The same programs where each device's compute and comm streams run their
 // work late, in the order their waits force and no other: a ring dot's
-// transfers (fsdp=8: a gather ring in the forward pass, a scatter ring in
-// the backward) beside its GEMMs, and every collective and pipeline
-// message after the work it reads. The same results as the oracle's.
+// transfers (fsdp=8: a scatter ring in the backward; with ring=1 also the
+// weights' gather rings in the forward) beside its GEMMs, and every
+// collective and pipeline message after the work it reads. The same results
+// as the oracle's.
 TEST(CudaPrograms, DeferredStreamsMatchTheOracle) {
   if (kOnAGpu) GTEST_SKIP() << "the simulator's deferred streams; a GPU runs its own";
   for (bool host_memory : {true, false}) {
@@ -486,6 +489,9 @@ TEST(CudaPrograms, DeferredStreamsMatchTheOracle) {
     c.deferred = true;
     c.host_memory = host_memory;
     EXPECT_MATCHES_ORACLE(mlp_train_cuda_fsdp8, mlp_train(false), "fsdp=8", mlp_batch, c);
+    // Every weight gathered by a ring in the forward pass, every gradient
+    // reduce-scattered by one in the backward.
+    EXPECT_MATCHES_ORACLE(mlp_train_cuda_ring_fsdp8, mlp_train(false, std::nullopt, true), "fsdp=8", mlp_batch, c);
   }
   Closeness c = kGptF32;
   c.deferred = true;
