@@ -14,7 +14,7 @@
 //   compiler MiB     the largest compiler's peak resident memory (getrusage)
 // A compile still running after --timeout seconds is stopped and reported as
 // "> N". Nothing is checked: the numbers are the output (issue 17 tracks
-// them, README "Benchmarks" shows a run).
+// them, docs/benchmarks.md shows a run).
 //
 //   bench_compile --generator G --templates DIR --cxx C++ --include DIR...
 //                 [--program gpt2_train] [--layers 2,4,8] [--mesh data=2,model=4]...

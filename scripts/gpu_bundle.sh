@@ -9,7 +9,7 @@
 #   - gpt2_main: the same GPT's CPU program, for its step time there;
 #   - the shared libraries they load that the GPU machine's image lacks
 #     (everything but glibc and the CUDA driver/runtime), under lib/.
-# Then one device call runs scripts/gpu_run.sh (see README.md, "GPU kernels").
+# Then one device call runs scripts/gpu_run.sh (see docs/guide/gpus.md, "GPU kernels").
 #   scripts/gpu_bundle.sh            (builds into ${SHARC_BUILD_DIR:-build})
 set -euo pipefail
 cd "$(dirname "$0")/.."

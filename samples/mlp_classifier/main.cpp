@@ -65,7 +65,7 @@ using Clock = std::chrono::steady_clock;
 // model.h's default_optimizer() decays the learning rate (its kDefaultSteps;
 // the generated programs carry the schedule, this file only counts steps, so
 // keep the two equal). The target is the accuracy every mesh's default run
-// reaches with a margin (measured 0.874; see README.md, "Samples").
+// reaches with a margin (measured 0.874; see docs/guide/samples.md).
 constexpr int64_t kDefaultSteps = 600;
 constexpr double kTargetAccuracy = 0.86;
 constexpr int64_t kTrainBatch = 128;  // the programs' batch (model.h Config)

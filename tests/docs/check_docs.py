@@ -6,7 +6,8 @@
 
 What it checks, each failure printed as FILE:LINE: what is wrong:
   - Every C++, CUDA and CMake block (```cpp, ```c++, ```cuda, ```cmake) is an
-    excerpt of a named file: the line before its fence is
+    excerpt of a named file (and so is any other block marked as one, a
+    report's text, say): the line before its fence is
         <!-- excerpt: PATH -->
     with PATH relative to the source tree, or build/PATH for a file the build
     writes (generated programs, reports). Every non-blank line of the block
@@ -15,7 +16,7 @@ What it checks, each failure printed as FILE:LINE: what is wrong:
     an excerpt may skip what it does not show, and a line that is only "...",
     "// ..." or "# ..." says so to the reader and is not looked for. A
     changed line in the file or in the block fails the check.
-  - Every relative link, [text](path) or [text](path#anchor), names a file or
+  - Every relative link or image, [text](path) or [text](path#anchor), names a file or
     folder that exists, and an anchor into a Markdown file names one of its
     headings (GitHub's heading ids).
 """
@@ -29,7 +30,7 @@ CODE_LANGS = {"cpp", "c++", "cxx", "cuda", "cmake"}
 ELISIONS = {"...", "// ...", "# ..."}
 EXCERPT = re.compile(r"^<!--\s*excerpt:\s*(\S+)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)```\s*([A-Za-z0-9+_-]*)")
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")  # links and images
 
 
 def normalise(line):
@@ -130,8 +131,8 @@ def check(docs, source, build):
         with open(os.path.join(source, doc), encoding="utf-8") as f:
             lines = f.read().splitlines()
         for fence, lang, marker, body in blocks(lines):
-            if lang not in CODE_LANGS:
-                continue
+            if marker is None and lang not in CODE_LANGS:
+                continue  # text, shell: checked where marked
             if marker is None:
                 errors.append(f"{doc}:{fence}: a {lang} block that is not marked as an excerpt of a file "
                               f"(put <!-- excerpt: PATH --> on the line before its fence)")
