@@ -1,0 +1,66 @@
+// docs/guide/from-jax.md puts each seed example beside its sharc form; this
+// test holds the two to the same layouts. tests/docs/jax_layouts.py ran the
+// JAX form on 8 fake CPU devices and recorded, per parameter and output, the
+// PartitionSpec JAX gave it and device 0's block shape
+// (tests/docs/jax_layouts.json); here every row of the generated programs'
+// tables (kParameters, kOutputs) must say the same, and every recorded
+// tensor must be one of those rows.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "emit_dot_relu_dot_2x4.h"
+#include "emit_logical_dot_relu_dot_2x4.h"
+
+namespace sharc {
+namespace {
+
+nlohmann::json recorded(const std::string& example) {
+  std::ifstream f(std::string(SHARC_SOURCE_ROOT) + "/tests/docs/jax_layouts.json");
+  EXPECT_TRUE(f) << "tests/docs/jax_layouts.json cannot be read";
+  const nlohmann::json all = nlohmann::json::parse(f);
+  EXPECT_TRUE(all.contains(example)) << example << " is not recorded";
+  return all.value(example, nlohmann::json::object());
+}
+
+std::string mesh_str(const rt::MeshShape& m) {
+  std::string s;
+  for (size_t a = 0; a < m.axis_names.size(); ++a)
+    s += (a ? "," : "") + m.axis_names[a] + "=" + std::to_string(m.axis_sizes[a]);
+  return s;
+}
+
+void expect_jax_layouts(const std::string& example, const rt::MeshShape& mesh,
+                        std::span<const rt::TensorInfo> parameters, std::span<const rt::TensorInfo> outputs) {
+  SCOPED_TRACE(example);
+  const nlohmann::json jax = recorded(example);
+  EXPECT_EQ(jax.value("mesh", ""), mesh_str(mesh));
+  const nlohmann::json& tensors = jax["tensors"];
+  size_t compared = 0;
+  for (std::span<const rt::TensorInfo> table : {parameters, outputs})
+    for (const rt::TensorInfo& t : table) {
+      const std::string name(t.name);
+      ASSERT_TRUE(tensors.contains(name)) << "sharc's " << name << " has no JAX layout recorded";
+      EXPECT_EQ(t.spec_str(), tensors[name]["spec"].get<std::string>()) << name;
+      EXPECT_EQ(t.local_shape, tensors[name]["local_shape"].get<std::vector<int64_t>>()) << name;
+      ++compared;
+    }
+  EXPECT_EQ(compared, tensors.size()) << "JAX recorded tensors that sharc's program does not have";
+}
+
+TEST(FromJax, TheGuidesDotReluDotLaysOutAsJaxDoes) {
+  namespace prog = sharc_gen::emit_dot_relu_dot_2x4;
+  expect_jax_layouts("flax_dot_relu_dot", prog::mesh_shape(), prog::kParameters, prog::kOutputs);
+}
+
+TEST(FromJax, TheGuidesLogicalDotReluDotLaysOutAsJaxDoes) {
+  namespace prog = sharc_gen::emit_logical_dot_relu_dot_2x4;
+  expect_jax_layouts("flax_logical_dot_relu_dot", prog::mesh_shape(), prog::kParameters, prog::kOutputs);
+}
+
+}  // namespace
+}  // namespace sharc
