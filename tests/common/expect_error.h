@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <regex>
 #include <string>
@@ -17,8 +19,20 @@ namespace sharc::testing {
 // Every user error an error suite asserts goes through here: a message speaks
 // the user's language, so it names no IR node number (`%3`), and it names the
 // file:line of the user's code that caused it. Returns e.what().
+//
+// With SHARC_ERROR_LOG set to a file, each message is also appended to it,
+// a line "Suite.Test<TAB>message" with newlines written as \n: how
+// docs/guide/troubleshooting.md is made from the messages the tests assert
+// (tests/docs/troubleshooting.py).
 inline std::string user_message(const Error& e) {
   const std::string what = e.what();
+  if (const char* log = std::getenv("SHARC_ERROR_LOG")) {
+    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string line = t ? std::string(t->test_suite_name()) + "." + t->name() : std::string("?");
+    line += '\t';
+    for (char c : what) line += c == '\n' ? std::string("\\n") : std::string(1, c);
+    std::ofstream(log, std::ios::app) << line << '\n';
+  }
   EXPECT_FALSE(std::regex_search(what, std::regex("%[0-9]")))
       << "a user error names an IR node number: " << what;
   EXPECT_TRUE(e.loc().known()) << "a user error names no file:line: " << what;
