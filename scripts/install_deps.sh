@@ -30,8 +30,10 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-if ! python3 -c "import safetensors, numpy, jax" 2>/dev/null; then
-  echo "sharc: installing safetensors, numpy and jax for python3 (pip)"
-  python3 -m pip install --quiet safetensors numpy jax 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages safetensors numpy jax
+# scalax: docs/guide/from-jax.md records its FSDP rule's layouts from Scalax
+# itself (tests/docs/jax_layouts.py; it needs only numpy, jax and einops).
+if ! python3 -c "import safetensors, numpy, jax, scalax" 2>/dev/null; then
+  echo "sharc: installing safetensors, numpy, jax and scalax for python3 (pip)"
+  python3 -m pip install --quiet safetensors numpy jax scalax 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages safetensors numpy jax scalax
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The JAX side of docs/guide/from-jax.md: the seed examples written in plain
-JAX (sharc's own code, after the Flax NNX guide), run on 8 fake CPU devices,
+"""The JAX side of docs/guide/from-jax.md: the Flax NNX guide's examples
+written in plain JAX (sharc's own code, after the guide) and Scalax's FSDP
+rule run by Scalax itself (pip's scalax), on 8 fake CPU devices,
 and the layout JAX gives every parameter and output (its PartitionSpec,
 padded with None to the tensor's rank and printed as sharc's
 TensorInfo::spec_str prints one, and the shape of device 0's block).
@@ -72,10 +73,33 @@ def logical(*names):
     return P(*(LOGICAL_RULES[n] if n is not None else None for n in names))
 
 
+def scalax_fsdp(mesh, shapes, min_fsdp_size):
+    """Scalax's bare FSDPShardingRule (no axis size given: it shards the
+    dimension with the largest power-of-two divisor) on a parameter tree."""
+    from scalax.sharding import FSDPShardingRule
+    params = {path: jnp.ones(shape, jnp.float32) for path, shape in shapes.items()}
+    tree = {}
+    for path, value in params.items():  # "hidden/kernel" -> tree["hidden"]["kernel"]
+        layer, leaf = path.split("/")
+        tree.setdefault(layer, {})[leaf] = value
+    specs = FSDPShardingRule("fsdp", min_fsdp_size=min_fsdp_size).apply(tree)
+    return {path: layout(jax.device_put(value, NamedSharding(mesh, specs[path.split("/")[0]][path.split("/")[1]])))
+            for path, value in params.items()}
+
+
 def record():
     devices = np.array(jax.devices()[:8]).reshape(2, 4)
     mesh = Mesh(devices, ("data", "model"))
+    fsdp4 = Mesh(np.array(jax.devices()[:4]), ("fsdp",))
     return {
+        # examples/own_project's regressor: y = head(gelu(hidden(x))),
+        # 32 features, 64 hidden, 1 output, FSDP over 4 devices for every
+        # weight of at least 256 elements.
+        "scalax_fsdp_regressor": {
+            "mesh": "fsdp=4",
+            "tensors": scalax_fsdp(fsdp4, {"hidden/kernel": (32, 64), "hidden/bias": (64,),
+                                           "head/kernel": (64, 1), "head/bias": (1,)}, min_fsdp_size=256),
+        },
         "flax_dot_relu_dot": {
             "mesh": "data=2,model=4",
             "tensors": dot_relu_dot(mesh, P(None, "model"), P("model", None), P("data", "model")),
