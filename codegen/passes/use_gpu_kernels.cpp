@@ -764,12 +764,10 @@ std::vector<Replacement> gemm_epilogues(const Mapper& m, const std::set<int>& ta
       bias = b.args[0];
       z = reader;
     }
-    const int y_candidate = z >= 0 ? -1 : reader;
+    // The gelu of the sum, or of the dot itself.
     int y = -1;
-    if (z < 0 && g[y_candidate].op == Op::kGelu) y = y_candidate;
-    if (z >= 0)
-      for (int u : m.users_[z])
-        if (g[u].op == Op::kGelu && !taken.count(u)) y = u;
+    for (int u : m.users_[z >= 0 ? z : d])
+      if (g[u].op == Op::kGelu && !taken.count(u)) y = u;
     if (bias < 0 && y < 0) continue;
     // z is written as pre_gelu when anything besides the gelu reads it.
     const bool keep_z = z >= 0 && y >= 0 && (m.outside_[z] || m.users_[z].size() > 1);

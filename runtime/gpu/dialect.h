@@ -25,6 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/gpu/kernel_args.h"  // Stream
+
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -44,10 +46,6 @@
 namespace sharc::gpu {
 
 constexpr int kWarpSize = 32;
-
-// A stream: cudaStream_t under nvcc (nullptr is the default stream); on the
-// simulator nullptr (run at once) or a sim::StreamQueue (run late).
-using Stream = void*;
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -221,8 +219,7 @@ void launch(const char* what, void (*k)(P...), Dim3 grid, Dim3 block, size_t sme
     sim::run(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
              [&] { k(static_cast<P>(args)...); });
   };
-  if (stream) return static_cast<sim::StreamQueue*>(stream)->give(run);
-  run();
+  sim::StreamQueue::give_or_run(stream, run);
 }
 
 template <class... P, class... A>
@@ -232,8 +229,7 @@ void launch_independent(const char* what, void (*k)(P...), Dim3 grid, Dim3 block
     sim::run_independent(what, {grid.x, grid.y, grid.z}, block.x * block.y * block.z, smem,
                          [&] { k(static_cast<P>(args)...); });
   };
-  if (stream) return static_cast<sim::StreamQueue*>(stream)->give(run);
-  run();
+  sim::StreamQueue::give_or_run(stream, run);
 }
 
 #endif

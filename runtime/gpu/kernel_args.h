@@ -7,6 +7,10 @@
 
 namespace sharc::gpu {
 
+// A stream: cudaStream_t under nvcc (nullptr is the default stream); on the
+// simulator nullptr (run at once) or a sim::StreamQueue (run late).
+using Stream = void*;
+
 // One tensor of a multi-tensor AdamW launch (kernels.cuh, adamw_kernel).
 struct AdamWTensor {
   float* param;

@@ -24,10 +24,6 @@
 
 namespace sharc::gpu {
 
-// A stream: cudaStream_t under nvcc (nullptr is the default stream); on the
-// simulator nullptr (run at once) or a sim::StreamQueue (run late).
-using Stream = void*;
-
 using rt::DType;
 
 struct LayerNormForward {

@@ -77,6 +77,14 @@ class StreamQueue {
     work_.push_back(std::move(work));
     ++given_;
   }
+  // `work` given to the queue `stream` points at, or run now where it is
+  // null (a stream that runs everything when it is given).
+  static void give_or_run(void* stream, std::function<void()> work) {
+    if (stream)
+      static_cast<StreamQueue*>(stream)->give(std::move(work));
+    else
+      work();
+  }
   // How much work has been given so far: a mark for run_until.
   size_t given() const { return given_; }
   // Runs the work given before `mark` that has not run yet, in order.

@@ -146,8 +146,7 @@ class DeferredSimKernels final : public SimKernels {
 
   Stream compute_stream() override { return &compute_; }
   Stream comm_stream() override { return &comm_; }
-  Stream current_stream() override { return current_; }
-  void use_stream(Stream s) override { current_ = s; }
+  void use_stream(Stream s) override { LaunchingKernels::use_stream(s); }  // SimKernels' ignores it
   void wait_stream(Stream waiter, Stream on) override {
     if (ignore_waits_ || !waiter || !on) return;
     auto* q = queue(on);
@@ -206,12 +205,7 @@ class DeferredSimKernels final : public SimKernels {
 
  private:
   sim::StreamQueue* queue(Stream s) { return static_cast<sim::StreamQueue*>(s); }
-  void defer(std::function<void()> work) {
-    if (current_)
-      queue(current_)->give(std::move(work));
-    else
-      work();
-  }
+  void defer(std::function<void()> work) { sim::StreamQueue::give_or_run(current_, std::move(work)); }
   void run_everything() {
     while (!compute_.idle() || !comm_.idle()) {
       compute_.run_all();

@@ -110,7 +110,7 @@ def check_links(doc, lines, source, errors):
         if in_code:
             continue
         for target in LINK.findall(line):
-            if re.match(r"^[a-z]+:", target) or target.startswith("#") and not target[1:]:
+            if re.match(r"^[a-z]+:", target) or target == "#":
                 continue
             path, _, anchor = target.partition("#")
             where = os.path.normpath(os.path.join(base, path)) if path else os.path.join(source, doc)
@@ -139,7 +139,6 @@ def check(docs, source, build):
                 continue
             count["excerpts"] += 1
             check_excerpt(doc, fence, marker, body, source, build, errors)
-        before = len(errors)
         check_links(doc, lines, source, errors)
         count["links"] += sum(len(LINK.findall(l)) for l in lines)
     return errors, count

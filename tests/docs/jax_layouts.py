@@ -77,14 +77,13 @@ def scalax_fsdp(mesh, shapes, min_fsdp_size):
     """Scalax's bare FSDPShardingRule (no axis size given: it shards the
     dimension with the largest power-of-two divisor) on a parameter tree."""
     from scalax.sharding import FSDPShardingRule
-    params = {path: jnp.ones(shape, jnp.float32) for path, shape in shapes.items()}
-    tree = {}
-    for path, value in params.items():  # "hidden/kernel" -> tree["hidden"]["kernel"]
+    tree = {}  # "hidden/kernel" -> tree["hidden"]["kernel"]
+    for path, shape in shapes.items():
         layer, leaf = path.split("/")
-        tree.setdefault(layer, {})[leaf] = value
+        tree.setdefault(layer, {})[leaf] = jnp.ones(shape, jnp.float32)
     specs = FSDPShardingRule("fsdp", min_fsdp_size=min_fsdp_size).apply(tree)
-    return {path: layout(jax.device_put(value, NamedSharding(mesh, specs[path.split("/")[0]][path.split("/")[1]])))
-            for path, value in params.items()}
+    return {f"{layer}/{leaf}": layout(jax.device_put(value, NamedSharding(mesh, specs[layer][leaf])))
+            for layer, leaves in tree.items() for leaf, value in leaves.items()}
 
 
 def record():

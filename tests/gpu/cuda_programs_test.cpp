@@ -13,12 +13,12 @@
 #include <chrono>
 #include <cmath>
 #include <iterator>
-#include <map>
 #include <optional>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -72,6 +72,37 @@ using TestWorld = gpu::SimGpuWorld;
 
 constexpr int kSteps = 3;
 constexpr uint64_t kSeed = 5;
+
+// One step's inputs, from `values` as f32 host arrays, and host arrays for
+// its outputs, bound by name to a Program's Inputs and Outputs (which keep
+// pointers into them: not copied or moved once made).
+template <class Program>
+struct BoundStep {
+  BoundStep(const HostValues& values, std::span<const rt::TensorInfo> inputs,
+            std::span<const rt::TensorInfo> outputs)
+      : outputs(outputs) {
+    for (const rt::TensorInfo& info : inputs) {
+      const std::vector<double>& v = values.at(std::string(info.name));
+      host.emplace_back(v.begin(), v.end());
+    }
+    for (size_t k = 0; k < host.size(); ++k) in.set(inputs[k].name, std::span<const float>(host[k]));
+    for (const rt::TensorInfo& info : outputs) got.emplace_back(static_cast<size_t>(info.elements()));
+    for (size_t k = 0; k < got.size(); ++k) out.set(outputs[k].name, std::span<float>(got[k]));
+  }
+  BoundStep(const BoundStep&) = delete;
+  BoundStep& operator=(const BoundStep&) = delete;
+  // Output `name` after the step.
+  const std::vector<float>& output(std::string_view name) const {
+    for (size_t k = 0; k < outputs.size(); ++k)
+      if (outputs[k].name == name) return got[k];
+    throw std::out_of_range("no output " + std::string(name));
+  }
+
+  std::span<const rt::TensorInfo> outputs;
+  std::vector<std::vector<float>> host, got;
+  typename Program::Inputs in;
+  typename Program::Outputs out;
+};
 
 // The MLP's batch: images standard normal, labels 0..9, the same every step.
 HostValues mlp_batch(int /*step*/) {
@@ -147,20 +178,11 @@ void expect_training_matches_oracle(const ir::Graph& global, const char* mesh, H
   double step_seconds = 0;                  // after the first step, printed (the GPU run's step time)
   for (int step = 1; step <= kSteps; ++step) {
     const HostValues inputs = make_inputs(step);
-    std::vector<std::vector<float>> host;  // every input is f32 in these models
-    typename Program::Inputs in;
-    for (const rt::TensorInfo& info : input_table) {
-      ASSERT_EQ(info.dtype, "f32") << info.name;
-      const std::vector<double>& v = inputs.at(std::string(info.name));
-      host.emplace_back(v.begin(), v.end());
-    }
-    for (size_t k = 0; k < host.size(); ++k) in.set(input_table[k].name, std::span<const float>(host[k]));
-    typename Program::Outputs out;
-    std::vector<std::vector<float>> got;
-    for (const rt::TensorInfo& info : outputs) got.emplace_back(static_cast<size_t>(info.elements()));
-    for (size_t k = 0; k < got.size(); ++k) out.set(outputs[k].name, std::span<float>(got[k]));
+    for (const rt::TensorInfo& info : input_table) ASSERT_EQ(info.dtype, "f32") << info.name;  // as BoundStep binds them
+    BoundStep<Program> io(inputs, input_table, outputs);
+    const std::vector<std::vector<float>>& got = io.got;
     const auto started = std::chrono::steady_clock::now();
-    program.step(in, out);
+    program.step(io.in, io.out);
     if (step > 1)  // out's downloads wait for the device: the step's time
       step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (step == 1) {  // the collectives' bytes per device and kind, and the memory, are the report's
@@ -371,19 +393,9 @@ void expect_nccl_training_matches_oracle(const ir::Graph& global, HostValues (*m
         Program program(world);
         program.init(kSeed);
         for (int step = 1; step <= kSteps; ++step) {
-          const HostValues inputs = make_inputs(step);
-          std::vector<std::vector<float>> host;
-          typename Program::Inputs in;
-          for (const rt::TensorInfo& info : input_table) {
-            const std::vector<double>& v = inputs.at(std::string(info.name));
-            host.emplace_back(v.begin(), v.end());
-          }
-          for (size_t k = 0; k < host.size(); ++k) in.set(input_table[k].name, std::span<const float>(host[k]));
-          typename Program::Outputs out;
-          std::vector<std::vector<float>> got;
-          for (const rt::TensorInfo& info : outputs) got.emplace_back(static_cast<size_t>(info.elements()));
-          for (size_t k = 0; k < got.size(); ++k) out.set(outputs[k].name, std::span<float>(got[k]));
-          program.step(in, out);
+          BoundStep<Program> io(make_inputs(step), input_table, outputs);
+          const std::vector<std::vector<float>>& got = io.got;
+          program.step(io.in, io.out);
           for (size_t k = 0; k < got.size(); ++k) {
             const std::vector<double>& w = want[static_cast<size_t>(step - 1)].at(std::string(outputs[k].name));
             const double tol = c.out_rtol * std::max(1.0, max_abs(w));
@@ -513,23 +525,11 @@ TEST(CudaPrograms, DeferredStreamsWithoutTheirWaitsComputeSomethingElse) {
     world.set_deferred_streams(true, ignore_waits);
     prog::Program program(world);
     program.init(kSeed);
-    const HostValues inputs = mlp_batch(1);
-    std::vector<std::vector<float>> host;
-    prog::Program::Inputs in;
-    for (const rt::TensorInfo& info : prog::kInputs) {
-      const std::vector<double>& v = inputs.at(std::string(info.name));
-      host.emplace_back(v.begin(), v.end());
-    }
-    for (size_t k = 0; k < host.size(); ++k) in.set(prog::kInputs[k].name, std::span<const float>(host[k]));
-    prog::Program::Outputs out;
-    std::map<std::string, std::vector<float>> got;
-    for (const rt::TensorInfo& info : prog::kOutputs) got[std::string(info.name)].resize(info.elements());
-    for (auto& [name, v] : got) out.set(name, std::span<float>(v));
-    program.step(in, out);
-    return got;
+    BoundStep<prog::Program> io(mlp_batch(1), prog::kInputs, prog::kOutputs);
+    program.step(io.in, io.out);
+    return io.output("grad_norm")[0];
   };
-  const auto waited = one_step(false), unwaited = one_step(true);
-  const float norm = waited.at("grad_norm")[0], wrong = unwaited.at("grad_norm")[0];
+  const float norm = one_step(false), wrong = one_step(true);
   std::printf("gradient norm with the waits %.6f, without %.6f\n", norm, wrong);
   EXPECT_GT(std::fabs(norm - wrong), 1e-3 * norm)
       << "the ring's gradient came out the same without the waits between its streams: " << norm;
