@@ -468,7 +468,10 @@ void ThreadWorld::run(const std::function<void(int rank)>& fn) {
       fn(r);
       timelines_[r]->finish();
     } catch (...) {
-      timelines_[r]->finish();
+      try {
+        timelines_[r]->finish();
+      } catch (...) {  // the run's own failure is the one to report
+      }
       {
         // Record before poisoning: the WorldAborted exceptions the poison
         // causes elsewhere must never be the one reported.

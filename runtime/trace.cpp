@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 namespace sharc::rt {
 
@@ -81,6 +82,7 @@ const char* clock_mode_name(ClockMode mode) {
     case ClockMode::kOff: return "off";
     case ClockMode::kWall: return "wall";
     case ClockMode::kVirtual: return "virtual";
+    case ClockMode::kDevice: return "device";
   }
   return "?";
 }
@@ -104,6 +106,15 @@ double Timeline::now() const {
 }
 
 void Timeline::mark(const char* name, const OpCost& cost, bool compute) {
+  if (mode_ == ClockMode::kDevice) {
+    if (!stamps_)
+      throw std::logic_error("the device clock (ClockMode::kDevice) needs a world whose devices stamp their "
+                             "work, a GPU world; this device has no StampSource");
+    if (stamped_.empty()) run_start_ = now();
+    stamped_.emplace_back(name, compute);
+    stamps_->stamp();
+    return;
+  }
   finish();
   label_ = name;
   if (!compute) return;
@@ -124,7 +135,29 @@ void Timeline::mark(const char* name, const OpCost& cost, bool compute) {
   }
 }
 
+void Timeline::read_stamps() {
+  if (stamped_.empty()) return;
+  const std::vector<std::pair<std::string, bool>> stamped = std::move(stamped_);
+  stamped_.clear();   // read once, even when reading fails
+  stamps_->stamp();  // where the last statement ends
+  const std::vector<double> t = stamps_->read_stamps();
+  if (t.size() != stamped.size() + 1)
+    throw std::logic_error("Timeline: " + std::to_string(stamped.size() + 1) + " stamps given, " +
+                           std::to_string(t.size()) + " read back");
+  for (size_t i = 0; i < stamped.size(); ++i) {
+    TraceEvent e;
+    e.device = device_;
+    e.name = stamped[i].first;
+    e.category = stamped[i].second ? "compute" : "collective";
+    e.start_s = run_start_ + t[i];
+    e.end_s = run_start_ + t[i + 1];
+    (stamped[i].second ? busy_ : comm_) += e.end_s - e.start_s;
+    events_.push_back(std::move(e));
+  }
+}
+
 void Timeline::finish() {
+  if (mode_ == ClockMode::kDevice) return read_stamps();
   if (!open_) return;
   open_ = false;
   TraceEvent e;
@@ -138,12 +171,12 @@ void Timeline::finish() {
 }
 
 double Timeline::begin_comm() {
-  finish();
+  if (mode_ != ClockMode::kDevice) finish();  // device clock: the call is inside its statement's stamps
   return now();
 }
 
 void Timeline::end_comm(const char* category, double start, int peer, int64_t tag, uint64_t bytes) {
-  if (mode_ == ClockMode::kOff) return;
+  if (mode_ == ClockMode::kOff || mode_ == ClockMode::kDevice) return;
   TraceEvent e;
   e.device = device_;
   e.name = label_.empty() ? std::string(category) : label_;
@@ -178,6 +211,7 @@ void Timeline::clear() {
   label_.clear();
   open_ = false;
   events_.clear();
+  stamped_.clear();
 }
 
 }  // namespace sharc::rt

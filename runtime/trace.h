@@ -17,12 +17,19 @@
 //    then exact and deterministic, so bubbles and overlap are computed, not
 //    guessed from noisy clocks. Reductions inside collectives are charged as
 //    memory traffic (three element accesses per element folded).
+//  - the device clock (ClockMode::kDevice), each mark is a stamp queued on
+//    the device's own work queue (a GPU world's CUDA events on the device's
+//    current stream: StampSource), read when the run is over: a statement
+//    lasts from its stamp to the next, which is what the GPU spent on it,
+//    launch gaps included. A communication statement's calls are inside its
+//    span; the run is placed on the wall clock at its first mark.
 // With the clock off, op() is one branch: generated code keeps its marks.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sharc::rt {
@@ -52,8 +59,21 @@ std::string chrome_trace_json(const Trace& trace);
 
 // ---- clocks -------------------------------------------------------------------
 
-enum class ClockMode { kOff, kWall, kVirtual };
-const char* clock_mode_name(ClockMode mode);  // "off", "wall", "virtual"
+enum class ClockMode { kOff, kWall, kVirtual, kDevice };
+const char* clock_mode_name(ClockMode mode);  // "off", "wall", "virtual", "device"
+
+// The device clock's source (ClockMode::kDevice): stamps queued behind the
+// work a device has been given so far, read once that work is done. A GPU
+// world gives each device's timeline one (its KernelSet).
+class StampSource {
+ public:
+  virtual ~StampSource() = default;
+  // One more stamp, behind everything queued on the device until now.
+  virtual void stamp() = 0;
+  // Waits for the device to pass every stamp since the last read, and gives
+  // their times, in seconds after the first of them.
+  virtual std::vector<double> read_stamps() = 0;
+};
 
 // The work of one statement, counted by the generator from local shapes.
 struct OpCost {
@@ -88,6 +108,9 @@ class Timeline {
   // and the wall clock's zero, shared by every device.
   void configure(ClockMode mode, const MachineModel& machine,
                  std::chrono::steady_clock::time_point origin);
+  // The device clock's stamps (null: none; ClockMode::kDevice then throws at
+  // the first mark, saying the world has no device clock).
+  void set_stamps(StampSource* stamps) { stamps_ = stamps; }
   ClockMode mode() const { return mode_; }
   bool virtual_clock() const { return mode_ == ClockMode::kVirtual; }
 
@@ -119,7 +142,8 @@ class Timeline {
   // Virtual clock: computation inside a communication call (a reduction).
   void charge(const OpCost& cost);
 
-  // Ends the open event (a run is over).
+  // Ends the open event (a run is over); on the device clock, reads the
+  // run's stamps and makes its events.
   void finish();
   // Virtual clock: continue from `t` if it is later (every device starts a
   // run together).
@@ -133,6 +157,7 @@ class Timeline {
 
  private:
   void mark(const char* name, const OpCost& cost, bool compute);
+  void read_stamps();
 
   int device_;
   ClockMode mode_ = ClockMode::kOff;
@@ -145,6 +170,11 @@ class Timeline {
   bool open_ = false;  // wall clock: a compute event is running since open_start_
   double open_start_ = 0;
   std::vector<TraceEvent> events_;
+  // Device clock: the stamped statements of the run (name, compute or not),
+  // and the wall-clock time of its first mark.
+  StampSource* stamps_ = nullptr;
+  std::vector<std::pair<std::string, bool>> stamped_;
+  double run_start_ = 0;
 };
 
 }  // namespace sharc::rt

@@ -50,7 +50,7 @@ struct LtHandle {
   }
 };
 
-class CudaKernels final : public LaunchingKernels {
+class CudaKernels final : public LaunchingKernels, public rt::StampSource {
  public:
   explicit CudaKernels(int device) : device_(device) {
     check(cudaSetDevice(device), "cudaSetDevice");
@@ -71,6 +71,7 @@ class CudaKernels final : public LaunchingKernels {
   ~CudaKernels() override {
     cudaDeviceSynchronize();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (cudaEvent_t e : stamp_events_) cudaEventDestroy(e);
     cudaStreamDestroy(comm_);
     cudaStreamDestroy(compute_);
     cudaFree(workspace_);
@@ -88,6 +89,32 @@ class CudaKernels final : public LaunchingKernels {
   }
   void synchronize_stream(Stream s) override {
     check(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
+  }
+
+  // The device clock: a timing event per stamp, recorded on the current
+  // stream; read back after the whole device is done (the stamps of a ring
+  // step sit on both streams).
+  rt::StampSource* stamps() override { return this; }
+  void stamp() override {
+    if (stamps_used_ == stamp_events_.size()) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "cudaEventCreate (a stamp)");
+      stamp_events_.push_back(e);
+    }
+    check(cudaEventRecord(stamp_events_[stamps_used_++], static_cast<cudaStream_t>(current_stream())),
+          "cudaEventRecord (a stamp)");
+  }
+  std::vector<double> read_stamps() override {
+    std::vector<double> seconds;
+    if (stamps_used_ == 0) return seconds;
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (reading the stamps)");
+    for (size_t i = 0; i < stamps_used_; ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, stamp_events_[0], stamp_events_[i]), "cudaEventElapsedTime");
+      seconds.push_back(1e-3 * ms);
+    }
+    stamps_used_ = 0;
+    return seconds;
   }
 
   std::string name() const override { return name_; }
@@ -191,6 +218,8 @@ class CudaKernels final : public LaunchingKernels {
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cudaEvent_t events_[2] = {};
+  std::vector<cudaEvent_t> stamp_events_;  // the device clock's, reused run after run
+  size_t stamps_used_ = 0;
   int device_;
   std::string name_;
   cublasLtHandle_t lt_ = nullptr;

@@ -1,11 +1,31 @@
 // GPU worlds; see gpu_world.h.
 #include "runtime/gpu/gpu_world.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace sharc::gpu {
+namespace {
+
+// The simulator's device clock: the host's, when each stamp is given.
+class HostStamps final : public rt::StampSource {
+ public:
+  void stamp() override { at_.push_back(std::chrono::steady_clock::now()); }
+  std::vector<double> read_stamps() override {
+    std::vector<double> seconds;
+    for (const auto& t : at_) seconds.push_back(std::chrono::duration<double>(t - at_.front()).count());
+    at_.clear();
+    return seconds;
+  }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> at_;
+};
+
+}  // namespace
 
 SimGpuWorld::SimGpuWorld(rt::MeshShape mesh) : threads_(std::move(mesh)) {
   // A thread per device: the simulator runs a block's CUDA threads as fibers
@@ -14,6 +34,10 @@ SimGpuWorld::SimGpuWorld(rt::MeshShape mesh) : threads_(std::move(mesh)) {
   // futex round trip per lane: a layer norm kernel of a few hundred rows
   // takes seconds instead of milliseconds).
   threads_.set_device_threads(threads_.size());
+  for (int rank : threads_.local_ranks()) {
+    stamps_.push_back(std::make_unique<HostStamps>());
+    threads_.timeline(rank).set_stamps(stamps_.back().get());
+  }
 }
 
 KernelSet& SimGpuWorld::kernels(int rank) {
@@ -39,6 +63,7 @@ CudaWorld::CudaWorld(rt::MeshShape mesh, int gpu) : gpu_(gpu), threads_(std::mov
     sources_.push_back(make_cuda_memory(gpu_));
     threads_.memory(rank).set_source(sources_.back().get());
     kernels_.push_back(make_cuda_kernels(gpu_));
+    threads_.timeline(rank).set_stamps(kernels_.back()->stamps());
   }
 }
 

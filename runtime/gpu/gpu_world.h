@@ -90,10 +90,14 @@ class SimGpuWorld final : public GpuWorld {
   void set_deferred_streams(bool deferred, bool ignore_waits = false);
 
   // The devices' threads (set_device_threads, set_clock, set_recv_timeout, ...).
+  // On the device clock (rt::ClockMode::kDevice) each device's stamps are
+  // the host's clock when the statement is given: the simulator runs a
+  // launch when it is given, so that is when its work starts.
   rt::ThreadWorld& threads() { return threads_; }
 
  private:
   rt::ThreadWorld threads_;
+  std::vector<std::unique_ptr<rt::StampSource>> stamps_;  // per device, the host clock
   size_t capacity_ = SIZE_MAX;
   bool host_memory_ = true;
   std::vector<std::unique_ptr<KernelSet>> deferred_;
@@ -127,6 +131,9 @@ class CudaWorld final : public GpuWorld {
   // The GPU's free memory, shared by the virtual devices: an equal share each.
   size_t free_memory(int rank) override;
 
+  // The devices' threads. On the device clock (threads().set_clock(
+  // rt::ClockMode::kDevice)) each statement is timed on the GPU, by CUDA
+  // events on the device's current stream (KernelSet::stamps).
   rt::ThreadWorld& threads() { return threads_; }
 
  private:

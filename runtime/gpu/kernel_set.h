@@ -21,6 +21,7 @@
 #include "runtime/dtype.h"
 #include "runtime/gpu/kernel_args.h"
 #include "runtime/memory.h"
+#include "runtime/trace.h"
 
 namespace sharc::gpu {
 
@@ -221,6 +222,9 @@ class KernelSet {
   virtual void wait_stream(Stream waiter, Stream on) {}
   // The host waits until everything given to `s` has finished.
   virtual void synchronize_stream(Stream s) { synchronize(); }
+  // The device clock (rt::ClockMode::kDevice): stamps on current_stream(),
+  // or null where this KernelSet keeps none (a world then gives its own).
+  virtual rt::StampSource* stamps() { return nullptr; }
 
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;

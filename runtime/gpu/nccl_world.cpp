@@ -353,6 +353,7 @@ NcclWorld::NcclWorld(rt::MeshShape mesh, Bootstrap& boot, Parts parts, Options o
   if (parts_.gpu >= 0) cuda_set_device(parts_.gpu);
   comm_ = std::make_unique<NcclCommunicator>(mesh_, rank_, boot_, *parts_.nccl, *parts_.kernels, options.timeout);
   comm_->set_timeline(&timeline_);
+  timeline_.set_stamps(parts_.kernels->stamps());  // the device clock: CUDA events on the GPU
 }
 
 NcclWorld::NcclWorld(rt::MeshShape mesh, Bootstrap& boot, std::unique_ptr<NcclApi> nccl, KernelSet& kernels,

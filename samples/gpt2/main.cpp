@@ -80,6 +80,7 @@
 #include "runtime/trace.h"
 #include "samples/common/worlds.h"
 #include "samples/gpt2/model.h"
+#include "samples/gpt2/train_step.h"
 #ifdef SHARC_HAVE_MPI
 #include "runtime/mpi_world.h"
 #endif
@@ -278,26 +279,11 @@ double uniform(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
-// One training step of a GPT-2 program (both configurations have these
-// inputs and outputs).
-struct StepResult {
-  float loss = 0, grad_norm = 0, lr = 0;
-};
-
+// One training step of a GPT-2 program (train_step.h).
 template <class TrainProgram>
-StepResult train_step(TrainProgram& train, const std::vector<float>& tokens, const std::vector<float>& targets,
-                      float seed) {
-  StepResult r;
-  typename TrainProgram::Inputs in;
-  in.tokens = tokens.data();
-  in.targets = targets.data();
-  in.dropout_seed = &seed;
-  typename TrainProgram::Outputs out;
-  out.loss = &r.loss;
-  out.grad_norm = &r.grad_norm;
-  out.lr = &r.lr;
-  train.step(in, out);
-  return r;
+gpt2::StepResult train_step(TrainProgram& train, const std::vector<float>& tokens, const std::vector<float>& targets,
+                            float seed) {
+  return gpt2::train_step(train, tokens.data(), targets.data(), seed);
 }
 
 template <class TrainProgram, class LogitsProgram>
@@ -377,7 +363,7 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
     }
     // Dropout masks: a new stream per step (floats are exact below 2^24).
     const float seed = static_cast<float>((o.seed * 100003 + step) % (1 << 24));
-    StepResult r;
+    gpt2::StepResult r;
     if (o.check && step == 0) {
       // The oracle sees the parameters as init() made them, before the step.
       // The BACKEND cuda programs have no dropout on the attention weights (model.h).
@@ -581,7 +567,7 @@ int run_124m(const Options& o) {
       }
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const StepResult r = train_step(train, tokens, targets, /*seed=*/0.0f);  // no dropout in this configuration
+    const gpt2::StepResult r = train_step(train, tokens, targets, /*seed=*/0.0f);  // no dropout in this configuration
     loss = r.loss;
     const float lr = r.lr, grad_norm = r.grad_norm;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -31,8 +31,9 @@ SHARC_PROGRAM(gpt2_train_pipelined, b) {
 // GPT-2 124M (model.h's config_124m; gpt2_main --config gpt2-124m): one
 // training step on "batch" windows (default 4) of "context" tokens (default
 // 1024), scanned blocks; "layers" (default 12) and "context" shrink it for
-// tests.
+// tests; "bf16" (default 0; 1: bf16 compute on f32 master weights).
 SHARC_PROGRAM(gpt2_124m_train, b) {
+  if (b.option("bf16", 0) != 0) b.set_dtype(sharc::DType::kBF16);
   const gpt2::GPTConfig c = gpt2::config_124m(b.option("layers", 12), b.option("context", 1024));
   gpt2::build_train(b, c, b.option("batch", 4), gpt2::optimizer_124m(), {.clip_global_norm = 1.0});
 }

@@ -9,6 +9,7 @@
 
 #include "codegen/report.h"
 #include "runtime/thread_world.h"
+#include "samples/gpt2/train_step.h"
 
 namespace sharc::testing {
 
@@ -34,18 +35,7 @@ Gpt2Steps run_gpt2_steps(int steps) {
   }
   Gpt2Steps r;
   for (int step = 0; step < steps; ++step) {
-    const float seed = static_cast<float>(step + 1);
-    float loss = 0, grad_norm = 0, lr = 0;
-    typename Program::Inputs in;
-    in.tokens = tokens.data();
-    in.targets = targets.data();
-    in.dropout_seed = &seed;
-    typename Program::Outputs out;
-    out.loss = &loss;
-    out.grad_norm = &grad_norm;
-    out.lr = &lr;
-    prog.step(in, out);
-    r.losses.push_back(loss);
+    r.losses.push_back(gpt2::train_step(prog, tokens.data(), targets.data(), static_cast<float>(step + 1)).loss);
     if (step == 0) r.first = measure(world);
   }
   return r;

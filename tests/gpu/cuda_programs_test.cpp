@@ -564,6 +564,43 @@ TEST(CudaPrograms, ParameterShardRefusesDeviceMemoryTheHostCannotRead) {
 }
 #endif
 
+// The device clock (rt::ClockMode::kDevice; on a GPU, CUDA events on each
+// device's stream; on the simulator, the host's clock when a launch is
+// given): one event per statement the step marks, on every device, back to
+// back in program order and named after the model line that made it.
+TEST(CudaPrograms, DeviceClockTimesEveryStatementOfAStep) {
+  SKIP_WITHOUT_GPU();
+  using Program = sharc_gen::mlp_train_cuda_data4_model2::Program;
+  TestWorld world(Program::mesh_shape());
+  Program program(world);
+  program.init(kSeed);
+  BoundStep<Program> io(mlp_batch(1), sharc_gen::mlp_train_cuda_data4_model2::kInputs,
+                        sharc_gen::mlp_train_cuda_data4_model2::kOutputs);
+  program.step(io.in, io.out);
+  world.threads().set_clock(rt::ClockMode::kDevice);
+  program.step(io.in, io.out);
+  const rt::Trace trace = world.threads().trace();
+  world.threads().set_clock(rt::ClockMode::kOff);
+  EXPECT_EQ(trace.clock, "device");
+  std::vector<std::vector<const rt::TraceEvent*>> per_device(static_cast<size_t>(world.size()));
+  for (const rt::TraceEvent& e : trace.events) per_device.at(static_cast<size_t>(e.device)).push_back(&e);
+  size_t collectives = 0;
+  for (int d = 0; d < world.size(); ++d) {
+    const auto& events = per_device[static_cast<size_t>(d)];
+    ASSERT_GT(events.size(), 20u) << "device " << d;
+    EXPECT_EQ(events.size(), per_device[0].size()) << "device " << d << ": the same step as device 0";
+    for (size_t i = 0; i < events.size(); ++i) {
+      EXPECT_NE(events[i]->name.find("samples/mlp_classifier/"), std::string::npos) << events[i]->name;
+      EXPECT_LE(events[i]->start_s, events[i]->end_s) << events[i]->name;
+      if (i > 0) {
+        EXPECT_DOUBLE_EQ(events[i]->start_s, events[i - 1]->end_s) << events[i]->name;
+      }
+      collectives += events[i]->category == "collective";
+    }
+  }
+  EXPECT_GT(collectives, 0u) << "data=4,model=2 all-reduces its gradients";
+}
+
 TEST(CudaPrograms, ProgramRefusesAWorldThatIsNotAGpuWorld) {
   rt::ThreadWorld world(sharc_gen::mlp_train_cuda_data8::mesh_shape());
   try {

@@ -129,6 +129,44 @@ TEST(DeviceOps, LayoutCallsMatchTheCpuRuntimeI32) {
 
 // A pad (copy_rows into zeros), an add_slice (add_rows), a ring's sum (add)
 // and an iota, against loops.
+// Long reductions (device_ops_impl.h's kLongReduction or more elements per
+// result) run spread over threads: a warp per result over the innermost run
+// (the [rows, cols] -> [rows] statistics of a layer norm), a block per 32
+// results otherwise, with one stride ([rows, cols] -> [cols], a bias
+// gradient; also two reduced axes that run as one) or any layout (axes 0 and
+// 2 of three). Against the CPU runtime's: maxima the same bits, sums within
+// f32 rounding of their many terms; result counts that are not a multiple of
+// a tile or of a block's warps.
+TEST(DeviceOps, LongReductionsMatchTheCpuRuntime) {
+  struct Case {
+    std::vector<int64_t> shape;
+    std::vector<int> axes;
+  };
+  const Case cases[] = {{{45, 300}, {1}},       {{600, 37}, {0}},     {{20, 30, 33}, {0, 1}},
+                        {{20, 33, 30}, {0, 2}}, {{3, 700, 5}, {1}}};
+  for (const Case& c : cases)
+    for (const rt::ReduceOp op : {rt::ReduceOp::kSum, rt::ReduceOp::kMax}) {
+      int64_t n = 1, all = 1;
+      for (size_t k = 0; k < c.shape.size(); ++k) {
+        all *= c.shape[k];
+        if (std::find(c.axes.begin(), c.axes.end(), static_cast<int>(k)) == c.axes.end()) n *= c.shape[k];
+      }
+      const std::vector<float> x = values(all, 0.7);
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n), -1.0f);
+      rt::reduce(x.data(), c.shape, c.axes, op, want.data());
+      reduce(sim(), x.data(), c.shape, c.axes, op, got.data());
+      const std::string what = "reduce of " + std::to_string(all) + " elements to " + std::to_string(n) +
+                               (op == rt::ReduceOp::kMax ? " (max)" : " (sum)");
+      if (op == rt::ReduceOp::kMax) {
+        expect_same(want, got, what);
+        continue;
+      }
+      const double terms = static_cast<double>(all / n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(got[i], want[i], 3.0 * terms * 1e-6) << what << ", result " << i;
+    }
+}
+
 TEST(DeviceOps, RowsAndIota) {
   const std::vector<float> in = values(12, 1.1);  // 3 rows of 4
   std::vector<float> out(3 * 7, 0.0f), want(3 * 7, 0.0f);

@@ -2,7 +2,8 @@
 // each statement its roofline cost and each message its link time, exactly
 // and deterministically (the expected times below are worked out by hand
 // from the model); the wall clock records the same events with real times;
-// with the clock off nothing is recorded.
+// with the clock off nothing is recorded; the device clock makes each
+// statement's event from the stamps its device read back.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -205,6 +206,89 @@ TEST(ThreadWorldClock, CannotChangeWhileRunning) {
     }
   });
   EXPECT_EQ(what, "ThreadWorld::set_clock while running");
+}
+
+// A device whose stamps read back as given: the device clock's events are
+// the spans between consecutive stamps, whatever the host's clock did.
+class ScriptedStamps final : public StampSource {
+ public:
+  explicit ScriptedStamps(std::vector<double> times) : times_(std::move(times)) {}
+  void stamp() override { ++stamped; }
+  std::vector<double> read_stamps() override {
+    ++reads;
+    return std::vector<double>(times_.begin(), times_.begin() + std::min<size_t>(stamped, times_.size()));
+  }
+  size_t stamped = 0;
+  int reads = 0;
+
+ private:
+  std::vector<double> times_;
+};
+
+TEST(DeviceClock, EachStatementLastsFromItsStampToTheNext) {
+  ThreadWorld world(MeshShape{{"data"}, {1}});
+  ScriptedStamps stamps({0.0, 2e-3, 2.5e-3, 4e-3});  // three statements and the run's end
+  world.timeline(0).set_stamps(&stamps);
+  world.set_clock(ClockMode::kDevice);
+  world.run([&](int r) {
+    world.timeline(r).op("dot  m.cpp:3", {});
+    world.timeline(r).comm_op("all_reduce  m.cpp:4");
+    std::vector<float> x(4, 1.0f);  // inside the statement's stamps: no event of its own
+    world.comm(r).all_reduce(x.data(), x.size(), make_group(world.mesh(), r, {0}), ReduceOp::kSum);
+    world.timeline(r).op("exp  m.cpp:5", {});
+    EXPECT_EQ(stamps.reads, 0);  // read once, when the run is over
+  });
+  EXPECT_EQ(stamps.stamped, 4u);
+  EXPECT_EQ(stamps.reads, 1);
+  const Trace t = world.trace();
+  EXPECT_EQ(t.clock, "device");
+  ASSERT_EQ(t.events.size(), 3u);
+  const char* names[] = {"dot  m.cpp:3", "all_reduce  m.cpp:4", "exp  m.cpp:5"};
+  const char* categories[] = {"compute", "collective", "compute"};
+  const double spans[] = {2e-3, 0.5e-3, 1.5e-3};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(t.events[i].name, names[i]);
+    EXPECT_EQ(t.events[i].category, categories[i]);
+    EXPECT_NEAR(t.events[i].end_s - t.events[i].start_s, spans[i], 1e-12) << names[i];
+    if (i > 0) {
+      EXPECT_DOUBLE_EQ(t.events[i].start_s, t.events[i - 1].end_s);
+    }
+  }
+  EXPECT_NEAR(world.device_times()[0].busy_s, 3.5e-3, 1e-12);
+  EXPECT_NEAR(world.device_times()[0].comm_s, 0.5e-3, 1e-12);
+}
+
+TEST(DeviceClock, NeedsADeviceThatStampsItsWork) {
+  ThreadWorld world(MeshShape{{"data"}, {1}});
+  world.set_clock(ClockMode::kDevice);
+  std::string what;
+  world.run([&](int r) {
+    try {
+      world.timeline(r).op("dot  m.cpp:3", {});
+    } catch (const std::logic_error& e) {
+      what = e.what();
+    }
+  });
+  EXPECT_EQ(what,
+            "the device clock (ClockMode::kDevice) needs a world whose devices stamp their work, a GPU world; "
+            "this device has no StampSource");
+}
+
+TEST(DeviceClock, SaysWhenTheDeviceReadsBackOtherStamps) {
+  ThreadWorld world(MeshShape{{"data"}, {1}});
+  ScriptedStamps stamps({0.0, 1e-3});  // two, where the run gave three
+  world.timeline(0).set_stamps(&stamps);
+  world.set_clock(ClockMode::kDevice);
+  std::string what;
+  try {
+    world.run([&](int r) {
+      world.timeline(r).op("dot  m.cpp:3", {});
+      world.timeline(r).op("exp  m.cpp:5", {});
+    });
+  } catch (const std::logic_error& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what, "Timeline: 3 stamps given, 2 read back");
 }
 
 }  // namespace
