@@ -156,7 +156,7 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
   const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
   const std::string rows_cols[] = {".rows = " + std::to_string(rows), ".cols = " + std::to_string(cols)};
   if (v.kernel == "layernorm_forward") {
-    launch({".dtype = rt::DType::kF32", ".out = " + ptr(s.node), ".mean = " + out("mean"), ".rstd = " + out("rstd"),
+    launch({dtype_field(v.args[0]), ".out = " + ptr(s.node), ".mean = " + out("mean"), ".rstd = " + out("rstd"),
             ".x = " + ptr(v.args[0]), ".w = " + ptr(v.args[1]), ".b = " + ptr(v.args[2]), rows_cols[0], rows_cols[1],
             ".eps = " + float_literal(v.scalar)});  // the region's epsilon (use_gpu_kernels)
     return;
@@ -166,7 +166,7 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     const std::string sums = scratch("the parameter gradients' partial sums");
     if (prior)  // dx = the gradient x had from its other readers + the layer norm's
       w.line(call("copy") + ptr(v.args[5]) + ", " + ptr(s.node) + ", " + std::to_string(rows * cols) + ");");
-    launch({".dtype = rt::DType::kF32", ".dx = " + ptr(s.node), ".dw = " + out("dscale"), ".db = " + out("dbias"),
+    launch({dtype_field(v.args[1]), ".dx = " + ptr(s.node), ".dw = " + out("dscale"), ".db = " + out("dbias"),
             ".scratch = " + sums + ".data()", ".dout = " + ptr(v.args[0]), ".x = " + ptr(v.args[1]),
             ".w = " + ptr(v.args[2]), ".mean = " + ptr(v.args[3]), ".rstd = " + ptr(v.args[4]), rows_cols[0],
             rows_cols[1], std::string(".accumulate = ") + (prior ? "true" : "false")});

@@ -497,6 +497,7 @@ Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps, SrcLoc loc) {
   ir::Composite ln = ir::make_composite(ir::CompositeKind::kLayerNorm, loc);
   ln.eps = eps;
   CompositeScope region(tracer_of(x, loc), std::move(ln));
+  const DType in = x.dtype();
   x = astype(x, DType::kF32, loc);  // statistics in f32 (mixed precision)
   scale = astype(scale, DType::kF32, loc);
   bias = astype(bias, DType::kF32, loc);
@@ -505,7 +506,10 @@ Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps, SrcLoc loc) {
   Tensor var = mean(mul(xc, xc, loc), {-1}, /*keepdims=*/true, loc);
   Tensor inv = div(constant_like(tracer_of(x, loc), 1.0, var.shape(), loc, var.dtype()),
                    sqrt(add(var, eps, loc), loc), loc);
-  return add(mul(mul(xc, inv, loc), scale, loc), bias, loc);
+  // In x's dtype, as Flax's LayerNorm: a bf16 stream stays bf16 (what reads
+  // it computes in bf16 anyway), and the GPU's kernels read and write one
+  // dtype (passes/use_gpu_kernels.cpp).
+  return astype(add(mul(mul(xc, inv, loc), scale, loc), bias, loc), in, loc);
 }
 
 Tensor with_collective_matmul(Tensor dot_result, bool enable, SrcLoc loc) {

@@ -96,7 +96,8 @@ Tensor mean(Tensor x, std::vector<int> axes, bool keepdims = false, SrcLoc loc =
 Tensor max(Tensor x, std::vector<int> axes, bool keepdims = false, SrcLoc loc = Here::current());
 
 Tensor softmax(Tensor x, int axis = -1, SrcLoc loc = Here::current());
-// Normalizes over the last axis; scale and bias are 1-D of that size.
+// Normalizes over the last axis; scale and bias are 1-D of that size. The
+// statistics are f32 whatever x's dtype; the result has x's dtype.
 Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps = 1e-6,
                   SrcLoc loc = Here::current());
 

@@ -117,8 +117,9 @@ Node kernel_node(const Node& like, const std::string& kernel) {
   return n;
 }
 
-bool same_shape_and_f32(const Node& a, const Node& b) {
-  return a.shape == b.shape && a.dtype == ir::DType::kF32 && b.dtype == ir::DType::kF32;
+// The same shape and the same dtype, f32 or bf16.
+bool same_shape_and_float(const Node& a, const Node& b) {
+  return a.shape == b.shape && a.dtype == b.dtype && (a.dtype == ir::DType::kF32 || a.dtype == ir::DType::kBF16);
 }
 
 constexpr const char* kNotTheKernel = "its nodes are not the computation the kernel does";
@@ -184,10 +185,12 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
     if (v.shape.size() != 1 || reader < 0) return kNotTheKernel;
     (g[reader].op == Op::kMul ? r.scale : g[reader].op == Op::kAdd ? r.bias : r.y) = a;
   }
-  if (r.x < 0 || r.scale < 0 || r.bias < 0 || g[r.y].op != Op::kAdd) return kNotTheKernel;
-  if (!same_shape_and_f32(g[r.x], g[r.y]))
-    return std::string("its input is ") + ir::dtype_name(g[r.x].dtype).data() +
-           ": sharc runs the layer norm kernels on f32 values so far";
+  // y is the last add, or (x in bf16) that add converted back to x's dtype.
+  const int last = g[r.y].op == Op::kConvert ? g[r.y].args[0] : r.y;
+  if (r.x < 0 || r.scale < 0 || r.bias < 0 || g[last].op != Op::kAdd) return kNotTheKernel;
+  if (!same_shape_and_float(g[r.x], g[r.y]))
+    return std::string("its input is ") + ir::dtype_name(g[r.x].dtype).data() + " and its result " +
+           ir::dtype_name(g[r.y].dtype).data() + ": the layer norm kernels read and write one dtype, f32 or bf16";
   if (g[r.scale].dtype != ir::DType::kF32 || g[r.bias].dtype != ir::DType::kF32) return kNotTheKernel;
   if (!bwd) return "";
 
@@ -197,6 +200,9 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
   const std::vector<int> bouts = m.results(*bwd, region);
   for (int o : bouts) {
     const Node& v = g[o];
+    if (v.op == Op::kConvert && v.dtype == ir::DType::kF32 && g[r.x].dtype != ir::DType::kF32)
+      return "its result's gradient leaves it in f32 (partial sums the partitioner adds after converting them): "
+             "the bf16 kernel reads the whole gradient in bf16";
     if (v.shape == g[r.x].shape && r.dx < 0) {
       r.dx = o;
     } else if (v.shape == g[r.scale].shape && v.op == Op::kReduce) {
@@ -217,7 +223,8 @@ std::string map_layer_norm(const Mapper& m, const std::vector<int>& fwd, const s
       if (r.prior >= 0) return kNotTheKernel;
       r.prior = a;
     }
-  if (outside.size() > 2 || !same_shape_and_f32(g[r.dy], g[r.x])) return kNotTheKernel;
+  if (outside.size() > 2 || !same_shape_and_float(g[r.dy], g[r.x]) || g[r.dx].dtype != g[r.x].dtype)
+    return kNotTheKernel;
   // dx sums the layer norm's parts, and, when other readers of x gave it a
   // gradient first (the residual stream), that gradient: the operands from
   // outside of the adds that end at dx. That gradient may be dy itself
@@ -533,6 +540,7 @@ void replace_layer_norm(const ir::Graph& g, const ir::Composite& c, const LayerN
     for (const char* stat : {"mean", "rstd"}) {
       NewNode s{kernel_node(g[r.y], std::string("layernorm_forward.") + stat), {made(base, 0)}, -1};
       s.node.shape.back() = 1;
+      s.node.dtype = ir::DType::kF32;  // whatever y's dtype
       f.nodes.push_back(std::move(s));
     }
   out.push_back(std::move(f));

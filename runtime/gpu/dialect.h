@@ -35,6 +35,7 @@
 #define SHARC_HOST_DEVICE __host__ __device__ __forceinline__
 #else
 #include <cmath>
+#include <cstring>
 
 #include "runtime/dtype.h"
 #include "runtime/gpu/sim.h"
@@ -107,6 +108,12 @@ SHARC_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
 SHARC_DEVICE uint32_t pack_bits(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
          (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+// pack_bits(p[0], p[1]) as one 4-byte load (p 4-byte aligned).
+SHARC_DEVICE uint32_t load_bf16x2(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// 16 bytes from src to dst in one load and one store (both 16-byte aligned).
+SHARC_DEVICE void copy_16_bytes(void* dst, const void* src) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 }
 
 SHARC_DEVICE float exp_f(float x) { return expf(x); }
@@ -198,6 +205,8 @@ SHARC_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
 SHARC_DEVICE uint32_t pack_bits(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
 }
+SHARC_DEVICE uint32_t load_bf16x2(const bf16* p) { return pack_bits(p[0], p[1]); }
+SHARC_DEVICE void copy_16_bytes(void* dst, const void* src) { std::memcpy(dst, src, 16); }
 
 SHARC_DEVICE float exp_f(float x) { return std::exp(x); }
 SHARC_DEVICE float log_f(float x) { return std::log(x); }

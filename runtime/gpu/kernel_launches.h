@@ -110,7 +110,7 @@ class LaunchingKernels : public KernelSet {
             launch("attention_forward_tc", attention_forward_tc_kernel<D>,
                    Dim3{blocks_for(a.seq, kTcRows), static_cast<unsigned>(a.heads),
                         static_cast<unsigned>(a.batch)},
-                   Dim3{kTcWarps * kWarpSize}, 2 * kTcKeys * D * sizeof(bf16), stream(), k);
+                   Dim3{kTcWarps * kWarpSize}, 2 * kTcTile<D> * sizeof(bf16), stream(), k);
             return;
           }
         }
@@ -149,9 +149,9 @@ class LaunchingKernels : public KernelSet {
                             static_cast<unsigned>(a.batch)};
             launch("attention_backward_dkv_tc", attention_backward_dkv_tc_kernel<D>, grid,
                    Dim3{kTcWarps * kWarpSize},
-                   2 * kTcKeys * D * sizeof(bf16) + 2 * kTcKeys * sizeof(float), stream(), k);
+                   2 * kTcTile<D> * sizeof(bf16) + 2 * kTcKeys * sizeof(float), stream(), k);
             launch("attention_backward_dq_tc", attention_backward_dq_tc_kernel<D>, grid,
-                   Dim3{kTcWarps * kWarpSize}, 2 * kTcKeys * D * sizeof(bf16), stream(), k);
+                   Dim3{kTcWarps * kWarpSize}, 2 * kTcTile<D> * sizeof(bf16), stream(), k);
             return;
           }
         }

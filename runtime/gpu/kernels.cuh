@@ -634,17 +634,44 @@ SHARC_KERNEL void attention_backward_dq_kernel(AttentionGradArgs<T> a) {
 constexpr int kTcWarps = 4;
 constexpr int kTcRows = 16 * kTcWarps;  // query rows per block
 constexpr int kTcKeys = 64;             // keys per tile
+// A shared tile's rows are D + kTcPad bf16 apart: 16 bytes more than a row,
+// so the 8 rows a fragment load reads at once (lanes g = 0..7) start in
+// different banks and the 32 lanes hit 32 banks for D = 16, 32 and 64
+// (unpadded, at D = 64 every row started in bank 0: 8-way conflicts on
+// every load of the inner loops).
+constexpr int kTcPad = 8;
+template <int D>
+constexpr int kTcStride = D + kTcPad;
+// bf16 elements of one [kTcKeys][kTcStride] tile; launches size their
+// shared memory by it (kernel_launches.h).
+template <int D>
+constexpr int kTcTile = kTcKeys * kTcStride<D>;
 
 // Loads rows [r0, r0 + kTcKeys) of one head of x into a bf16 tile
-// ([kTcKeys][D]); rows past seq are zero.
+// ([kTcKeys][kTcStride]); rows past seq are zero. 16 bytes per copy where
+// every row of x starts 16-byte aligned (the usual case: a packed qkv
+// projection), else one element at a time.
 template <int D>
 SHARC_DEVICE void load_tc_tile(bf16* tile, const bf16* x, AttentionStrides s, int b, int h,
                                int r0, int seq) {
+  static_assert(D % 8 == 0, "a row is whole 16-byte chunks");
   const bf16 zero = from_f32<bf16>(0.0f);
+  const bf16* head = x + attention_offset(s, b, 0, h);
+  const bool whole_chunks = reinterpret_cast<uintptr_t>(head) % 16 == 0 && s.token % 8 == 0;
+  if (whole_chunks) {  // the same for every thread of the block
+    constexpr int kChunks = D / 8;
+    alignas(16) const uint32_t zeros[4] = {0, 0, 0, 0};
+    for (int i = static_cast<int>(thread_x()); i < kTcKeys * kChunks; i += static_cast<int>(block_dim_x())) {
+      const int r = i / kChunks, c = i % kChunks;
+      copy_16_bytes(tile + r * kTcStride<D> + c * 8,
+                    r0 + r < seq ? static_cast<const void*>(head + (r0 + r) * s.token + c * 8) : zeros);
+    }
+    return;
+  }
   for (int i = static_cast<int>(thread_x()); i < kTcKeys * D;
        i += static_cast<int>(block_dim_x())) {
     const int r = i / D, d = i % D;
-    tile[i] = r0 + r < seq ? x[attention_offset(s, b, r0 + r, h) + d] : zero;
+    tile[r * kTcStride<D> + d] = r0 + r < seq ? x[attention_offset(s, b, r0 + r, h) + d] : zero;
   }
 }
 
@@ -671,8 +698,8 @@ SHARC_DEVICE void mma_rows_by_tile_t(float (&acc)[kTcKeys / 8][4], const uint32_
   for (int nt = 0; nt < kTcKeys / 8; ++nt) {
     acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     for (int kk = 0; kk < D / 16; ++kk) {
-      const bf16* p = tile + (nt * 8 + g) * D + kk * 16 + 2 * t;
-      const uint32_t bf[2] = {pack_bits(p[0], p[1]), pack_bits(p[8], p[9])};
+      const bf16* p = tile + (nt * 8 + g) * kTcStride<D> + kk * 16 + 2 * t;
+      const uint32_t bf[2] = {load_bf16x2(p), load_bf16x2(p + 8)};
       mma_16x8x16(acc[nt], a[kk], bf, acc[nt]);
     }
   }
@@ -690,8 +717,9 @@ SHARC_DEVICE void mma_acc_by_tile(float (&acc)[D / 8][4], const float (&p)[kTcKe
                             pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                             pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
     for (int dn = 0; dn < D / 8; ++dn) {
-      const bf16* vp = tile + (kk * 16 + 2 * t) * D + dn * 8 + g;
-      const uint32_t bf[2] = {pack_bits(vp[0], vp[D]), pack_bits(vp[8 * D], vp[9 * D])};
+      constexpr int S = kTcStride<D>;
+      const bf16* vp = tile + (kk * 16 + 2 * t) * S + dn * 8 + g;
+      const uint32_t bf[2] = {pack_bits(vp[0], vp[S]), pack_bits(vp[8 * S], vp[9 * S])};
       mma_16x8x16(acc[dn], pf, bf, acc[dn]);
     }
   }
@@ -713,12 +741,12 @@ SHARC_DEVICE void store_tc_rows(bf16* x, AttentionStrides s, int b, int h, int r
 }
 
 // Grid (ceil(seq / kTcRows), heads, batch), kTcWarps warps; shared memory
-// 2 * kTcKeys * D bf16.
+// 2 * kTcTile<D> bf16.
 template <int D>
 SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
   static_assert(D % 16 == 0, "head_dim is a multiple of 16");
-  bf16* ks = shared_memory<bf16>();  // [kTcKeys][D]
-  bf16* vs = ks + kTcKeys * D;       // [kTcKeys][D]
+  bf16* ks = shared_memory<bf16>();  // [kTcKeys][kTcStride<D>]
+  bf16* vs = ks + kTcTile<D>;        // [kTcKeys][kTcStride<D>]
   const int warp = static_cast<int>(thread_x() / kWarpSize);
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
   const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
@@ -793,12 +821,12 @@ SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
 //   P^T = exp(scale K Q^T - lse),  dP^T = V dO^T,  dS^T = P^T (dP^T - delta)
 //   dV += P^T dO,  dK += dS^T Q   (times scale at the end).
 // Grid (ceil(seq / kTcRows), heads, batch), kTcWarps warps; shared memory
-// 2 * kTcKeys * D bf16 + 2 * kTcKeys f32.
+// 2 * kTcTile<D> bf16 + 2 * kTcKeys f32.
 template <int D>
 SHARC_KERNEL void attention_backward_dkv_tc_kernel(AttentionGradArgs<bf16> a) {
-  bf16* qs = shared_memory<bf16>();  // [kTcKeys][D] queries
-  bf16* gs = qs + kTcKeys * D;       // [kTcKeys][D] dout
-  float* lse_s = reinterpret_cast<float*>(gs + kTcKeys * D);
+  bf16* qs = shared_memory<bf16>();  // [kTcKeys][kTcStride<D>] queries
+  bf16* gs = qs + kTcTile<D>;        // [kTcKeys][kTcStride<D>] dout
+  float* lse_s = reinterpret_cast<float*>(gs + kTcTile<D>);
   float* delta_s = lse_s + kTcKeys;
   const int warp = static_cast<int>(thread_x() / kWarpSize);
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
@@ -845,11 +873,11 @@ SHARC_KERNEL void attention_backward_dkv_tc_kernel(AttentionGradArgs<bf16> a) {
 // dq on the tensor cores: each warp owns 16 queries and walks the key tiles
 // they see: P = exp(scale Q K^T - lse), dP = dO V^T, dS = P (dP - delta),
 // dQ += dS K (times scale at the end). Grid and block as the forward's;
-// shared memory 2 * kTcKeys * D bf16.
+// shared memory 2 * kTcTile<D> bf16.
 template <int D>
 SHARC_KERNEL void attention_backward_dq_tc_kernel(AttentionGradArgs<bf16> a) {
   bf16* ks = shared_memory<bf16>();
-  bf16* vs = ks + kTcKeys * D;
+  bf16* vs = ks + kTcTile<D>;
   const int warp = static_cast<int>(thread_x() / kWarpSize);
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
   const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());

@@ -159,6 +159,48 @@ std::map<std::string, int> kernel_nodes(const ir::Graph& g) {
   return out;
 }
 
+ir::Graph bf16_gpt() {
+  return trace("gpt2_train", [&](ProgramBuilder& b) {
+    b.set_dtype(ir::DType::kBF16);
+    gpt2::build_train(b, config(64, 4, 0.0), /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2));
+  });
+}
+
+// In bf16 mixed precision the residual stream is bf16, and on data=8 every
+// layer norm (forward, and backward with the stream's gradient added) is
+// the kernel in bf16; its statistics stay f32.
+TEST(GpuKernels, TheBf16GptsLayerNormsRunAsKernelsInBf16) {
+  const Lowered l = lowered_for_gpu(bf16_gpt(), "data=8", 8);
+  const std::map<std::string, int> k = kernel_nodes(l.partitioned);
+  ASSERT_EQ(k.count("layernorm_forward"), 1u) << format_kernel_choices(l.partitioned, l.kernels);
+  EXPECT_EQ(k.at("layernorm_forward"), 5);
+  EXPECT_EQ(k.at("layernorm_backward"), 5);
+  int priors = 0;
+  for (const ir::Node& n : l.partitioned.nodes) {
+    if (n.kernel == "layernorm_forward" || n.kernel == "layernorm_backward") {
+      EXPECT_EQ(n.dtype, ir::DType::kBF16) << n.kernel;
+      priors += n.kernel == "layernorm_backward" && n.ints == std::vector<int>{1};
+    }
+    if (n.kernel == "layernorm_forward.mean" || n.kernel == "layernorm_forward.rstd") {
+      EXPECT_EQ(n.dtype, ir::DType::kF32) << n.kernel;
+    }
+  }
+  EXPECT_EQ(priors, 4);  // every layer norm but the last (ln_f) adds to the stream's gradient
+}
+
+// With 'model' the gradient reaching a layer norm is a partial sum, which
+// the partitioner converts to f32 before adding up: the bf16 kernel would
+// read it whole in bf16, so the layer norms fall back, saying so.
+TEST(GpuKernels, Bf16LayerNormsWhoseGradientIsSummedInF32FallBack) {
+  const Lowered l = lowered_for_gpu(bf16_gpt(), "data=2,model=4", 8);
+  EXPECT_EQ(kernel_nodes(l.partitioned).count("layernorm_backward"), 0u);
+  EXPECT_NE(format_kernel_choices(l.partitioned, l.kernels)
+                .find(" layer_norm backward: falls back: its result's gradient leaves it in f32 (partial sums the "
+                      "partitioner adds after converting them): the bf16 kernel reads the whole gradient in bf16"),
+            std::string::npos)
+      << format_kernel_choices(l.partitioned, l.kernels);
+}
+
 TEST(GpuKernels, TheGptsLayerNormsAttentionAndAdamWRunAsKernels) {
   const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
     gpt2::build_train(b, config(64, 4, 0.0), /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2));
@@ -385,12 +427,18 @@ TEST(GpuKernels, ALayerNormBesideItsInputAddsToTheSameGradient) {
   EXPECT_EQ(kernels, 1);
 }
 
-TEST(GpuKernels, ABf16LayerNormFallsBackSayingWhy) {
+// bf16 in, bf16 out (layer_norm gives x's dtype; the statistics are f32
+// inside): the same kernel, reading and writing bf16.
+TEST(GpuKernels, ABf16LayerNormIsTheKernelInBf16) {
   const Lowered l = lowered_for_gpu(layer_norm_program(true), "data=2", 2);
-  EXPECT_TRUE(kernel_nodes(l.partitioned).empty());
+  EXPECT_EQ(kernel_nodes(l.partitioned), (std::map<std::string, int>{{"layernorm_forward", 1}}));
+  for (const ir::Node& n : l.partitioned.nodes)
+    if (n.op == ir::Op::kKernel) {
+      EXPECT_EQ(n.dtype, ir::DType::kBF16);
+      EXPECT_EQ(l.partitioned[n.args[0]].dtype, ir::DType::kBF16);
+    }
   ASSERT_EQ(l.kernels.size(), 1u);
-  EXPECT_EQ(l.kernels[0].kernel, "");
-  EXPECT_EQ(l.kernels[0].reason, "its input is bf16: sharc runs the layer norm kernels on f32 values so far");
+  EXPECT_EQ(l.kernels[0].kernel, "layernorm_forward");
 }
 
 // ---- GEMM epilogues ---------------------------------------------------------

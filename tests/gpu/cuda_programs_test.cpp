@@ -27,6 +27,7 @@
 #include "codegen/report.h"
 #include "dot_relu_dot_train_cuda_bf16_data2_model4.h"
 #include "gpt2_train_cuda_bf16_data2_model4.h"
+#include "gpt2_train_cuda_bf16_data8.h"
 #include "gpt2_train_cuda_data2_model4.h"
 #include "gpt2_train_cuda_fsdp4_model2.h"
 #include "gpt2_train_cuda_pipe2_data2_model2.h"
@@ -353,6 +354,13 @@ TEST(CudaPrograms, ScannedGptOnFsdp4Model2MatchesTheOracle) {
 TEST(CudaPrograms, ScannedGptInBF16IsNearTheOracle) {
   EXPECT_MATCHES_ORACLE(gpt2_train_cuda_bf16_data2_model4, gpt_train(true, false, true), "data=2,model=4",
                         gpt_batch, Closeness{.loss_rtol = 3e-2, .min_cosine = 0.88});
+}
+// The same on data=8, where the layer norms run as the bf16 kernels
+// (forward and backward, the residual stream's gradient added in the
+// kernel): the same bounds.
+TEST(CudaPrograms, ScannedGptInBF16WithBf16LayerNormKernelsIsNearTheOracle) {
+  EXPECT_MATCHES_ORACLE(gpt2_train_cuda_bf16_data8, gpt_train(true, false, true), "data=8", gpt_batch,
+                        Closeness{.loss_rtol = 3e-2, .min_cosine = 0.88});
 }
 TEST(CudaPrograms, PipelinedGptMatchesTheOracle) {
   EXPECT_MATCHES_ORACLE(gpt2_train_cuda_pipe2_data2_model2, gpt_train(false, true), "pipe=2,data=2,model=2",

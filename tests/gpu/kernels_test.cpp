@@ -572,13 +572,16 @@ struct AttentionCase {
   // With packed: [batch, seq, heads, 3, D] instead, the DSL's
   // CausalSelfAttention layout (each head's q, k, v side by side).
   bool head_major = false;
+  // Without packed: q, k and v start one element into their buffers, so the
+  // tensor-core kernels' tiles load element by element, not 16 bytes at once.
+  bool unaligned = false;
 };
 
 void PrintTo(const AttentionCase& c, std::ostream* os) {
   *os << rt::dtype_name(c.dtype) << " batch " << c.batch << " seq " << c.seq << " heads "
       << c.heads << " head_dim " << c.head_dim << (c.causal ? " causal" : " full")
       << (c.packed ? (c.head_major ? " packed head-major" : " packed") : "")
-      << (c.tensor_cores ? "" : " scalar");
+      << (c.tensor_cores ? "" : " scalar") << (c.unaligned ? " unaligned" : "");
 }
 
 class GpuAttention : public GpuKernels, public ::testing::WithParamInterface<AttentionCase> {};
@@ -589,7 +592,7 @@ std::string attention_name(const ::testing::TestParamInfo<AttentionCase>& info) 
          std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_d" +
          std::to_string(c.head_dim) + (c.causal ? "_causal" : "_full") +
          (c.packed ? (c.head_major ? "_packed_head_major" : "_packed") : "") +
-         (c.dtype == DType::kBF16 && !c.tensor_cores ? "_scalar" : "");
+         (c.dtype == DType::kBF16 && !c.tensor_cores ? "_scalar" : "") + (c.unaligned ? "_unaligned" : "");
 }
 
 TEST_P(GpuAttention, ForwardAndBackwardMatchTheReference) {
@@ -626,9 +629,16 @@ TEST_P(GpuAttention, ForwardAndBackwardMatchTheReference) {
     a.sq = a.sk = a.sv = {int64_t{T} * 3 * H * D, int64_t{3} * H * D,
                           c.head_major ? int64_t{3} * D : int64_t{D}};
   } else {
-    a.q = to_device(q, c.dtype);
-    a.k = to_device(k, c.dtype);
-    a.v = to_device(v, c.dtype);
+    // One element in, where unaligned (its value never read).
+    auto placed = [&](const std::vector<float>& x) -> const void* {
+      if (!c.unaligned) return to_device(x, c.dtype);
+      std::vector<float> shifted(1, 0.0f);
+      shifted.insert(shifted.end(), x.begin(), x.end());
+      return static_cast<const char*>(to_device(shifted, c.dtype)) + es;
+    };
+    a.q = placed(q);
+    a.k = placed(k);
+    a.v = placed(v);
     a.sq = a.sk = a.sv = plain;
   }
   a.o = alloc(n * es);
@@ -684,6 +694,7 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::kBF16, 2, 70, 3, 16, true, true, false},
                       AttentionCase{DType::kBF16, 1, 97, 1, 64, true, false},
                       AttentionCase{DType::kBF16, 1, 97, 1, 64, true, false, false},
+                      AttentionCase{DType::kBF16, 1, 97, 1, 64, true, false, true, false, true},
                       AttentionCase{DType::kBF16, 2, 150, 2, 32, false, false},
                       AttentionCase{DType::kBF16, 1, 200, 2, 64, true, true},
                       AttentionCase{DType::kBF16, 2, 80, 3, 32, true, true, true, true},
