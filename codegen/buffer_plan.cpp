@@ -191,7 +191,11 @@ BufferPlan plan_buffers(const ir::Graph& g) {
   for (size_t i = n; i-- > 0;) {
     const Node& v = g.nodes[i];
     p.root[i] = static_cast<int>(i);
-    const bool broadcast = v.op == Op::kBroadcast;
+    // An iota along a dimension the mesh does not split is its local index,
+    // computed in place like a broadcast's read (a one-hot's [rows, vocab]
+    // iota is never stored).
+    const bool iota = v.op == Op::kIota && (!v.sharding || v.sharding->dims.at(v.ints[0]).empty());
+    const bool broadcast = v.op == Op::kBroadcast || iota;
     if (!(ir::is_elementwise(v.op) || broadcast) || p.users[i].empty()) continue;
     const bool lives_on = p.is_output[i] || p.is_update_value[i];
     // Inlined: every user is elementwise, of this micro-batch, in one loop.

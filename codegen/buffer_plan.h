@@ -27,6 +27,8 @@
 //    materialised: a layer norm's [B,T,1] statistics read by the forward and
 //    the backward loops cost no [B,T,D] block kept across the step. It has
 //    a buffer only when something other than a loop reads it;
+//  - an iota along a dimension the mesh does not split is read the same
+//    way: its value at element i is i's index along that dimension;
 //  - a Constant is a literal inside elementwise loops and gets a buffer only
 //    when something else reads it, or it is an output or an update's value;
 //  - a Kernel (a composite region run as one KernelSet kernel on a GPU,

@@ -253,9 +253,21 @@ void CpuEmitter::emit_fused(CodeWriter& w, const Stmt& s) {
     const std::string e = elem_at(v.args[0], parts.empty() ? "0" : join(parts, " + "));
     return x.dtype == ir::DType::kBF16 ? "static_cast<float>(" + e + ")" : e;
   };
+  // An iota inlined into the loop (its dimension unsplit, BufferPlan): the
+  // index of element i along that dimension.
+  auto iota_read = [&](const Node& v) {
+    const int d = v.ints[0];
+    int64_t inner = 1;
+    for (size_t k = d + 1; k < v.shape.size(); ++k) inner *= v.shape[k];
+    std::string index = inner == 1 ? "i" : "i / " + std::to_string(inner);
+    if (ir::num_elements(v.shape) / inner != v.shape[d])
+      index = (inner == 1 ? index : "(" + index + ")") + " % " + std::to_string(v.shape[d]);
+    return "static_cast<float>(" + index + ")";
+  };
   auto expr = [&](int t) {
     const Node& v = g_[t];
     if (v.op == Op::kBroadcast) return broadcast_read(v);
+    if (v.op == Op::kIota) return iota_read(v);
     if (ir::is_ternary(v.op))
       return "rt::select(" + operand(v.args[0]) + ", " + operand(v.args[1]) + ", " +
              operand(v.args[2]) + ")";

@@ -152,6 +152,32 @@ TEST(EmissionPlan, BroadcastsReadBySeveralLoopsAreReadInPlaceByEach) {
   EXPECT_LE(materialised, 2);
 }
 
+// The GPT's embedding is a one-hot product: an iota over the vocabulary,
+// compared with the token ids. The vocabulary is not split on data=8, so
+// the iota is computed inside the loop that compares (its index along the
+// vocabulary), never stored: no [rows, vocab] f32 buffer (at GPT-2 124M's
+// batch 16, 3.3 GB). Split over 'model', the iota keeps its buffer (its
+// values start at the device's block).
+TEST(EmissionPlan, AnIotaAlongAnUnsplitDimensionIsComputedInItsLoop) {
+  for (const auto& [mesh, inlined] : {std::pair<const char*, bool>{"data=8", true}, {"model=8", false}}) {
+    SCOPED_TRACE(mesh);
+    const Planned p = plan_of("gpt2_train", mesh);
+    const BufferPlan& b = p.plan.buffers;
+    int iotas = 0;
+    for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+      const ir::Node& v = p.graph.nodes[i];
+      if (v.op != Op::kIota || v.name != "wte") continue;  // the embedding's, over the vocabulary
+      ++iotas;
+      EXPECT_EQ(b.inlined[i], inlined);
+      EXPECT_EQ(b.needs_buffer[i], !inlined);
+      const bool statement = std::any_of(b.stmts.begin(), b.stmts.end(),
+                                         [&](const BufferPlan::Stmt& x) { return x.node == static_cast<int>(i); });
+      EXPECT_EQ(statement, !inlined);
+    }
+    EXPECT_GE(iotas, 1);
+  }
+}
+
 TEST(EmissionPlan, FusionGroupsOfATrainingStep) {
   const Planned p = plan_of("mlp_train", "data=4,model=2");
   const BufferPlan& b = p.plan.buffers;
@@ -166,15 +192,16 @@ TEST(EmissionPlan, FusionGroupsOfATrainingStep) {
     EXPECT_EQ(p.plan.tasks[p.plan.stmt_tasks[s][0]].stream, Stream::kCompute);
     EXPECT_EQ(st.tree.back(), st.node) << "the root is computed last";
     for (int t : st.tree) {
-      // Elementwise ops, and broadcasts read in place (never a loop's root,
-      // never stored).
+      // Elementwise ops, and broadcasts and iotas (the one-hot labels')
+      // read in place (never a loop's root, never stored).
       const bool broadcast = p.graph[t].op == Op::kBroadcast;
-      EXPECT_TRUE(ir::is_elementwise(p.graph[t].op) || (broadcast && t != st.node && !b.kept[t]))
+      const bool in_place = broadcast || p.graph[t].op == Op::kIota;
+      EXPECT_TRUE(ir::is_elementwise(p.graph[t].op) || (in_place && t != st.node && !b.kept[t]))
           << ir::op_name(p.graph[t].op);
       broadcasts += broadcast;
-      // Only a broadcast read by several loops is in several of them.
+      // Only a broadcast or an iota read by several loops is in several of them.
       EXPECT_TRUE(seen.insert(t).second || b.duplicated[t]) << "node " << t << " is in two fusion groups";
-      EXPECT_TRUE(!b.duplicated[t] || broadcast);
+      EXPECT_TRUE(!b.duplicated[t] || in_place);
       if (t == st.node) continue;
       EXPECT_TRUE(b.inlined[t]);
       // A value that lives to the end of the step is only ever kept.
