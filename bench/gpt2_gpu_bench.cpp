@@ -19,11 +19,9 @@
 // Without a GPU it says why and exits 0.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -136,11 +134,8 @@ void run_sharc(const Options& o) {
     step();
     const sharc::rt::Trace trace = world.threads().trace();
     std::ofstream(o.trace) << sharc::rt::chrome_trace_json(trace);
-    double busy = 0, end = 0, start = trace.events.empty() ? 0 : trace.events.front().start_s;
-    for (const sharc::rt::TraceEvent& e : trace.events) {
-      busy += e.end_s - e.start_s;
-      end = std::max(end, e.end_s);
-    }
+    double end = 0, start = trace.events.empty() ? 0 : trace.events.front().start_s;
+    for (const sharc::rt::TraceEvent& e : trace.events) end = std::max(end, e.end_s);
     std::printf("trace of one batch-%lld step on the GPU (CUDA events per statement): %zu statements, %.2f ms -> %s\n",
                 static_cast<long long>(batch), trace.events.size(), 1e3 * (end - start), o.trace.c_str());
     world.threads().set_clock(sharc::rt::ClockMode::kOff);
