@@ -35,6 +35,14 @@ SHARC_PROGRAM(mlp_train_pipelined, b) {
   mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer());
 }
 
+// The same step with its layouts from path rules (path_rules(), Scalax's
+// TreePathShardingRule) instead of the logical names and FSDP; run it on a
+// mesh with 'fsdp' and 'model' (docs/guide/from-jax.md uses fsdp=2,model=4).
+SHARC_PROGRAM(mlp_train_path_rules, b) {
+  mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer(), {},
+                              mlp_classifier::path_rules());
+}
+
 SHARC_PROGRAM(mlp_eval, b) {
   mlp_classifier::Config c;
   c.batch = kEvalBatch;

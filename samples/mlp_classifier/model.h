@@ -35,6 +35,19 @@ inline const LogicalRules kLogicalRules = {
 // 2^20 would leave this small model replicated); biases stay replicated.
 inline ShardingRules sharding_rules() { return {FSDPRule("fsdp", 1024)}; }
 
+// Scalax's TreePathShardingRule: every parameter's layout from its path, the
+// first pattern found (std::regex_search) winning. Here Megatron's MLP split
+// on 'model' (dense1 by columns, dense2 by rows) with the other dimension of
+// each kernel on 'fsdp'; strict: a parameter no pattern matches is an error.
+inline ShardingRules path_rules() {
+  return {PathRule({{"dense1/kernel", P("fsdp", "model")},
+                    {"dense1/bias", P("model")},
+                    {"dense2/kernel", P("model", "fsdp")},
+                    {"dense3/kernel", P("fsdp", None)},
+                    {"bias", P()}},
+                   /*strict=*/true)};
+}
+
 struct MLP : Module {
   Linear dense1, dense2, dense3;
   MLP(Scope s, const Config& c)
@@ -73,10 +86,12 @@ inline Tensor accuracy(Tensor logits, Tensor labels) {
 }
 
 // One AdamW training step on a batch of images and labels. Outputs: loss,
-// grad_norm, lr, accuracy (of this batch, before the update).
-inline void build_train(ProgramBuilder& b, const Config& c, const Optimizer& opt, const TrainOptions& o = {}) {
+// grad_norm, lr, accuracy (of this batch, before the update). `rules` replace
+// the sample's sharding rules (mlp_train_path_rules passes path rules).
+inline void build_train(ProgramBuilder& b, const Config& c, const Optimizer& opt, const TrainOptions& o = {},
+                        ShardingRules rules = sharding_rules()) {
   b.set_logical_rules(kLogicalRules);
-  b.set_sharding_rules(sharding_rules());
+  b.set_sharding_rules(std::move(rules));
   MLP model(b.scope(), c);
   Tensor images = b.input("images", {c.batch, c.features}, P("batch", None));
   Tensor labels = b.input("labels", {c.batch}, P("batch"));

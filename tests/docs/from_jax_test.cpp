@@ -8,13 +8,17 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "emit_dot_relu_dot_2x4.h"
+#include "docs_distjax_pp_data2_pipe4.h"
+#include "docs_distjax_tp_data4_tensor2.h"
+#include "docs_mlp_path_rules_fsdp2_model4.h"
 #include "docs_regressor_fsdp4.h"
+#include "emit_dot_relu_dot_2x4.h"
 #include "emit_logical_dot_relu_dot_2x4.h"
 
 namespace sharc {
@@ -35,13 +39,19 @@ std::string mesh_str(const rt::MeshShape& m) {
   return s;
 }
 
+// Whether device `rank` holds a block of parameter `path` (a pipelined
+// program's holds_parameter).
+using Holds = std::function<bool(int rank, std::string_view path)>;
+
 // Every recorded tensor is a row of sharc's tables with the same spec and
 // block; with `every_row`, every row of the tables is recorded too (a
 // training program's optimizer state, which the JAX side does not make, is
-// left out by passing false).
+// left out by passing false). A tensor recorded with "devices" (a pipeline
+// stage's layer) must be held by exactly those devices.
 void expect_jax_layouts(const std::string& example, const rt::MeshShape& mesh,
-                        std::span<const rt::TensorInfo> parameters, std::span<const rt::TensorInfo> outputs,
-                        bool every_row = true) {
+                        std::span<const rt::TensorInfo> parameters,
+                        std::span<const rt::TensorInfo> outputs, bool every_row = true,
+                        const Holds& holds = nullptr) {
   SCOPED_TRACE(example);
   const nlohmann::json jax = recorded(example);
   EXPECT_EQ(jax.value("mesh", ""), mesh_str(mesh));
@@ -56,6 +66,14 @@ void expect_jax_layouts(const std::string& example, const rt::MeshShape& mesh,
       }
       EXPECT_EQ(t.spec_str(), tensors[name]["spec"].get<std::string>()) << name;
       EXPECT_EQ(t.local_shape, tensors[name]["local_shape"].get<std::vector<int64_t>>()) << name;
+      if (tensors[name].contains("devices")) {
+        EXPECT_TRUE(holds) << example << " records devices but the test gives no holds_parameter";
+        std::vector<int> holders;
+        for (int rank = 0; holds && rank < mesh.num_devices(); ++rank)
+          if (holds(rank, name)) holders.push_back(rank);
+        EXPECT_EQ(holders, tensors[name]["devices"].get<std::vector<int>>())
+            << name << " is held by other devices";
+      }
       ++compared;
     }
   EXPECT_EQ(compared, tensors.size()) << "JAX recorded tensors that sharc's program does not have";
@@ -68,7 +86,8 @@ TEST(FromJax, TheGuidesDotReluDotLaysOutAsJaxDoes) {
 
 TEST(FromJax, TheGuidesLogicalDotReluDotLaysOutAsJaxDoes) {
   namespace prog = sharc_gen::emit_logical_dot_relu_dot_2x4;
-  expect_jax_layouts("flax_logical_dot_relu_dot", prog::mesh_shape(), prog::kParameters, prog::kOutputs);
+  expect_jax_layouts("flax_logical_dot_relu_dot", prog::mesh_shape(), prog::kParameters,
+                     prog::kOutputs);
 }
 
 // Scalax's bare FSDPShardingRule() against FSDPRule's kLargestPowerOfTwo
@@ -77,7 +96,40 @@ TEST(FromJax, TheGuidesLogicalDotReluDotLaysOutAsJaxDoes) {
 // not recorded).
 TEST(FromJax, ScalaxsFsdpRuleShardsTheRegressorAsSharcsDoes) {
   namespace prog = sharc_gen::docs_regressor_fsdp4;
-  expect_jax_layouts("scalax_fsdp_regressor", prog::mesh_shape(), prog::kParameters, {}, /*every_row=*/false);
+  expect_jax_layouts("scalax_fsdp_regressor", prog::mesh_shape(), prog::kParameters, {},
+                     /*every_row=*/false);
+}
+
+// Scalax's TreePathShardingRule against PathRule, on the MLP classifier
+// over fsdp=2,model=4 (samples/mlp_classifier/model.cpp,
+// mlp_train_path_rules).
+TEST(FromJax, ScalaxsPathRulesShardTheMlpAsSharcsDo) {
+  namespace prog = sharc_gen::docs_mlp_path_rules_fsdp2_model4;
+  expect_jax_layouts("scalax_path_rules_mlp", prog::mesh_shape(), prog::kParameters, {},
+                     /*every_row=*/false);
+}
+
+// DistJax's tensor-parallel MLP block (TPAsyncDense up, TPDense scatter
+// down) on its ('data', 'tensor') = (4, 2) mesh: parameters and output.
+TEST(FromJax, DistJaxsTensorParallelBlockLaysOutAsSharcsDoes) {
+  namespace prog = sharc_gen::docs_distjax_tp_data4_tensor2;
+  expect_jax_layouts("distjax_tp_mlp_block", prog::mesh_shape(), prog::kParameters, prog::kOutputs);
+}
+
+// DistJax's pipeline classifier on ('data', 'pipe') = (2, 4): each stage's
+// layers sit on that stage's devices (JAX: the stacked parameters' blocks
+// along 'pipe'; sharc: holds_parameter), with the same blocks. The input and
+// output layers are replicated in both; JAX keeps them on every device,
+// sharc on the first and the last stage only, so only their layouts are
+// compared.
+TEST(FromJax, DistJaxsPipelineStagesHoldTheLayersSharcsDo) {
+  namespace prog = sharc_gen::docs_distjax_pp_data2_pipe4;
+  expect_jax_layouts("distjax_pp_classifier", prog::mesh_shape(), prog::kParameters, {},
+                     /*every_row=*/false, &prog::Program::holds_parameter);
+  EXPECT_TRUE(prog::Program::holds_parameter(0, "input_dense/kernel"));
+  EXPECT_FALSE(prog::Program::holds_parameter(1, "input_dense/kernel"));
+  EXPECT_TRUE(prog::Program::holds_parameter(7, "output_dense/kernel"));
+  EXPECT_FALSE(prog::Program::holds_parameter(6, "output_dense/kernel"));
 }
 
 }  // namespace

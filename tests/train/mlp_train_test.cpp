@@ -69,6 +69,34 @@ Trace run_mesh(const ir::Graph& g, const Config& c, const std::string& mesh, int
   return t;
 }
 
+// fp32 training against fp64: 10 Adam steps of size ~lr amplify rounding
+// in m/sqrt(v) a little; 1e-4 relative to each tensor's largest magnitude.
+void expect_params_near(const Trace& want, const Trace& got) {
+  for (const auto& [name, w] : want.params) {
+    const auto& v = got.params.at(name);
+    double scale = 1e-30, worst = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      scale = std::max(scale, std::fabs(w[i]));
+      worst = std::max(worst, std::fabs(v[i] - w[i]));
+    }
+    EXPECT_LE(worst, 1e-4 * scale) << name;
+  }
+}
+
+// The sample's path rules (Scalax's TreePathShardingRule, mlp_train_path_rules)
+// on fsdp=2,model=4: every kernel split two ways, against the oracle.
+TEST(MlpTraining, PathRulesMatchTheOracle) {
+  const Config c = small();
+  const ir::Graph g = trace("mlp_train_path_rules", [&](ProgramBuilder& b) {
+    mlp_classifier::build_train(b, c, adamw(Schedule::constant(1e-2), 1e-4), {}, mlp_classifier::path_rules());
+  });
+  const Trace want = run_oracle(g, c, 10);
+  const Trace got = run_mesh(g, c, "fsdp=2,model=4", 10);
+  EXPECT_LT(want.loss.back(), want.loss.front()) << "the oracle's loss must fall";
+  for (int s = 0; s < 10; ++s) EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * std::abs(want.loss[s])) << "step " << s;
+  expect_params_near(want, got);
+}
+
 const char* kMeshes[] = {"data=8", "fsdp=8", "model=8", "data=4,model=2", "fsdp=4,model=2"};
 
 TEST(MlpTraining, TenAdamWStepsMatchTheOracleOnEveryStrategy) {
@@ -80,18 +108,7 @@ TEST(MlpTraining, TenAdamWStepsMatchTheOracleOnEveryStrategy) {
   for (const char* mesh : kMeshes) {
     SCOPED_TRACE(mesh);
     got.push_back(run_mesh(g, c, mesh, 10));
-    const Trace& t = got.back();
-    // fp32 training against fp64: 10 Adam steps of size ~lr amplify rounding
-    // in m/sqrt(v) a little; 1e-4 relative to each tensor's largest magnitude.
-    for (const auto& [name, w] : want.params) {
-      const auto& v = t.params.at(name);
-      double scale = 1e-30, worst = 0;
-      for (size_t i = 0; i < w.size(); ++i) {
-        scale = std::max(scale, std::fabs(w[i]));
-        worst = std::max(worst, std::fabs(v[i] - w[i]));
-      }
-      EXPECT_LE(worst, 1e-4 * scale) << name;
-    }
+    expect_params_near(want, got.back());
   }
   // The loss trace is the same on every mesh.
   for (size_t m = 1; m < got.size(); ++m)
