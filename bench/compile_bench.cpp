@@ -37,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include "codegen/cli.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -57,43 +59,31 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-[[noreturn]] void usage(const char* argv0, const std::string& why) {
-  std::fprintf(stderr,
-               "%s: %s\nusage: %s --generator G --templates DIR --cxx C++ --include DIR... [--program P]\n"
-               "          [--layers 2,4,8] [--mesh M]... [--option NAME=VALUE]... [--cpp-files N] [--flags F]\n"
-               "          [--timeout S] [--work DIR]\n",
-               argv0, why.c_str(), argv0);
-  std::exit(2);
-}
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) usage(argv[0], flag + " needs a value");
-    const std::string v = argv[++i];
-    if (flag == "--generator") a.generator = v;
-    else if (flag == "--templates") a.templates = v;
-    else if (flag == "--cxx") a.cxx = v;
-    else if (flag == "--include") a.includes.push_back(v);
-    else if (flag == "--program") a.program = v;
-    else if (flag == "--mesh") a.meshes.push_back(v);
-    else if (flag == "--option") a.options.push_back(v);
-    else if (flag == "--flags") a.flags = v;
-    else if (flag == "--work") a.work = v;
-    else if (flag == "--timeout") a.timeout_s = std::atof(v.c_str());
-    else if (flag == "--cpp-files") a.cpp_files = std::max(1, std::atoi(v.c_str()));
-    else if (flag == "--layers") {
-      a.layers.clear();
-      for (const std::string& l : split(v, ',')) a.layers.push_back(std::atoi(l.c_str()));
-    } else {
-      usage(argv[0], "unknown option '" + flag + "'");
-    }
-  }
-  if (a.generator.empty() || a.templates.empty() || a.cxx.empty()) usage(argv[0], "--generator, --templates and --cxx are required");
+// The command line (codegen/cli.h). Returns -1 to go on with `a` filled, or
+// the status main() returns (0 after --help, 2 after a mistake).
+int parse(int argc, char** argv, Args& a) {
+  CLI::App app{"Build time and peak memory of generating and compiling a program at several depths.",
+               "bench_compile"};
+  app.add_option("--generator", a.generator, "the model file's generator executable")->required();
+  app.add_option("--templates", a.templates, "sharc's templates/ folder")->required();
+  app.add_option("--cxx", a.cxx, "the C++ compiler")->required();
+  app.add_option("--include", a.includes, "include folders for the generated sources");
+  app.add_option("--program", a.program, "the SHARC_PROGRAM")->capture_default_str();
+  app.add_option("--layers", a.layers, "the depths to build (option layers=N)")->delimiter(',')->capture_default_str();
+  app.add_option("--mesh", a.meshes, "meshes to build for (default: data=2,model=4)");
+  app.add_option("--option", a.options, "NAME=VALUE passed to the generator");
+  app.add_option("--cpp-files", a.cpp_files, "the generator's --cpp-files")
+      ->check(sharc::cli::at_least(1))
+      ->capture_default_str();
+  app.add_option("--flags", a.flags, "the compiler's flags (give them as --flags=\"-O2 ...\")")->capture_default_str();
+  app.add_option("--timeout", a.timeout_s, "seconds before a build is stopped")
+      ->check(sharc::cli::non_negative())
+      ->capture_default_str();
+  app.add_option("--work", a.work, "where the builds happen (default: a temporary folder)");
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
   if (a.meshes.empty()) a.meshes = {"data=2,model=4"};
   if (a.work.empty()) a.work = (fs::temp_directory_path() / "sharc_bench_compile").string();
-  return a;
+  return -1;
 }
 
 struct Run {
@@ -166,7 +156,8 @@ bool count_lines(const fs::path& file, long& lines, long& longest) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args a = parse(argc, argv);
+  Args a;
+  if (const int code = parse(argc, argv, a); code >= 0) return code;
   fs::create_directories(a.work);
   std::string options;
   for (const std::string& o : a.options) options += " " + o;

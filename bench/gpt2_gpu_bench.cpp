@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli.h"
 #include "gpt2_124m_train_cuda_bf16_b16.h"
 #include "gpt2_124m_train_cuda_bf16_b32.h"
 #include "runtime/gpu/gpu_world.h"
@@ -44,52 +45,31 @@ struct Options {
   std::string trace;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "bench_gpt2_gpu: %s\n"
-               "usage: bench_gpt2_gpu [--batch 16 32] [--steps N] [--warmup N] [--peers torch jax | none] "
-               "[--trace FILE]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  auto number = [&](int& i, const std::string& flag) {
-    if (i + 1 >= argc) usage(flag + " wants a number");
-    char* end = nullptr;
-    const long v = std::strtol(argv[++i], &end, 10);
-    if (*end || v <= 0) usage(flag + " wants a positive number, not \"" + argv[i] + "\"");
-    return static_cast<int>(v);
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--batch") {
-      o.batches.clear();
-      while (i + 1 < argc && argv[i + 1][0] != '-') o.batches.push_back(number(i, a));
-      if (o.batches.empty()) usage("--batch wants one or more of 16 and 32");
-      for (int b : o.batches)
-        if (b != 16 && b != 32)
-          usage("--batch " + std::to_string(b) + ": the programs are built for batch 16 and 32 "
-                "(bench/CMakeLists.txt, gpt2_124m_train_cuda_bf16_b16 and _b32)");
-    } else if (a == "--steps") {
-      o.steps = number(i, a);
-    } else if (a == "--warmup") {
-      o.warmup = number(i, a);
-    } else if (a == "--peers") {
-      o.peers.clear();
-      while (i + 1 < argc && argv[i + 1][0] != '-') o.peers.emplace_back(argv[++i]);
-      if (o.peers.size() == 1 && o.peers[0] == "none") o.peers.clear();
-      for (const std::string& p : o.peers)
-        if (p != "torch" && p != "jax") usage("--peers: torch, jax or none, not " + p);
-    } else if (a == "--trace") {
-      if (i + 1 >= argc) usage("--trace wants a file");
-      o.trace = argv[++i];
-    } else {
-      usage("unknown option " + a);
-    }
-  }
-  return o;
+// The command line (codegen/cli.h). Returns -1 to go on with `o` filled, or
+// the status main() returns (0 after --help, 2 after a mistake).
+int parse(int argc, char** argv, Options& o) {
+  CLI::App app{"GPT-2 124M training steps on a GPU (bf16 compute on f32 master weights, AdamW), with "
+               "torch.compile and JAX measured in the same run.",
+               "bench_gpt2_gpu"};
+  app.add_option("--batch", o.batches, "batch sizes (the programs are built for 16 and 32)")
+      ->check(CLI::Validator(
+          [](std::string& b) -> std::string {
+            if (b == "16" || b == "32") return "";
+            return b + ": the programs are built for batch 16 and 32 (bench/CMakeLists.txt, "
+                       "gpt2_124m_train_cuda_bf16_b16 and _b32)";
+          },
+          "16|32"))
+      ->capture_default_str();
+  sharc::cli::add_steps(app, o.steps, o.warmup);
+  app.add_option("--peers", o.peers, "the peers to run beside sharc: torch, jax, or none")
+      ->check(CLI::IsMember({"torch", "jax", "none"}))
+      ->capture_default_str();
+  app.add_option("--trace", o.trace, "write the last step's GPU timeline here (Chrome trace JSON)");
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+  if (o.peers.size() == 1 && o.peers[0] == "none") o.peers.clear();
+  for (const std::string& p : o.peers)
+    if (p == "none") return sharc::cli::fail(app, "--peers none stands alone");
+  return -1;
 }
 
 // The FLOPs of a token as the peers count them: 6N for the parameters'
@@ -160,7 +140,8 @@ int run_peers(const Options& o) {
 
 int main(int argc, char** argv) try {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line, also into a pipe
-  const Options o = parse(argc, argv);
+  Options o;
+  if (const int code = parse(argc, argv, o); code >= 0) return code;
   std::string why;
   if (!sharc::gpu::cuda_kernels(&why)) {
     std::printf("bench_gpt2_gpu: no GPU to measure on: %s\n", why.c_str());

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli.h"
 #include "runtime/gpu/kernel_set.h"
 
 namespace {
@@ -36,28 +37,20 @@ struct Options {
   bool peers = false, sim = false;
 };
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&] {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " wants a value");
-      return std::atoi(argv[++i]);
-    };
-    if (a == "--batch")
-      o.batch = value();
-    else if (a == "--seq")
-      o.seq = value();
-    else if (a == "--iters")
-      o.iters = value();
-    else if (a == "--peers")
-      o.peers = true;
-    else if (a == "--sim")
-      o.sim = true;
-    else
-      throw std::invalid_argument("unknown option " + a +
-                                  " (--batch N --seq T --iters N --peers --sim)");
-  }
+// The command line (codegen/cli.h). Returns -1 to go on with `o` filled, or
+// the status main() returns (0 after --help, 2 after a mistake).
+int parse(int argc, char** argv, Options& o) {
+  CLI::App app{"GPT-2 124M's kernels one at a time (layer norm, attention, cross-entropy, AdamW, the GEMMs), "
+               "with PyTorch's beside them when asked.",
+               "bench_gpu_kernels"};
+  app.add_option("--batch", o.batch, "sequences per batch")->check(sharc::cli::at_least(1))->capture_default_str();
+  app.add_option("--seq", o.seq, "tokens per sequence")->check(sharc::cli::at_least(1))->capture_default_str();
+  app.add_option("--iters", o.iters, "timed runs of each kernel")
+      ->check(sharc::cli::at_least(1))
+      ->capture_default_str();
+  app.add_flag("--peers", o.peers, "also time PyTorch's kernels on the same shapes");
+  app.add_flag("--sim", o.sim, "run tiny shapes once on the block simulator (no GPU needed)");
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
   if (o.sim) {  // small enough for the simulator
     o.batch = 1;
     o.seq = 64;
@@ -68,9 +61,7 @@ Options parse(int argc, char** argv) {
     o.iters = 1;
     o.peers = false;
   }
-  if (o.batch <= 0 || o.seq <= 0 || o.iters <= 0)
-    throw std::invalid_argument("--batch, --seq and --iters want positive numbers");
-  return o;
+  return -1;
 }
 
 // Device memory that is released with the bench.
@@ -146,7 +137,8 @@ std::map<std::string, double> run_peers(const Options& o) {
 
 int main(int argc, char** argv) try {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line, also into a pipe
-  const Options o = parse(argc, argv);
+  Options o;
+  if (const int code = parse(argc, argv, o); code >= 0) return code;
   KernelSet* k = nullptr;
   if (o.sim) {
     k = &sharc::gpu::simulated_kernels();

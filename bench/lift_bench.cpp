@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli.h"
+
 namespace {
 
 int count_functions(const std::filesystem::path& ir) {
@@ -28,15 +30,9 @@ int count_functions(const std::filesystem::path& ir) {
 
 int main(int argc, char** argv) {
   int runs = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--runs" && i + 1 < argc) {
-      runs = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: bench_lift [--runs N]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"sharc-lift's run time on three model files.", "bench_lift"};
+  app.add_option("--runs", runs, "runs per file")->check(sharc::cli::at_least(1))->capture_default_str();
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
   namespace fs = std::filesystem;
   const fs::path root = SHARC_SOURCE_DIR;
   const fs::path out = fs::temp_directory_path() / "sharc_bench_lift";

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench/timed_steps.h"
+#include "codegen/cli.h"
 #include "bench_mlp_train_data1.h"
 #include "bench_mlp_train_data4_model2.h"
 #include "bench_mlp_train_data8.h"
@@ -141,51 +142,6 @@ Result run_mesh(const char* mesh, const char* strategy, const rt::MeshShape& sha
   return res;
 }
 
-void usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--steps N] [--warmup N] [--link-latency-us US] [--link-gbps G]\n"
-               "  --steps N            timed steps per mesh (default 20)\n"
-               "  --warmup N           untimed steps before them (default 3)\n"
-               "  --link-latency-us US simulated per-message link latency in microseconds\n"
-               "  --link-gbps G        simulated link bandwidth in gigabits/s (0: infinite)\n",
-               argv0);
-}
-
-bool parse(int argc, char** argv, Options& opt) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") return false;
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s needs a value\n", flag.c_str());
-      return false;
-    }
-    char* end = nullptr;
-    const char* value = argv[++i];
-    const double v = std::strtod(value, &end);
-    if (end == value || *end != '\0' || v < 0) {
-      std::fprintf(stderr, "%s: '%s' is not a non-negative number\n", flag.c_str(), value);
-      return false;
-    }
-    if (flag == "--steps") {
-      opt.steps = static_cast<int>(v);
-    } else if (flag == "--warmup") {
-      opt.warmup = static_cast<int>(v);
-    } else if (flag == "--link-latency-us") {
-      opt.link_latency_us = v;
-    } else if (flag == "--link-gbps") {
-      opt.link_gbps = v;
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      return false;
-    }
-  }
-  if (opt.steps < 1) {
-    std::fprintf(stderr, "--steps must be at least 1\n");
-    return false;
-  }
-  return true;
-}
-
 void print_tables(const std::vector<Result>& results) {
   const double base = kBatch / results.front().step_s;  // the 1-device row
   std::printf("%-15s %-16s %7s %10s %9s %8s %6s %14s %14s %12s %9s\n", "mesh", "strategy",
@@ -218,10 +174,12 @@ void print_tables(const std::vector<Result>& results) {
 
 int main(int argc, char** argv) {
   Options opt;
-  if (!parse(argc, argv, opt)) {
-    usage(argv[0]);
-    return 2;
-  }
+  CLI::App app{"One AdamW step of the MLP classifier on the 1-device baseline and on every strategy's "
+               "8-device mesh: throughput, bytes sent, peak memory.",
+               "bench_mlp_train"};
+  sharc::cli::add_steps(app, opt.steps, opt.warmup);
+  sharc::cli::add_link(app, opt.link_latency_us, opt.link_gbps);
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
 
   std::printf(
       "bench_mlp_train: one AdamW step of the MLP classifier (batch %lld, %lld "

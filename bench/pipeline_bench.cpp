@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli.h"
 #include "codegen/execute.h"
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
@@ -139,18 +140,14 @@ Row run(const std::string& mesh, const std::string& strategy, bool pipelined, in
 
 int main(int argc, char** argv) {
   int steps = 3, warmup = 1;
-  double latency_us = 20, gbps = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string f = argv[i];
-    if (f == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (f == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (f == "--latency-us") latency_us = std::atof(argv[i + 1]);
-    else if (f == "--gbps") gbps = std::atof(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: bench_pipeline [--steps N] [--warmup N] [--latency-us L] [--gbps B]\n");
-      return 2;
-    }
-  }
+  double latency_us = 20, link_gbps = 16;  // 2 GB/s
+  CLI::App app{"A 4-layer GPT trained on 4 simulated devices pipelined (1F1B), data parallel and tensor "
+               "parallel, side by side: step time, bytes sent, peak memory, the pipeline's bubble.",
+               "bench_pipeline"};
+  sharc::cli::add_steps(app, steps, warmup);
+  sharc::cli::add_link(app, latency_us, link_gbps);
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+  const double gbps = link_gbps / 8;  // GB/s
   openblas_set_num_threads(1);
   const rt::LinkModel link{latency_us * 1e-6, gbps * 1e9};
   std::printf("GPT 4 layers, width 64, 4 heads, context %lld, batch %lld, 4 devices; link %.0f us + %.1f GB/s; "

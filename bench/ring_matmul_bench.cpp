@@ -32,6 +32,7 @@
 #include "bench_ring_mlp_bi.h"
 #include "bench_ring_mlp_sync.h"
 #include "bench_ring_mlp_uni.h"
+#include "codegen/cli.h"
 #include "runtime/communicator.h"
 #include "runtime/thread_world.h"
 
@@ -99,44 +100,18 @@ Result run(const std::string& schedule, const rt::MeshShape& mesh, const rt::Lin
   return r;
 }
 
-void usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--steps N] [--warmup N] [--latency-us X] [--gbps X]\n"
-               "  --gbps 0 (default) picks the bandwidth that makes the synchronous step's\n"
-               "  communication as long as its computation\n",
-               argv0);
-}
-
-bool parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h" || i + 1 >= argc) return false;
-    const char* v = argv[++i];
-    char* end = nullptr;
-    const double x = std::strtod(v, &end);
-    if (*end != '\0' || x < 0) return false;
-    if (a == "--steps" && x >= 1)
-      o.steps = static_cast<int>(x);
-    else if (a == "--warmup")
-      o.warmup = static_cast<int>(x);
-    else if (a == "--latency-us")
-      o.latency_us = x;
-    else if (a == "--gbps")
-      o.gbps = x;
-    else
-      return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt;
-  if (!parse(argc, argv, opt)) {
-    usage(argv[0]);
-    return 2;
-  }
+  CLI::App app{"How much communication the ring collective matmul hides: a tensor-parallel MLP pair on "
+               "model=8 with slow links, synchronous and as rings.",
+               "bench_ring_matmul"};
+  sharc::cli::add_steps(app, opt.steps, opt.warmup);
+  sharc::cli::add_link(app, opt.latency_us, opt.gbps);
+  app.footer("--link-gbps 0 (the default) picks the bandwidth that makes the synchronous step's communication "
+             "as long as its computation.");
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
   openblas_set_num_threads(1);  // each simulated device is already a thread
 
   std::vector<float> x(elements(kXShape));

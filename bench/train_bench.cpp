@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bench/timed_steps.h"
+#include "codegen/cli.h"
 #include "bench_mlp_train_data1.h"
 #include "bench_mlp_train_data4_model2.h"
 #include "bench_mlp_train_data8.h"
@@ -255,65 +256,42 @@ double sgemm_gflops() {
   return 2.0 * n * n * n * reps / wall / 1e9;
 }
 
-int usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s --model mlp|gpt --mesh MESH [--steps N] [--warmup N]\n"
-               "       %*s [--windows N] [--device-threads K] [--profile]\n"
-               "       %s --list | --sgemm\n",
-               argv0, static_cast<int>(std::strlen(argv0)), "", argv0);
-  return 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--list") {
-      for (const Entry& e : entries()) std::printf("%s %s\n", e.model, e.mesh);
-      return 0;
-    }
-    if (flag == "--sgemm") {
-      const rt::BlasInfo blas = rt::blas_info();
-      std::printf("{\"sgemm_gflops\":%.6g,\"cores\":%u,\"blas\":%s,\"blas_forced_by_env\":%s}\n",
-                  sgemm_gflops(), std::thread::hardware_concurrency(), json_str(blas.core).c_str(),
-                  json_str(blas.forced_by_env).c_str());
-      return 0;
-    }
-    if (flag == "--profile") {
-      opt.profile = true;
-      continue;
-    }
-    if (i + 1 >= argc) return usage(argv[0]);
-    const std::string value = argv[++i];
-    if (flag == "--model") {
-      opt.model = value;
-    } else if (flag == "--mesh") {
-      opt.mesh = value;
-    } else if (flag == "--steps" || flag == "--warmup" || flag == "--windows" ||
-               flag == "--device-threads") {
-      char* end = nullptr;
-      const long v = std::strtol(value.c_str(), &end, 10);
-      if (end == value.c_str() || *end || v < (flag == "--warmup" ? 0 : 1) || v > 1000000) {
-        std::fprintf(stderr, "%s: '%s' is not a valid count\n", flag.c_str(), value.c_str());
-        return 2;
-      }
-      (flag == "--steps"     ? opt.steps
-       : flag == "--warmup"  ? opt.warmup
-       : flag == "--windows" ? opt.windows
-                             : opt.device_threads) = static_cast<int>(v);
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      return usage(argv[0]);
-    }
+  CLI::App app{"One generated training program's step time as JSON (bench/bench_vs_jax.py runs it beside JAX).",
+               "bench_train"};
+  bool list = false, sgemm = false;
+  app.add_option("--model", opt.model, "mlp or gpt")->check(CLI::IsMember({"mlp", "gpt"}));
+  sharc::cli::add_mesh(app, opt.mesh, "the program's mesh (--list shows the built ones)");
+  sharc::cli::add_steps(app, opt.steps, opt.warmup);
+  app.add_option("--windows", opt.windows,
+                 "run the timed steps as N windows of --steps; the fastest gives examples/s")
+      ->check(sharc::cli::at_least(1))
+      ->capture_default_str();
+  app.add_option("--device-threads", opt.device_threads,
+                 "run the devices on K threads (default: fits the cores, fibers when fewer)")
+      ->check(sharc::cli::at_least(1));
+  app.add_flag("--profile", opt.profile,
+               "then --steps more steps on the wall clock, printed statement by statement on stderr");
+  app.add_flag("--list", list, "print the built model and mesh pairs");
+  app.add_flag("--sgemm", sgemm, "print this machine's sgemm rate (GFLOP/s, every core) as JSON");
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+  if (list) {
+    for (const Entry& e : entries()) std::printf("%s %s\n", e.model, e.mesh);
+    return 0;
+  }
+  if (sgemm) {
+    const rt::BlasInfo blas = rt::blas_info();
+    std::printf("{\"sgemm_gflops\":%.6g,\"cores\":%u,\"blas\":%s,\"blas_forced_by_env\":%s}\n", sgemm_gflops(),
+                std::thread::hardware_concurrency(), json_str(blas.core).c_str(), json_str(blas.forced_by_env).c_str());
+    return 0;
   }
   for (const Entry& e : entries())
     if (opt.model == e.model && opt.mesh == e.mesh) {
       std::printf("%s\n", e.run(opt).c_str());
       return 0;
     }
-  std::fprintf(stderr, "no program for model '%s' on mesh '%s' (see --list)\n", opt.model.c_str(),
-               opt.mesh.c_str());
-  return 2;
+  return sharc::cli::fail(app, "no program for model '" + opt.model + "' on mesh '" + opt.mesh + "' (see --list)");
 }

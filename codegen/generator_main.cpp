@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli.h"
 #include "codegen/emit_cpu.h"
 #include "codegen/explain.h"
 #include "codegen/pipeline.h"
@@ -53,14 +54,6 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kUsage =
-    "usage: %s --program NAME --mesh AXIS=N[,AXIS=N...] --out-dir DIR --templates DIR\n"
-    "          [--devices N] [--name FILE_STEM] [--namespace NS] [--cpp-files N] [--dump-ir DIR]\n"
-    "          [--source-root DIR]... [--option NAME=VALUE]... [--called-from FILE[:LINE]]\n"
-    "          [--backend cpu|cuda]\n"
-    "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name TARGET] --report\n"
-    "       %s --program NAME --mesh AXIS=N[,AXIS=N...] [--devices N] [--name STEM] --templates DIR --explain\n";
 
 struct Args {
   std::string program, mesh, out_dir, templates, dump_ir, cpp_namespace, name;
@@ -75,71 +68,43 @@ struct Args {
   std::string schedule_svg;  // with --report, a pipelined program's schedule picture goes here
 };
 
-// Thrown for command-line mistakes (printed with the usage line).
-struct UsageError {
-  std::string message;
-};
-
-Args parse_args(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
-      return argv[++i];
-    };
-    if (flag == "--program")
-      a.program = value();
-    else if (flag == "--mesh")
-      a.mesh = value();
-    else if (flag == "--out-dir")
-      a.out_dir = value();
-    else if (flag == "--templates")
-      a.templates = value();
-    else if (flag == "--dump-ir")
-      a.dump_ir = value();
-    else if (flag == "--namespace")
-      a.cpp_namespace = value();
-    else if (flag == "--name")
-      a.name = value();
-    else if (flag == "--source-root")
-      a.source_roots.push_back(value());
-    else if (flag == "--option")
-      a.options.push_back(value());
-    else if (flag == "--called-from")
-      a.called_from = value();
-    else if (flag == "--report")
-      a.report = true;
-    else if (flag == "--explain")
-      a.explain = true;
-    else if (flag == "--backend") {
-      const std::string v = value();
-      if (v != "cpu" && v != "cuda") throw UsageError{"--backend is cpu or cuda, not '" + v + "'"};
-      a.backend = v == "cuda" ? sharc::Backend::kCuda : sharc::Backend::kCpu;
-    } else if (flag == "--schedule-svg")
-      a.schedule_svg = value();
-    else if (flag == "--devices" || flag == "--cpp-files") {
-      const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || (flag == "--cpp-files" && n > 1000))
-        throw UsageError{flag + (flag == "--cpp-files" ? " wants a number of files from 1 to 1000" : " wants a positive integer") +
-                         ", not '" + v + "'"};
-      (flag == "--devices" ? a.devices : a.cpp_files) = static_cast<int>(n);
-    } else if (flag == "--help" || flag == "-h") {
-      throw UsageError{""};
-    } else {
-      throw UsageError{"unknown option '" + flag + "'"};
-    }
-  }
-  if (a.program.empty()) throw UsageError{"--program is required"};
-  if (a.mesh.empty()) throw UsageError{"--mesh is required"};
-  if (a.report && a.explain) throw UsageError{"--report and --explain are two runs: give one"};
-  if (a.out_dir.empty() && !a.report && !a.explain) throw UsageError{"--out-dir is required"};
-  if (a.templates.empty() && !a.report) throw UsageError{"--templates is required"};
+// The command line (codegen/cli.h). Returns -1 to go on with `a` filled, or
+// the status main() returns (0 after --help, 2 after a mistake).
+int parse_args(int argc, char** argv, Args& a) {
+  CLI::App app{
+      "A sharc generator: traces a program of the model file it was linked with, lowers it for a mesh "
+      "and writes its per-device sources (run by sharc_add_program at build time); --report prints "
+      "its predicted costs instead, --explain its model-line map.",
+      fs::path(argv[0]).filename().string()};
+  app.add_option("--program", a.program, "the SHARC_PROGRAM to generate")->required();
+  sharc::cli::add_mesh(app, a.mesh, "the device mesh")->required();
+  app.add_option("--out-dir", a.out_dir, "where the sources are written");
+  app.add_option("--templates", a.templates, "sharc's templates/ folder");
+  app.add_option("--devices", a.devices, "the device count (default: the mesh's product)")
+      ->check(sharc::cli::at_least(1));
+  app.add_option("--name", a.name, "the files' stem (default: the program's name)");
+  app.add_option("--namespace", a.cpp_namespace, "the C++ namespace (default: sharc_gen::STEM)");
+  app.add_option("--cpp-files", a.cpp_files, "the most .cpp files the step is spread over")
+      ->check(sharc::cli::whole_number(1, 1000))
+      ->capture_default_str();
+  app.add_option("--dump-ir", a.dump_ir, "write the IR after every pass here");
+  app.add_option("--source-root", a.source_roots, "where relative model file names are found");
+  app.add_option("--option", a.options, "NAME=VALUE for ProgramBuilder::option");
+  app.add_option("--called-from", a.called_from, "the sharc_add_program call (FILE[:LINE]) errors point to");
+  std::string backend = "cpu";
+  app.add_option("--backend", backend, "the sources' kind: .cpp (cpu) or .cu (cuda)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--schedule-svg", a.schedule_svg, "with --report: a pipelined program's schedule picture");
+  CLI::Option* report = app.add_flag("--report", a.report, "print the predicted costs and write nothing");
+  app.add_flag("--explain", a.explain, "print the model-line map and write nothing")->excludes(report);
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+  a.backend = backend == "cuda" ? sharc::Backend::kCuda : sharc::Backend::kCpu;
+  if (a.out_dir.empty() && !a.report && !a.explain) return sharc::cli::fail(app, "--out-dir is required");
+  if (a.templates.empty() && !a.report) return sharc::cli::fail(app, "--templates is required");
   if (a.name.empty()) a.name = a.program;
   if (a.cpp_namespace.empty()) a.cpp_namespace = "sharc_gen::" + a.name;
-  return a;
+  return -1;
 }
 
 std::string registered_programs() {
@@ -271,13 +236,7 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args args;
-  try {
-    args = parse_args(argc, argv);
-  } catch (const UsageError& e) {
-    if (!e.message.empty()) std::fprintf(stderr, "%s: %s\n", argv[0], e.message.c_str());
-    std::fprintf(stderr, kUsage, argv[0], argv[0], argv[0]);
-    return e.message.empty() ? 0 : 2;
-  }
+  if (const int code = parse_args(argc, argv, args); code >= 0) return code;
   Outputs outputs(args.out_dir, args.name, args.cpp_files, args.backend);
   try {
     return run(args);

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli.h"
 #include "lift/lower.h"
 
 #ifndef SHARC_CLANG_RESOURCE_DIR
@@ -41,42 +42,25 @@ struct Options {
   std::vector<std::string> flags;
 };
 
-[[noreturn]] void usage(const std::string& problem) {
-  std::cerr << "sharc-lift: " << problem << "\n"
-            << "usage: sharc-lift SOURCE --output HEADER [--ir FILE] [--source-root DIR] "
-               "[--depfile FILE] [-- COMPILER FLAGS...]\n";
-  std::exit(2);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--") {
-      for (++i; i < argc; ++i) o.flags.push_back(argv[i]);
-    } else if (a == "--output") {
-      o.output = value();
-    } else if (a == "--ir") {
-      o.ir = value();
-    } else if (a == "--source-root") {
-      o.source_root = value();
-    } else if (a == "--depfile") {
-      o.depfile = value();
-    } else if (!a.empty() && a[0] == '-') {
-      usage("unknown option " + a);
-    } else if (o.source.empty()) {
-      o.source = a;
-    } else {
-      usage("one SOURCE only (got " + o.source + " and " + a + ")");
-    }
-  }
-  if (o.source.empty()) usage("no SOURCE given");
-  if (o.output.empty() && o.ir.empty()) usage("nothing to write: give --output or --ir");
-  return o;
+// The command line (codegen/cli.h). Returns -1 to go on with `o` filled, or
+// the status main() returns (0 after --help, 2 after a mistake).
+int parse(int argc, char** argv, Options& o) {
+  CLI::App app{"Lowers a model source's SHARC_ELEMENTWISE functions to sharc IR and writes the header "
+               "that declares their Tensor forms (run by sharc_add_program's LIFT).",
+               "sharc-lift"};
+  app.add_option("SOURCE", o.source, "the model source")->required();
+  app.add_option("--output", o.output, "the header to write");
+  app.add_option("--ir", o.ir, "also write the lowered IR, as text, here");
+  app.add_option("--source-root", o.source_root, "locations in the header are relative to this folder");
+  app.add_option("--depfile", o.depfile, "write a Makefile depfile of the files read");
+  app.footer("After --, the compiler flags the source is parsed with (the target's include paths and definitions).");
+  // What follows "--" is the compiler's, not ours.
+  int ours = 0;
+  while (ours < argc && std::string(argv[ours]) != "--") ++ours;
+  for (int i = ours + 1; i < argc; ++i) o.flags.push_back(argv[i]);
+  if (const int code = sharc::cli::parse(app, ours, argv); code >= 0) return code;
+  if (o.output.empty() && o.ir.empty()) return sharc::cli::fail(app, "nothing to write: give --output or --ir");
+  return -1;
 }
 
 // Writes through a temporary and a rename, so a failed run leaves the old
@@ -180,7 +164,8 @@ class Factory : public clang::tooling::FrontendActionFactory {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o;
+  if (const int code = parse(argc, argv, o); code >= 0) return code;
   namespace fs = std::filesystem;
   if (!fs::is_regular_file(o.source)) {
     std::cerr << "sharc-lift: " << o.source << ": no such file\n";

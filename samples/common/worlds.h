@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "codegen/cli.h"
 #include "runtime/gpu/gpu_world.h"
 #include "runtime/gpu/nccl_world.h"
 #include "runtime/thread_world.h"
@@ -30,32 +31,26 @@ namespace samples {
 struct WorldChoice {
   std::string backend = "cpu";  // cpu | cuda
   std::string world = "sim";    // sim | gpu | nccl (cuda only)
-  bool world_given = false;
 
   bool cuda() const { return backend == "cuda"; }
 
-  // Takes argv[i] (and its value) when it is --backend or --world; returns
-  // whether it did. A bad value sets *error.
-  bool parse(int argc, char** argv, int& i, std::string* error) {
-    const std::string arg = argv[i];
-    std::string* field = arg == "--backend" ? &backend : arg == "--world" ? &world : nullptr;
-    if (!field) return false;
-    if (i + 1 >= argc) {
-      *error = arg + " needs a value";
-      return true;
-    }
-    *field = argv[++i];
-    if (field == &world) world_given = true;
-    if (backend != "cpu" && backend != "cuda")
-      *error = "--backend is cpu or cuda, not " + backend;
-    else if (world != "sim" && world != "gpu" && world != "nccl")
-      *error = "--world is sim, gpu or nccl, not " + world;
-    return true;
+  // Adds --backend and --world to a sample's command line (codegen/cli.h).
+  void add_to(CLI::App& app) {
+    app.add_option("--backend", backend,
+                   "cpu: the BACKEND cpu programs, a thread per device; cuda: the BACKEND cuda programs")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
+    world_option_ = app.add_option("--world", world,
+                                   "with --backend cuda: sim (the block simulator), gpu (the devices on "
+                                   "one GPU), nccl (a GPU per rank, under mpirun)")
+                        ->check(CLI::IsMember({"sim", "gpu", "nccl"}))
+                        ->capture_default_str();
   }
 
   // After parsing: "" or what is wrong with the combination.
   std::string check() const {
-    if (!cuda() && world_given) return "--world picks a GPU world: it needs --backend cuda";
+    if (!cuda() && world_option_ && world_option_->count() > 0)
+      return "--world picks a GPU world: it needs --backend cuda";
 #if !defined(SHARC_SAMPLES_CUDA)  // the sample's CMakeLists.txt defines it with its BACKEND cuda programs
     if (cuda())
       return "--backend cuda: this build has no BACKEND cuda programs (sharc was configured with "
@@ -83,6 +78,9 @@ struct WorldChoice {
     return nullptr;
 #endif
   }
+
+ private:
+  CLI::Option* world_option_ = nullptr;
 };
 
 }  // namespace samples

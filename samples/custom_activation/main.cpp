@@ -22,6 +22,7 @@
 #include "act_train_data8.h"
 #include "act_train_fsdp4_model2.h"
 #include "act_train_model8.h"
+#include "codegen/cli.h"
 #include "codegen/interpret.h"
 #include "dsl/program.h"
 #include "runtime/thread_world.h"
@@ -37,37 +38,6 @@ struct Options {
   uint64_t seed = 0;
   bool check = false;
 };
-
-[[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "custom_activation_main: %s\nusage: custom_activation_main [--mesh data=8|model=8|"
-               "fsdp=4,model=2] [--steps N] [--seed S] [--check]\n",
-               problem.c_str());
-  std::exit(2);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--mesh")
-      o.mesh = value();
-    else if (a == "--steps")
-      o.steps = std::atoi(value().c_str());
-    else if (a == "--seed")
-      o.seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--check")
-      o.check = true;
-    else
-      usage("unknown flag " + a);
-  }
-  if (o.steps < 1) usage("--steps must be at least 1");
-  return o;
-}
 
 // The largest |got - want| relative to the largest |want|.
 double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
@@ -174,10 +144,18 @@ int train(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o;
+  CLI::App app{"Trains the custom-activation model (a C++ activation lifted by sharc-lift) on the strategy a "
+               "mesh picks.",
+               "custom_activation_main"};
+  sharc::cli::add_mesh(app, o.mesh, "the strategy's mesh: data=8, model=8 or fsdp=4,model=2");
+  app.add_option("--steps", o.steps, "training steps")->check(sharc::cli::at_least(1))->capture_default_str();
+  app.add_option("--seed", o.seed, "parameter initialisation and the data")->capture_default_str();
+  app.add_flag("--check", o.check, "run the first three steps through the fp64 oracle too, and compare");
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
   if (o.mesh == "data=8") return train<sharc_gen::act_train_data8::Program>(o);
   if (o.mesh == "model=8") return train<sharc_gen::act_train_model8::Program>(o);
   if (o.mesh == "fsdp=4,model=2") return train<sharc_gen::act_train_fsdp4_model2::Program>(o);
-  usage("no program was generated for --mesh " + o.mesh +
-        "; the build generated data=8, model=8 and fsdp=4,model=2");
+  return sharc::cli::fail(app, "no program was generated for --mesh " + o.mesh +
+                                   "; the build generated data=8, model=8 and fsdp=4,model=2");
 }

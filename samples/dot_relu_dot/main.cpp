@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli.h"
 #include "codegen/interpret.h"
 #include "codegen/pipeline.h"
 #include "codegen/report.h"
@@ -189,18 +190,10 @@ const TrainStrategy kTrainStrategies[] = {
     SHARC_TRAIN_STRATEGY("fsdp=4,model=2", fsdp4_model2),
 };
 
-int usage(const char* error) {
-  std::fprintf(stderr,
-               "error: %s\nusage: dot_relu_dot_main             forward on data=2,model=4\n"
-               "       dot_relu_dot_main --train [--mesh M]   five Adam steps, M one of:",
-               error);
-  for (const TrainStrategy& s : kTrainStrategies) std::fprintf(stderr, " %s", s.mesh);
-  std::fprintf(stderr,
-               "\n       either with --backend cuda [--world sim|gpu|nccl]: the BACKEND cuda "
-               "programs (--train: M one of");
-  for (const TrainStrategy& s : kCudaTrainStrategies) std::fprintf(stderr, " %s", s.mesh);
-  std::fprintf(stderr, ")\n");
-  return 2;
+std::string meshes(std::span<const TrainStrategy> strategies) {
+  std::string s;
+  for (const TrainStrategy& t : strategies) s += (s.empty() ? "" : ", ") + std::string(t.mesh);
+  return s;
 }
 
 // ---- the default: one forward pass on data=2,model=4.
@@ -269,37 +262,32 @@ int forward() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"DotReluDot (the Flax NNX guide's model): one forward pass on data=2,model=4 against the "
+               "oracle, or, with --train, the guide's five Adam steps.",
+               "dot_relu_dot_main"};
   bool train_mode = false;
   std::string mesh = "data=2,model=4";
-  bool mesh_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--train") {
-      train_mode = true;
-    } else if (arg == "--mesh" && i + 1 < argc) {
-      mesh = argv[++i];
-      mesh_given = true;
-    } else if (arg.rfind("--mesh=", 0) == 0) {
-      mesh = arg.substr(7);
-      mesh_given = true;
-    } else if (std::string error; choice.parse(argc, argv, i, &error)) {
-      if (!error.empty()) return usage(error.c_str());
-    } else {
-      return usage(("unknown argument " + arg).c_str());
-    }
-  }
-  if (const std::string error = choice.check(); !error.empty()) return usage(error.c_str());
+  app.add_flag("--train", train_mode, "run the guide's training loop instead of one forward pass");
+  CLI::Option* mesh_option = sharc::cli::add_mesh(
+      app, mesh,
+      "with --train, the program's mesh: " + meshes(kTrainStrategies) + " (--backend cuda: " +
+          meshes(kCudaTrainStrategies) + ")");
+  choice.add_to(app);
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+  if (const std::string error = choice.check(); !error.empty()) return sharc::cli::fail(app, error);
   if (!train_mode) {
-    if (mesh_given && mesh != "data=2,model=4")
-      return usage(
-          "the forward program is generated for data=2,model=4 only; --mesh is for --train");
+    if (mesh_option->count() > 0 && mesh != "data=2,model=4")
+      return sharc::cli::fail(app, "the forward program is generated for data=2,model=4 only; --mesh is for --train");
 #if SHARC_SAMPLES_CUDA
     if (choice.cuda()) return forward<sharc_gen::dot_relu_dot_cuda::Program>();
 #endif
     return forward<gen::Program>();
   }
-  for (const TrainStrategy& s : choice.cuda() ? std::span<const TrainStrategy>(kCudaTrainStrategies)
-                                              : std::span<const TrainStrategy>(kTrainStrategies))
+  const std::span<const TrainStrategy> strategies =
+      choice.cuda() ? std::span<const TrainStrategy>(kCudaTrainStrategies)
+                    : std::span<const TrainStrategy>(kTrainStrategies);
+  for (const TrainStrategy& s : strategies)
     if (mesh == s.mesh) return s.run();
-  return usage(("no " + choice.backend + " training program was generated for --mesh " + mesh).c_str());
+  return sharc::cli::fail(app, "no " + choice.backend + " training program was generated for --mesh " + mesh +
+                                   "; the build generated: " + meshes(strategies));
 }

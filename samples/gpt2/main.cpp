@@ -78,6 +78,7 @@
 #include "gpt2_train_model8.h"
 #include "gpt2_train_pipe2_data2_model2.h"
 #include "runtime/trace.h"
+#include "codegen/cli.h"
 #include "samples/common/worlds.h"
 #include "samples/gpt2/model.h"
 #include "samples/gpt2/train_step.h"
@@ -111,79 +112,52 @@ struct Options {
   samples::WorldChoice world;   // --backend cuda [--world sim|gpu|nccl]
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "gpt2_main: %s\nusage: gpt2_main [--mesh M] [--steps N] [--sample N] "
-               "[--temperature T] [--seed S] [--check] [--text FILE] [--prompt P]\n"
-               "       [--schedule S --microbatches M]   (with a pipe axis)\n"
-               "       [--trace FILE [--virtual-clock]]\n"
-               "       [--local-devices L]   (under mpirun: L devices per process)\n"
-               "       [--backend cuda [--world sim|gpu|nccl]]   (the BACKEND cuda training step;\n"
-               "                                  meshes data=2,model=4, fsdp=4,model=2, pipe=2,data=2,model=2)\n"
-               "       gpt2_main --config gpt2-124m (--synthetic | --tokens FILE) [--steps N] [--seed S]\n"
-               "meshes: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2,\n"
-               "        pipe=2,data=2,model=2 (1f1b, 8 micro-batches)\n",
-               why);
-  std::exit(2);
-}
+// A mistake on the command line, found after parsing: printed as CLI11's are.
+[[noreturn]] void usage(const std::string& why) { std::exit(sharc::cli::fail("gpt2_main", why)); }
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value for " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--mesh")
-      o.mesh = value();
-    else if (a == "--steps")
-      o.steps = std::stoi(value());
-    else if (a == "--sample")
-      o.sample = std::stoi(value());
-    else if (a == "--temperature")
-      o.temperature = std::stod(value());
-    else if (a == "--seed")
-      o.seed = std::stoull(value());
-    else if (a == "--text")
-      o.text = value();
-    else if (a == "--prompt")
-      o.prompt = value();
-    else if (a == "--check")
-      o.check = true;
-    else if (a == "--schedule")
-      o.schedule = value();
-    else if (a == "--microbatches")
-      o.microbatches = std::stoi(value());
-    else if (a == "--trace")
-      o.trace = value();
-    else if (a == "--virtual-clock")
-      o.virtual_clock = true;
-    else if (a == "--local-devices")
-      o.local_devices = std::stoi(value());
-    else if (a == "--config")
-      o.config = value();
-    else if (a == "--tokens")
-      o.tokens = value();
-    else if (a == "--synthetic")
-      o.synthetic = true;
-    else if (std::string error; o.world.parse(argc, argv, i, &error)) {
-      if (!error.empty()) usage(error.c_str());
-    } else
-      usage(("unknown argument " + a).c_str());
-  }
-  if (const std::string error = o.world.check(); !error.empty()) usage(error.c_str());
+// The command line (codegen/cli.h). Returns -1 to go on with `o` filled, or
+// the status main() returns (0 after --help, 2 after a mistake).
+int parse(int argc, char** argv, Options& o) {
+  CLI::App app{"Trains the GPT-2 sample (a character model on a text, or GPT-2 124M on tokens) on the "
+               "strategy a mesh picks, then samples from it.",
+               "gpt2_main"};
+  sharc::cli::add_mesh(app, o.mesh,
+                       "the strategy's mesh: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2, "
+                       "pipe=2,data=2,model=2 (1f1b, 8 micro-batches); --backend cuda: data=2,model=4, "
+                       "fsdp=4,model=2, pipe=2,data=2,model=2");
+  app.add_option("--steps", o.steps, "training steps")->check(sharc::cli::at_least(0))->capture_default_str();
+  app.add_option("--sample", o.sample, "characters sampled after training")
+      ->check(sharc::cli::at_least(0))
+      ->capture_default_str();
+  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "parameter initialisation, data order and sampling")->capture_default_str();
+  app.add_flag("--check", o.check, "check every step against the fp64 oracle");
+  app.add_option("--text", o.text, "the text to train on (default: the GPL in /usr/share/common-licenses)");
+  app.add_option("--prompt", o.prompt, "the start of the sample")->capture_default_str();
+  app.add_option("--schedule", o.schedule, "with a pipe axis: the schedule the program was built for");
+  app.add_option("--microbatches", o.microbatches, "with a pipe axis: the micro-batch count it was built for")
+      ->check(sharc::cli::at_least(1));
+  app.add_option("--trace", o.trace, "write the last step's timeline here (Chrome trace JSON)");
+  app.add_flag("--virtual-clock", o.virtual_clock, "time the trace on the cost model's virtual clock");
+  app.add_option("--local-devices", o.local_devices, "under mpirun: the devices each process drives")
+      ->check(sharc::cli::at_least(1));
+  app.add_option("--config", o.config, "char: the character model; gpt2-124m: GPT-2 124M on tokens")
+      ->check(CLI::IsMember({"char", "gpt2-124m"}))
+      ->capture_default_str();
+  app.add_option("--tokens", o.tokens, "gpt2-124m: a file of uint16 token ids");
+  app.add_flag("--synthetic", o.synthetic, "gpt2-124m: random tokens");
+  o.world.add_to(app);
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+  if (const std::string error = o.world.check(); !error.empty()) usage(error);
   if (o.world.cuda() && (o.local_devices || o.config != "char"))
     usage("--backend cuda runs the character model on one process (no --local-devices, no --config)");
-  if (o.steps < 0 || o.sample < 0 || o.temperature < 0 || o.local_devices < 0)
-    usage("negative --steps, --sample, --temperature or --local-devices");
 #ifndef SHARC_HAVE_MPI
   if (o.local_devices) usage("--local-devices needs MPI, and this gpt2_main was built without it");
 #endif
   if (o.local_devices && (!o.trace.empty() || o.virtual_clock))
     usage("--trace and --virtual-clock need the one-process thread world (no --local-devices)");
-  if (o.config != "char" && o.config != "gpt2-124m")
-    usage(("--config " + o.config + " is not a configuration: char (the default) or gpt2-124m").c_str());
   if (o.config == "gpt2-124m") {
     if (o.synthetic == !o.tokens.empty())
       usage("--config gpt2-124m trains on --synthetic tokens or on a --tokens FILE: give one");
@@ -194,7 +168,7 @@ Options parse(int argc, char** argv) {
   } else if (o.synthetic || !o.tokens.empty()) {
     usage("--synthetic and --tokens are for --config gpt2-124m");
   }
-  return o;
+  return -1;
 }
 
 std::string read_file(const fs::path& p) {
@@ -592,17 +566,17 @@ int run_124m(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o;
+  if (const int code = parse(argc, argv, o); code >= 0) return code;
   if (o.config == "gpt2-124m") return run_124m<sharc_gen::gpt2_124m_train_data1::Program>(o);
   const bool pipe_mesh = o.mesh.find("pipe=") != std::string::npos;
   if (!pipe_mesh && (!o.schedule.empty() || o.microbatches))
     usage("--schedule and --microbatches need a mesh with a pipe axis");
   if (pipe_mesh && ((!o.schedule.empty() && o.schedule != gpt2::kPipelineSchedule) ||
                     (o.microbatches && o.microbatches != gpt2::kPipelineMicrobatches)))
-    usage(("the pipelined program was built for --schedule " + std::string(gpt2::kPipelineSchedule) +
+    usage("the pipelined program was built for --schedule " + std::string(gpt2::kPipelineSchedule) +
            " --microbatches " + std::to_string(gpt2::kPipelineMicrobatches) +
-           "; change them in samples/gpt2/model.h (gpt2::pipeline) and rebuild")
-              .c_str());
+          "; change them in samples/gpt2/model.h (gpt2::pipeline) and rebuild");
 #define GPT2_MESH(spelling, suffix, pipelined)                                                     \
   if (o.mesh == spelling && !o.world.cuda())                                                       \
     return run<sharc_gen::gpt2_train_##suffix::Program, sharc_gen::gpt2_logits_##suffix::Program>( \
@@ -626,5 +600,5 @@ int main(int argc, char** argv) {
 #endif
 #undef GPT2_MESH
 #undef GPT2_CUDA_MESH
-  usage(("no " + std::string(o.world.cuda() ? "BACKEND cuda " : "") + "program was built for mesh " + o.mesh).c_str());
+  usage("no " + std::string(o.world.cuda() ? "BACKEND cuda " : "") + "program was built for mesh " + o.mesh);
 }

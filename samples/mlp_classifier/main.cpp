@@ -17,7 +17,6 @@
 // gpu::SimGpuWorld (--world sim, the default; samples/common/worlds.h), for
 // every mesh but pipe=2; evaluation runs the CPU program as always.
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/cli.h"
 #include "mlp_eval_data4_model2.h"
 #include "mlp_eval_data8.h"
 #include "mlp_eval_fsdp4_model2.h"
@@ -322,94 +322,30 @@ std::string valid_meshes(bool cuda = false) {
   return s;
 }
 
-void usage(FILE* f) {
-  std::fprintf(
-      f,
-      "usage: mlp_classifier_main [--mesh M] [--dtype T] [--steps N] [--seed S] [--eval-every N] "
-      "[--data-dir D] [--backend cpu|cuda] [--world sim|gpu|nccl]\n"
-      "  --mesh M        the strategy's mesh (default data=8), one of:%s\n"
-      "  --dtype T       f32 (default) or bf16 mixed precision, where generated\n"
-      "  --steps N       training steps of %lld examples (default %lld; the test accuracy\n"
-      "                  target %.2f is checked for runs this long or longer)\n"
-      "  --seed S        parameter initialisation and data order (default 0)\n"
-      "  --eval-every N  test accuracy every N steps as well as at the end (default 200; 0: "
-      "end only)\n"
-      "  --data-dir D    folder of the Fashion-MNIST *-ubyte.gz files (default %s)\n"
-      "  --backend B     cpu (default) or cuda: the BACKEND cuda training step, on\n"
-      "  --world W       sim (default: the block simulator), gpu or nccl (need a GPU)\n",
-      valid_meshes().c_str(), static_cast<long long>(kTrainBatch),
-      static_cast<long long>(kDefaultSteps), kTargetAccuracy, fashion_mnist::kDefaultDir);
-}
-
-// Parses a non-negative integer flag value; false on anything else.
-bool parse_count(const char* text, int64_t min, int64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text, &end, 10);
-  if (errno || end == text || *end || v < min) return false;
-  *out = v;
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i], value;
-    if (flag == "--help" || flag == "-h") {
-      usage(stdout);
-      return 0;
-    }
-    if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);  // --mesh=data=4,model=2
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::fprintf(stderr, "error: %s needs a value\n", flag.c_str());
-      usage(stderr);
-      return 2;
-    }
-    int64_t n = 0;
-    bool ok = true;
-    if (flag == "--mesh") {
-      o.mesh = value;
-    } else if (flag == "--dtype") {
-      o.dtype = value;
-    } else if (flag == "--steps") {
-      ok = parse_count(value.c_str(), 1, &o.steps);
-    } else if (flag == "--seed") {
-      ok = parse_count(value.c_str(), 0, &n);
-      o.seed = static_cast<uint64_t>(n);
-    } else if (flag == "--eval-every") {
-      ok = parse_count(value.c_str(), 0, &o.eval_every);
-    } else if (flag == "--data-dir") {
-      o.data_dir = value;
-    } else if (flag == "--backend" || flag == "--world") {
-      std::string error;
-      char* pair[] = {flag.data(), value.data()};
-      int at = 0;
-      o.world.parse(2, pair, at, &error);
-      if (!error.empty()) {
-        std::fprintf(stderr, "error: %s\n", error.c_str());
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "error: unknown flag %s\n", flag.c_str());
-      usage(stderr);
-      return 2;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "error: %s %s: expected a whole number\n", flag.c_str(), value.c_str());
-      return 2;
-    }
-  }
-
-  if (const std::string error = o.world.check(); !error.empty()) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 2;
-  }
+  CLI::App app{"Trains the MLP classifier (DistJax's SimpleClassifier) on Fashion-MNIST on the strategy a "
+               "mesh picks, and checks its test accuracy.",
+               "mlp_classifier_main"};
+  sharc::cli::add_mesh(app, o.mesh, "the strategy's mesh, one of:" + valid_meshes());
+  app.add_option("--dtype", o.dtype, "f32, or bf16 mixed precision where generated")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--steps", o.steps,
+                 "training steps of " + std::to_string(kTrainBatch) + " examples (the test accuracy target " +
+                     std::to_string(kTargetAccuracy).substr(0, 4) + " is checked for runs this long or longer)")
+      ->check(sharc::cli::at_least(1))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "parameter initialisation and data order")->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "test accuracy every N steps as well as at the end (0: end only)")
+      ->check(sharc::cli::at_least(0))
+      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "folder of the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
+  o.world.add_to(app);
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+  if (const std::string error = o.world.check(); !error.empty()) return sharc::cli::fail(app, error);
   if (o.world.cuda() && o.world.world != "sim") {  // say at once when there is no such world
     std::string error;
     if (!o.world.make(rt::MeshShape{{"data"}, {1}}, &error)) {
@@ -421,13 +357,11 @@ int main(int argc, char** argv) {
   for (const Strategy& s : o.world.cuda() ? std::span<const Strategy>(kCudaStrategies)
                                           : std::span<const Strategy>(kStrategies))
     if (o.mesh == s.mesh && o.dtype == s.dtype) strategy = &s;
-  if (!strategy) {
-    std::fprintf(stderr,
-                 "error: no %sprogram was generated for --mesh %s%s; the build generated:%s\n",
-                 o.world.cuda() ? "BACKEND cuda " : "", o.mesh.c_str(),
-                 o.dtype == "f32" ? "" : (" --dtype " + o.dtype).c_str(), valid_meshes(o.world.cuda()).c_str());
-    return 2;
-  }
+  if (!strategy)
+    return sharc::cli::fail(app, std::string("no ") + (o.world.cuda() ? "BACKEND cuda " : "") +
+                                     "program was generated for --mesh " + o.mesh +
+                                     (o.dtype == "f32" ? "" : " --dtype " + o.dtype) +
+                                     "; the build generated:" + valid_meshes(o.world.cuda()));
 
   Data data;
   try {

@@ -192,7 +192,21 @@ TEST_F(GeneratorErrors, CppFilesWritesThatManySources) {
 TEST_F(GeneratorErrors, CppFilesMustBeAPositiveCount) {
   const Result r = generate("good_model", "data=2,model=4", "--cpp-files 0");
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("--cpp-files wants a number of files from 1 to 1000, not '0'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--cpp-files: '0' is not between 1 and 1000\nRun with --help"), std::string::npos) << r.err;
+  EXPECT_TRUE(leftovers().empty()) << "left behind: " << ::testing::PrintToString(leftovers());
+}
+
+// The command line's mistakes in the form every tool reports them
+// (codegen/cli.h): an unknown flag, and two runs asked for at once.
+TEST_F(GeneratorErrors, AnUnknownFlagOrTwoRunsAreUsageErrors) {
+  Result r = generate("good_model", "data=2,model=4", "--cpp-file 2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("error: The following arguments were not expected: 2 --cpp-file\nRun with --help"),
+            std::string::npos)
+      << r.err;
+  r = generate("good_model", "data=2,model=4", "--report --explain");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("error: --report excludes --explain"), std::string::npos) << r.err;
   EXPECT_TRUE(leftovers().empty()) << "left behind: " << ::testing::PrintToString(leftovers());
 }
 
