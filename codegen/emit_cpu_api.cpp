@@ -176,6 +176,7 @@ void CpuEmitter::tables(CodeWriter& w, bool define) const {
   w.line();
   w.line("// The row of a parameter path or an input or output name; throw");
   w.line("// std::out_of_range naming the ones there are.");
+  w.line("//@{");
   const std::vector<std::array<std::string, 3>> kinds = {{"parameter", "kParameters", "path"},
                                                          {"input", "kInputs", "name"},
                                                          {"output", "kOutputs", "name"}};
@@ -186,6 +187,7 @@ void CpuEmitter::tables(CodeWriter& w, bool define) const {
            "\", kProgram);");
     w.line("}");
   }
+  w.line("//@}");
 }
 
 std::string CpuEmitter::training_note(int id) const {

@@ -43,6 +43,7 @@
 
 namespace sharc {
 
+// How a Layers stack keeps its parameters.
 struct LayersOptions {
   bool scan = false;            // stack the parameters (see the file comment)
   std::string layer_axis = {};  // scanned: the stacked layer axis's layout; "" replicated
@@ -75,11 +76,13 @@ class RepeatIteration {
 
 }  // namespace detail
 
+// `length` layers of module M, unrolled or scanned (the file comment says
+// how each lays out its parameters); nnx.scan / a Python loop over layers.
 template <class M>
 class Layers {
  public:
-  using Make = std::function<M(Scope)>;
-  using Body = std::function<Tensor(const M&, Tensor)>;
+  using Make = std::function<M(Scope)>;                // makes one layer under a scope
+  using Body = std::function<Tensor(const M&, Tensor)>;  // one layer's call on the carry
 
   // `length` layers made by make(scope) under s (see the file comment).
   Layers(Scope s, int64_t length, Make make, LayersOptions options = {}, SrcLoc loc = Here::current())
@@ -110,7 +113,9 @@ class Layers {
     return x;
   }
 
+  // The number of layers.
   int64_t size() const { return length_; }
+  // Whether the parameters are stacked (LayersOptions::scan).
   bool scanned() const { return options_.scan; }
   // Unrolled: layer i's module. Scanned: the module whose parameters are the
   // stacked ones, [length, ...] (for reading their paths and shapes).

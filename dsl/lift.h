@@ -70,11 +70,18 @@ namespace sharc::lift {
 // tensors' element type and broadcast shape).
 class Arg {
  public:
+  // A tensor or a number, implicitly, so a lifted function is called as the
+  // C++ one is.
+  //@{
   Arg(Tensor t) : tensor_(t) {}  // NOLINT: implicit by design
   Arg(double v) : value_(v) {}   // NOLINT: implicit by design
+  //@}
+  // Whether it is a tensor; the tensor, or the number.
+  //@{
   bool is_tensor() const { return tensor_.valid(); }
   const Tensor& tensor() const { return tensor_; }
   double value() const { return value_; }
+  //@}
 
  private:
   Tensor tensor_;

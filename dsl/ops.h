@@ -13,7 +13,9 @@
 
 namespace sharc {
 
-// Elementwise, with numpy broadcasting.
+// Elementwise arithmetic and functions, with numpy broadcasting; a double
+// operand is a scalar constant.
+//@{
 Tensor add(Tensor a, Tensor b, SrcLoc loc = Here::current());
 Tensor sub(Tensor a, Tensor b, SrcLoc loc = Here::current());
 Tensor mul(Tensor a, Tensor b, SrcLoc loc = Here::current());
@@ -32,16 +34,24 @@ Tensor cos(Tensor x, SrcLoc loc = Here::current());
 Tensor abs(Tensor x, SrcLoc loc = Here::current());
 Tensor sigmoid(Tensor x, SrcLoc loc = Here::current());
 Tensor erf(Tensor x, SrcLoc loc = Here::current());
+//@}
 Tensor log1p(Tensor x, SrcLoc loc = Here::current());  // log(1 + x), exact near 0
 Tensor expm1(Tensor x, SrcLoc loc = Here::current());  // exp(x) - 1, exact near 0
 // a^b elementwise (std::pow's special cases). Its gradient in b is
 // a^b log(a), so differentiate through b only where a > 0.
 Tensor pow(Tensor a, Tensor b, SrcLoc loc = Here::current());
+// The elementwise larger and smaller of a and b (jnp.maximum, jnp.minimum);
+// on a tie the gradient goes to a.
+//@{
 Tensor maximum(Tensor a, Tensor b, SrcLoc loc = Here::current());
 Tensor minimum(Tensor a, Tensor b, SrcLoc loc = Here::current());
-// 1.0 where the comparison holds, else 0.0 (masks are floats in sharc).
+//@}
+// 1.0 where the comparison (a > b, a == b) holds, else 0.0 (masks are floats
+// in sharc).
+//@{
 Tensor greater(Tensor a, Tensor b, SrcLoc loc = Here::current());
 Tensor equal(Tensor a, Tensor b, SrcLoc loc = Here::current());
+//@}
 // jnp.where: on_true where pred != 0, else on_false, broadcast to one shape.
 // The gradient flows to the branch taken; pred gets none.
 Tensor where(Tensor pred, Tensor on_true, Tensor on_false, SrcLoc loc = Here::current());
@@ -59,18 +69,21 @@ Tensor iota(std::vector<int64_t> shape, int dim, SrcLoc loc = Here::current());
 // chosen by `seed` (a scalar tensor, e.g. the step number) and the call site,
 // so masks are the same on every mesh.
 Tensor random_uniform(std::vector<int64_t> shape, Tensor seed, SrcLoc loc = Here::current());
-// x[..., start:start+size, ...] along dim, and its adjoint: zeros around x.
+// x[..., start:start+size, ...] along dim.
 Tensor slice(Tensor x, int dim, int64_t start, int64_t size, SrcLoc loc = Here::current());
+// slice's adjoint: x with `before` and `after` zeros around it along dim.
 Tensor pad(Tensor x, int dim, int64_t before, int64_t after, SrcLoc loc = Here::current());
 
 // Operators take no location (operators cannot have default arguments); the
 // nodes they create are attributed to the enclosing module call if any.
+//@{
 inline Tensor operator+(Tensor a, Tensor b) { return add(a, b, SrcLoc()); }
 inline Tensor operator-(Tensor a, Tensor b) { return sub(a, b, SrcLoc()); }
 inline Tensor operator*(Tensor a, Tensor b) { return mul(a, b, SrcLoc()); }
 inline Tensor operator/(Tensor a, Tensor b) { return div(a, b, SrcLoc()); }
 inline Tensor operator*(Tensor a, double b) { return mul(a, b, SrcLoc()); }
 inline Tensor operator+(Tensor a, double b) { return add(a, b, SrcLoc()); }
+//@}
 
 // The element type (ir::DType: kF32, kBF16, kI32) of x changed to `dtype`,
 // like jnp.astype: to bf16 rounds to nearest, ties to even; to i32 truncates.
@@ -84,17 +97,22 @@ Tensor dot(Tensor a, Tensor b, SrcLoc loc = Here::current());
 // lax.dot_general: explicit batch and contracting dimensions.
 Tensor dot_general(Tensor a, Tensor b, ir::DotDims dims, SrcLoc loc = Here::current());
 
-// Layout. reshape accepts one -1.
+// x's elements in a new shape, row-major (jnp.reshape); one entry may be -1.
 Tensor reshape(Tensor x, std::vector<int64_t> shape, SrcLoc loc = Here::current());
+// x's dimensions permuted: result dimension i is x's dimension perm[i].
 Tensor transpose(Tensor x, std::vector<int> perm, SrcLoc loc = Here::current());
+// x broadcast to `shape` by numpy's rules (jnp.broadcast_to).
 Tensor broadcast_to(Tensor x, std::vector<int64_t> shape, SrcLoc loc = Here::current());
 
 // Reductions over the given axes (negative counts from the end), which are
 // removed from the shape unless keepdims.
+//@{
 Tensor sum(Tensor x, std::vector<int> axes, bool keepdims = false, SrcLoc loc = Here::current());
 Tensor mean(Tensor x, std::vector<int> axes, bool keepdims = false, SrcLoc loc = Here::current());
 Tensor max(Tensor x, std::vector<int> axes, bool keepdims = false, SrcLoc loc = Here::current());
+//@}
 
+// exp(x - max) / sum(exp(x - max)) along `axis` (jax.nn.softmax).
 Tensor softmax(Tensor x, int axis = -1, SrcLoc loc = Here::current());
 // Normalizes over the last axis; scale and bias are 1-D of that size. The
 // statistics are f32 whatever x's dtype; the result has x's dtype.

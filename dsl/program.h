@@ -32,23 +32,30 @@ namespace sharc {
 // PipelineOptions::schedule, given to lower(), takes precedence. The stage
 // count is the axis size, so the model code does not change with the mesh.
 struct Pipeline {
-  std::string axis = "pipe";
-  int microbatches = 1;
-  std::string schedule = "1f1b";
-  int virtual_stages = 1;
+  std::string axis = "pipe";      // the mesh axis the stages sit on
+  int microbatches = 1;           // per train_step
+  std::string schedule = "1f1b";  // "gpipe", "1f1b" or "interleaved"
+  int virtual_stages = 1;         // chunks per stage (the interleaved schedule)
 };
 
+// What a SHARC_PROGRAM receives: it declares the program's inputs and
+// outputs, its program-wide rules and options, and makes the model under
+// scope().
 class ProgramBuilder {
  public:
+  // The builder of the program `tracer` traces (trace() makes both).
   explicit ProgramBuilder(Tracer& tracer) : tracer_(tracer) {}
+  // The root scope: the model's parameters are made under it.
   Scope scope() { return Scope(&tracer_); }
   // A program input with its global shape and layout (like jax.device_put with
-  // a NamedSharding). The default spec replicates it.
-  // A typed input: token ids and labels as i32, activations as bf16.
+  // a NamedSharding), f32 or of the given dtype (token ids and labels as i32,
+  // activations as bf16). The default spec replicates it.
+  //@{
   Tensor input(const std::string& name, std::vector<int64_t> shape, P spec, ir::DType dtype,
                SrcLoc loc = Here::current());
   Tensor input(const std::string& name, std::vector<int64_t> shape, P spec = P(),
                SrcLoc loc = Here::current());
+  //@}
   // A program output; `spec` pins its layout, otherwise propagation picks it.
   void output(const std::string& name, Tensor value, std::optional<P> spec = std::nullopt,
               SrcLoc loc = Here::current());
@@ -63,11 +70,6 @@ class ProgramBuilder {
   void set_sharding_rules(ShardingRules rules) {
     tracer_.graph().sharding_rules = std::make_shared<const ShardingRules>(std::move(rules));
   }
-  // The ring collective matmul for every dot of the program (see
-  // codegen/passes/ring_collective_matmul.h): kAlways, kNever, or kAuto (by
-  // the size threshold); a dot's with_collective_matmul wins, and
-  // PipelineOptions::collective_matmul / ring_direction, when given to lower(),
-  // take precedence.
   // Mixed precision, as Flax's module `dtype` with `param_dtype` f32: the
   // modules (Linear, Embedding, attention, the GPT blocks) compute in `dtype`
   // while parameters and optimizer state stay f32 master weights; layer norm,
@@ -78,12 +80,17 @@ class ProgramBuilder {
   // Pipeline parallelism; call it before train_step (which takes the
   // micro-batch count from it). See Pipeline.
   void set_pipeline(const Pipeline& pipeline, SrcLoc loc = Here::current());
-
+  // The ring collective matmul for every dot of the program (see
+  // codegen/passes/ring_collective_matmul.h): kAlways, kNever, or kAuto (by
+  // the size threshold); a dot's with_collective_matmul wins, and
+  // PipelineOptions::collective_matmul / ring_direction, when given to lower(),
+  // take precedence.
   void set_collective_matmul(CollectiveMatmul mode,
                              RingDirection direction = RingDirection::kBidirectional) {
     tracer_.graph().collective_matmul = mode;
     tracer_.graph().ring_direction = direction;
   }
+  // The graph traced so far.
   ir::Graph& graph() { return tracer_.graph(); }
   // A generation-time option: the integer given as `name=value` to trace()
   // (the generator's --option, sharc_add_program's OPTIONS), else `fallback`.
@@ -93,8 +100,10 @@ class ProgramBuilder {
   int64_t option(const std::string& name, int64_t fallback, SrcLoc loc = Here::current());
   // The options given, and the names option() was asked for (trace() checks
   // that every option given was read).
+  //@{
   void set_options(std::map<std::string, std::string> options) { options_ = std::move(options); }
   const std::set<std::string>& options_read() const { return options_read_; }
+  //@}
 
  private:
   Tracer& tracer_;
@@ -118,6 +127,7 @@ ProgramOptions parse_program_options(const std::string& text);
 //   }
 class PipelineLayer {
  public:
+  // Opens layer `index` (nested layers are an error at `loc`).
   explicit PipelineLayer(int index, SrcLoc loc = Here::current());
   ~PipelineLayer();
   PipelineLayer(const PipelineLayer&) = delete;
@@ -127,6 +137,7 @@ class PipelineLayer {
   Tracer& tracer_;
 };
 
+// A program's body: what SHARC_PROGRAM(name, b) { ... } defines.
 using ProgramFn = std::function<void(ProgramBuilder&)>;
 
 // Runs fn under a fresh Tracer and returns the traced global graph. Every
@@ -135,24 +146,34 @@ using ProgramFn = std::function<void(ProgramBuilder&)>;
 // misspelt option would otherwise build the default silently.
 ir::Graph trace(const std::string& name, const ProgramFn& fn, const ProgramOptions& options = {});
 
+// The programs of a model file, by name: SHARC_PROGRAM adds each, and the
+// generator (codegen/generator_main.cpp) looks up the one --program names.
 class ProgramRegistry {
  public:
+  // Every registered program's body, by name.
   static std::map<std::string, ProgramFn>& all();
   // Where each program was declared (its SHARC_PROGRAM line), for the banner
   // of generated files.
   static std::map<std::string, SrcLoc>& locations();
+  // Registers (or replaces) program `name`, declared at `loc`.
   static void add(const std::string& name, ProgramFn fn, SrcLoc loc = SrcLoc()) {
     all()[name] = std::move(fn);
     locations()[name] = std::move(loc);
   }
 };
 
+// A static object whose construction registers a program (what
+// SHARC_PROGRAM expands to).
 struct ProgramRegistration {
+  // Registers `fn` as program `name`, declared at the caller's line.
   ProgramRegistration(const char* name, ProgramFn fn, SrcLoc loc = Here::current()) {
     ProgramRegistry::add(name, std::move(fn), std::move(loc));
   }
 };
 
+// Defines and registers a program of the model file: the body receives a
+// ProgramBuilder& named `builder`.
+//   SHARC_PROGRAM(dot_relu_dot, b) { ... }
 #define SHARC_PROGRAM(name, builder)                                                   \
   static void sharc_program_##name(::sharc::ProgramBuilder& builder);                 \
   static const ::sharc::ProgramRegistration sharc_registration_##name(#name,          \

@@ -39,8 +39,13 @@
 
 namespace sharc {
 
+// A shard_map body: one device's blocks of the operands in, its blocks of
+// the results out.
 using ShardMapFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& local_blocks)>;
 
+// jax.shard_map: `body` runs on every device on its blocks of `args` (laid
+// out by in_specs), with the per-device collectives below; its results are
+// the blocks of global values of out_shapes laid out by out_specs.
 std::vector<Tensor> shard_map(const ShardMapFn& body, const std::vector<Tensor>& args,
                               std::vector<P> in_specs, std::vector<P> out_specs,
                               std::vector<std::vector<int64_t>> out_shapes,
@@ -66,10 +71,12 @@ Tensor axis_index(const std::string& axis, SrcLoc loc = Here::current());
 
 // What a Graph keeps of a shard_map (ir.h: Graph::shard_maps).
 struct ShardMapBody {
-  ShardMapFn fn;
-  std::vector<P> in_specs, out_specs;
-  std::vector<ir::Shape> in_shapes, out_shapes;  // global
-  SrcLoc loc;
+  ShardMapFn fn;                  // the body
+  std::vector<P> in_specs;        // the operands' layouts
+  std::vector<P> out_specs;       // the results' layouts
+  std::vector<ir::Shape> in_shapes;   // global
+  std::vector<ir::Shape> out_shapes;  // global
+  SrcLoc loc;                     // the shard_map call
 };
 
 // A body traced for one mesh: `body` is a per-device graph (partitioned, its
@@ -78,9 +85,11 @@ struct ShardMapBody {
 // shardings. User errors (unknown axis, a spec that does not divide, a body
 // result of the wrong shape, a bad ppermute) are thrown at the user's line.
 struct ShardMapInstance {
-  ir::Graph body;
-  std::vector<ir::Sharding> in, out;
+  ir::Graph body;                // one device's graph
+  std::vector<ir::Sharding> in;  // the operands' layouts
+  std::vector<ir::Sharding> out;  // the results' layouts
 };
+// Traces `body` for `mesh` (see ShardMapInstance).
 ShardMapInstance instantiate_shard_map(const ShardMapBody& body, const Mesh& mesh);
 
 // The body of ShardMap node `n` of g (internal_error when g does not hold it).

@@ -40,8 +40,11 @@ namespace sharc {
 // Every parameter is replicated, whatever its in-model annotation says.
 class Replicated {
  public:
+  // The rule, recorded at the caller's line.
   explicit Replicated(SrcLoc loc = Here::current()) : loc_(std::move(loc)) {}
+  // Where it was constructed (its mistakes are reported there).
   const SrcLoc& loc() const { return loc_; }
+  // "Replicated()", as the rule is written.
   std::string str() const { return "Replicated()"; }
 
  private:
@@ -68,15 +71,22 @@ class Replicated {
 // divides 1536) in kLargestPowerOfTwo.
 class FSDPRule {
  public:
+  // Which dimension a weight is split along (see above).
   enum class Dimension { kLargestDivisible, kLargestPowerOfTwo };
+  // Shards every weight of at least min_fsdp_size elements over `axis`, in
+  // the kLargestDivisible mode.
   explicit FSDPRule(std::string axis = "fsdp", int64_t min_fsdp_size = int64_t{1} << 20,
                     SrcLoc loc = Here::current());
+  // The same in the given mode.
   FSDPRule(std::string axis, int64_t min_fsdp_size, Dimension dimension,
            SrcLoc loc = Here::current());
+  // The rule's fields, as constructed.
+  //@{
   Dimension dimension() const { return dimension_; }
   const std::string& axis() const { return axis_; }
   int64_t min_fsdp_size() const { return min_fsdp_size_; }
   const SrcLoc& loc() const { return loc_; }
+  //@}
   // FSDPRule('fsdp', min_fsdp_size=1048576), with ", largest_power_of_two"
   // before the ')' in that mode.
   std::string str() const;
@@ -92,8 +102,8 @@ class FSDPRule {
 // names); P() replicates, and a spec shorter than the tensor's rank leaves
 // the remaining dimensions unsharded, as in JAX.
 struct PathPattern {
-  std::string regex;
-  P spec;
+  std::string regex;  // searched for anywhere in the parameter's path (std::regex_search)
+  P spec;             // the layout a matching parameter takes
 };
 
 // Path-based rules (Scalax's TreePathShardingRule): the patterns are tried in
@@ -102,12 +112,18 @@ struct PathPattern {
 // An unmatched parameter keeps its layout, or is an error when `strict`.
 class PathRule {
  public:
+  // The patterns, tried in order; an invalid regex is an error at `loc`.
+  //@{
   PathRule(std::initializer_list<PathPattern> patterns, bool strict = false,
            SrcLoc loc = Here::current());
   PathRule(std::vector<PathPattern> patterns, bool strict = false, SrcLoc loc = Here::current());
+  //@}
+  // The rule's fields, as constructed.
+  //@{
   const std::vector<PathPattern>& patterns() const { return patterns_; }
   bool strict() const { return strict_; }
   const SrcLoc& loc() const { return loc_; }
+  //@}
   std::string str() const;           // PathRule('kernel' -> P('fsdp', None), 'bias' -> P(), strict)
   std::string patterns_str() const;  // 'kernel', 'bias'
 
@@ -121,12 +137,19 @@ class PathRule {
 // ShardingRules{PathRule(...), FSDPRule()}.
 class ShardingRule {
  public:
+  // The rule kinds.
   using Kind = std::variant<Replicated, FSDPRule, PathRule>;
+  // From a rule of any kind (implicit, so that a list reads naturally).
+  //@{
   ShardingRule(Replicated r) : rule_(std::move(r)) {}  // NOLINT: implicit by design
   ShardingRule(FSDPRule r) : rule_(std::move(r)) {}    // NOLINT
   ShardingRule(PathRule r) : rule_(std::move(r)) {}    // NOLINT
+  //@}
+  // The rule itself.
   const Kind& kind() const { return rule_; }
+  // Where the rule was constructed.
   const SrcLoc& loc() const;
+  // The rule as written: "FSDPRule('fsdp', min_fsdp_size=1024)".
   std::string str() const;
   // The mesh axes the rule names: when the mesh lacks one, the rule is inactive.
   std::vector<std::string> axes() const;

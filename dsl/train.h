@@ -22,27 +22,39 @@
 
 namespace sharc {
 
+// A learning-rate schedule (optax's constant_schedule and
+// warmup_cosine_decay_schedule).
 struct Schedule {
-  enum class Kind { kConstant, kWarmupCosine } kind = Kind::kConstant;
+  // Constant, or linear warmup then cosine decay.
+  enum class Kind { kConstant, kWarmupCosine };
+  Kind kind = Kind::kConstant;  // which of the two
   double peak = 1e-3;        // the constant value, or the peak after warmup
   int64_t warmup_steps = 0;  // linear 0 -> peak over [0, warmup_steps)
   int64_t decay_steps = 1;   // cosine peak -> end over [warmup_steps, decay_steps)
-  double end = 0.0;
+  double end = 0.0;          // the value after decay_steps
 
+  // lr at every step.
   static Schedule constant(double lr) { return {Kind::kConstant, lr, 0, 1, lr}; }
+  // 0 -> peak over warmup_steps, then cosine down to `end` at decay_steps.
   static Schedule warmup_cosine(double peak, int64_t warmup_steps, int64_t decay_steps, double end = 0.0) {
     return {Kind::kWarmupCosine, peak, warmup_steps, decay_steps, end};
   }
 };
 
+// An optimizer and its hyperparameters; made by sgd(), adam() or adamw().
 struct Optimizer {
-  enum class Kind { kSgd, kAdam, kAdamW } kind = Kind::kAdam;
-  Schedule lr = Schedule::constant(1e-3);
+  // The update rule (optax.sgd, optax.adam, optax.adamw).
+  enum class Kind { kSgd, kAdam, kAdamW };
+  Kind kind = Kind::kAdam;                 // the update rule
+  Schedule lr = Schedule::constant(1e-3);  // the learning rate per step
   double momentum = 0.0;  // sgd
-  double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  double b1 = 0.9;        // adam: the first moment's decay
+  double b2 = 0.999;      // adam: the second moment's decay
+  double eps = 1e-8;      // adam: added to the second moment's root
   double weight_decay = 0.0;  // adamw
 };
 
+// optax.sgd(lr, momentum).
 inline Optimizer sgd(Schedule lr, double momentum = 0.0) {
   Optimizer o;
   o.kind = Optimizer::Kind::kSgd;
@@ -50,6 +62,7 @@ inline Optimizer sgd(Schedule lr, double momentum = 0.0) {
   o.momentum = momentum;
   return o;
 }
+// optax.adam(lr, b1, b2, eps).
 inline Optimizer adam(Schedule lr, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8) {
   Optimizer o;
   o.kind = Optimizer::Kind::kAdam;
@@ -59,6 +72,7 @@ inline Optimizer adam(Schedule lr, double b1 = 0.9, double b2 = 0.999, double ep
   o.eps = eps;
   return o;
 }
+// optax.adamw(lr, b1, b2, eps, weight_decay): decoupled decay of every parameter.
 inline Optimizer adamw(Schedule lr, double weight_decay = 1e-4, double b1 = 0.9, double b2 = 0.999,
                        double eps = 1e-8) {
   Optimizer o = adam(lr, b1, b2, eps);
@@ -67,17 +81,19 @@ inline Optimizer adamw(Schedule lr, double weight_decay = 1e-4, double b1 = 0.9,
   return o;
 }
 
+using ir::RematPolicy;
 // Rematerialization of a named block (activation checkpointing): see
 // ir::RematPolicy. `block` is a layer label path, e.g. "h3" for a transformer's
 // fourth block or "h3/mlp" for its MLP only; lowering fails at this call's
 // line when no op of the model has that label.
 //   TrainOptions o;
 //   for (int i = 0; i < layers; ++i) o.remat.push_back(remat("h" + std::to_string(i), RematPolicy::kRecomputeAll));
-using ir::RematPolicy;
 inline ir::RematRule remat(std::string block, RematPolicy policy, SrcLoc loc = Here::current()) {
   return {std::move(block), policy, loc};
 }
 
+// What train_step does besides the optimizer: clipping, gradient
+// accumulation, rematerialization.
 struct TrainOptions {
   std::optional<double> clip_global_norm = {};  // optax.clip_by_global_norm(max_norm)
   int accumulate_steps = 1;                // micro-batches per step (gradients averaged)

@@ -31,12 +31,13 @@
 
 namespace sharc {
 
+// A GPT's sizes and options (the GPT module below and its blocks).
 struct GPTConfig {
   int64_t vocab = 96;    // token ids are floats in [0, vocab)
   int64_t context = 64;  // rows of the positional table: the longest sequence
   int64_t embed = 64;    // model width; divisible by heads
   int64_t heads = 8;     // divisible by the mesh's 'model' axis
-  int64_t layers = 2;
+  int64_t layers = 2;          // transformer blocks
   int64_t mlp_ratio = 4;       // MLP hidden width = mlp_ratio * embed
   double dropout = 0.1;        // on embeddings, attention weights and residual branches
   // On the attention weights alone (Hugging Face's attn_pdrop beside
@@ -49,7 +50,7 @@ struct GPTConfig {
   // leading layer axis under "h/..." (laid out by layer_axis), instead of
   // one set per block under "h0/...", "h1/...". Same numbers either way.
   bool scan = false;
-  std::string layer_axis;
+  std::string layer_axis;  // scanned: the mesh axis the stacked layer dimension is split over, or none
 };
 
 // The logical-to-mesh rules for the modules below (Flax sharding_rules):
@@ -69,6 +70,7 @@ ShardingRules transformer_sharding_rules(int64_t min_fsdp_size = 1024);
 // its gradient is a dense matmul that autodiff already knows.
 class Embedding : public Module {
  public:
+  // The table `embedding` (num_embeddings, features) under scope `s`.
   Embedding(Scope s, int64_t num_embeddings, int64_t features,
             Initializer init = with_partitioning(normal(0.02), P("vocab", "embed")),
             SrcLoc loc = Here::current());
@@ -76,7 +78,7 @@ class Embedding : public Module {
   Tensor operator()(Tensor ids, SrcLoc loc = Here::current()) const;
   // The tied output head: (..., features) -> (..., num_embeddings), x @ table^T.
   Tensor attend(Tensor x, SrcLoc loc = Here::current()) const;
-  Param embedding;
+  Param embedding;  // (num_embeddings, features)
 
  private:
   std::string path_;
@@ -87,11 +89,13 @@ class Embedding : public Module {
 // whose first T rows are added to a (B, T, features) input.
 class PositionalEmbedding : public Module {
  public:
+  // The table `embedding` (context, features) under scope `s`.
   PositionalEmbedding(Scope s, int64_t context, int64_t features,
                       Initializer init = with_partitioning(normal(0.01), P("seq", "embed")),
                       SrcLoc loc = Here::current());
+  // x (B, T, features) plus the table's first T rows.
   Tensor operator()(Tensor x, SrcLoc loc = Here::current()) const;
-  Param embedding;
+  Param embedding;  // (context, features)
 
  private:
   std::string path_;
@@ -103,10 +107,12 @@ class PositionalEmbedding : public Module {
 // seed or a zero rate disables dropout.
 class CausalSelfAttention : public Module {
  public:
+  // The layers qkv and proj under scope `s`, sized by `c`.
   CausalSelfAttention(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
   // (B, T, embed) -> (B, T, embed), T <= context.
   Tensor operator()(Tensor x, Tensor seed = Tensor(), SrcLoc loc = Here::current()) const;
-  Linear qkv, proj;
+  Linear qkv;   // (embed, 3 * embed), columns head-major
+  Linear proj;  // (embed, embed)
 
  private:
   std::string path_;
@@ -118,9 +124,12 @@ class CausalSelfAttention : public Module {
 // row-parallel proj back to embed.
 class MLPBlock : public Module {
  public:
+  // The layers fc and proj under scope `s`, sized by `c`.
   MLPBlock(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
+  // (..., embed) -> (..., embed); `seed` draws the residual dropout's mask.
   Tensor operator()(Tensor x, Tensor seed = Tensor(), SrcLoc loc = Here::current()) const;
-  Linear fc, proj;
+  Linear fc;    // (embed, mlp_ratio * embed), then GELU
+  Linear proj;  // (mlp_ratio * embed, embed)
 
  private:
   std::string path_;
@@ -130,12 +139,14 @@ class MLPBlock : public Module {
 // Pre-LayerNorm block (GPT-2): x + attn(ln1(x)), then + mlp(ln2(x)).
 class TransformerBlock : public Module {
  public:
+  // The block's modules under scope `s`, sized by `c`.
   TransformerBlock(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
+  // (B, T, embed) -> (B, T, embed); `seed` draws the dropout masks.
   Tensor operator()(Tensor x, Tensor seed = Tensor(), SrcLoc loc = Here::current()) const;
-  LayerNorm ln1;
-  CausalSelfAttention attn;
-  LayerNorm ln2;
-  MLPBlock mlp;
+  LayerNorm ln1;             // before attention
+  CausalSelfAttention attn;  // the attention branch
+  LayerNorm ln2;             // before the MLP
+  MLPBlock mlp;              // the MLP branch
 };
 
 // GPT: token + positional embeddings, `layers` blocks (Layers "h": scopes
@@ -145,16 +156,18 @@ class TransformerBlock : public Module {
 // h/attn/qkv/kernel), ..., ln_f/scale, [lm_head/kernel].
 class GPT : public Module {
  public:
+  // The model's modules under scope `s`, sized by `c`.
   GPT(Scope s, const GPTConfig& c, SrcLoc loc = Here::current());
   // (B, T) float token ids -> logits (B, T, vocab), vocab on "vocab".
   Tensor operator()(Tensor ids, Tensor seed = Tensor(), SrcLoc loc = Here::current()) const;
+  // The configuration it was constructed with.
   const GPTConfig& config() const { return config_; }
 
-  Embedding wte;
-  PositionalEmbedding wpe;
-  Layers<TransformerBlock> blocks;
-  LayerNorm ln_f;
-  std::optional<Linear> lm_head;
+  Embedding wte;                   // token embedding
+  PositionalEmbedding wpe;         // positions
+  Layers<TransformerBlock> blocks;  // "h": h0, h1, ... (or stacked under h when scanned)
+  LayerNorm ln_f;                  // the final LayerNorm
+  std::optional<Linear> lm_head;   // the output head, unless tie_embeddings
 
  private:
   GPTConfig config_;

@@ -29,6 +29,7 @@ using Here = std::source_location;
 #else
 class Here {
  public:
+  // The caller's position (as a default argument: the call site's).
   static constexpr Here current(const char* file = __builtin_FILE(), int line = __builtin_LINE(),
                                 int column = __builtin_COLUMN()) noexcept {
     Here h;
@@ -37,9 +38,12 @@ class Here {
     h.column_ = column;
     return h;
   }
+  // The position's file, line and column, as std::source_location's.
+  //@{
   constexpr const char* file_name() const noexcept { return file_; }
   constexpr unsigned line() const noexcept { return static_cast<unsigned>(line_); }
   constexpr unsigned column() const noexcept { return static_cast<unsigned>(column_); }
+  //@}
 
  private:
   const char* file_ = "";
@@ -51,15 +55,20 @@ class Here {
 // A source position in the user's model, copyable and printable. File paths are
 // relative to the project root (the build passes -ffile-prefix-map).
 struct SrcLoc {
-  std::string file;
-  int line = 0;
+  std::string file;  // relative to the project root
+  int line = 0;      // 1-based; 0 when unknown
   int column = 0;  // 1-based; 0 when unknown
 
   SrcLoc() = default;
+  // A position by file, line and column; or the one Here::current() took
+  // (implicit, so that `SrcLoc loc = Here::current()` defaults work).
+  //@{
   SrcLoc(std::string f, int l, int c = 0) : file(std::move(f)), line(l), column(c) {}
   SrcLoc(const Here& l)  // NOLINT: implicit by design
       : file(l.file_name()), line(static_cast<int>(l.line())), column(static_cast<int>(l.column())) {}
+  //@}
 
+  // Whether the position is known (line > 0).
   bool known() const { return line > 0; }
   // file:line, the form messages, logs and generated comments use.
   std::string str() const { return known() ? file + ":" + std::to_string(line) : "<unknown>"; }
@@ -72,10 +81,12 @@ struct SrcLoc {
 // An error in the user's model or build configuration.
 class Error : public std::runtime_error {
  public:
+  // what() is "file:line: error: message".
   Error(SrcLoc loc, const std::string& message)
       : std::runtime_error(loc.str() + ": error: " + message),
         loc_(std::move(loc)),
         message_(message) {}
+  // Where the mistake is: the user's line that made it.
   const SrcLoc& loc() const { return loc_; }
   // The message without the `file:line: error: ` prefix.
   const std::string& message() const { return message_; }
@@ -94,6 +105,7 @@ class Error : public std::runtime_error {
 //         |                    ^
 std::string render_diagnostic(const Error& e, const std::vector<std::string>& source_roots = {});
 
+// Throws Error(loc, message): a mistake in the user's model at `loc`.
 [[noreturn]] inline void user_error(const SrcLoc& loc, const std::string& message) {
   throw Error(loc, message);
 }

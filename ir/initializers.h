@@ -13,10 +13,14 @@
 
 namespace sharc {
 
+// The initializers sharc draws (the functions below make them).
 enum class InitKind { kZeros, kOnes, kConstant, kNormal, kUniform, kLecunNormal, kXavierUniform };
 
+// How a parameter starts, and its layout annotation (jax.nn.initializers plus
+// Flax's with_partitioning metadata). Values depend on the seed, the
+// parameter's path and the element's global index only, not on the mesh.
 struct Initializer {
-  InitKind kind = InitKind::kZeros;
+  InitKind kind = InitKind::kZeros;  // the distribution
   double a = 0.0;  // normal: stddev; uniform: scale (U[0, scale)); constant: value
   std::optional<P> sharding;                // with_partitioning / with_metadata
   std::optional<LogicalRules> rules;        // with_metadata(..., sharding_rules)
@@ -27,26 +31,35 @@ struct Initializer {
   std::string str() const;                  // lecun_normal(), normal(0.02), ...
 };
 
+// An initializer of `kind` with parameter `a` (see Initializer::a).
 inline Initializer make_initializer(InitKind kind, double a = 0.0) {
   Initializer i;
   i.kind = kind;
   i.a = a;
   return i;
 }
+// jax.nn.initializers' zeros, ones, constant(v), normal(stddev) and
+// uniform(scale) (U[0, scale)).
+//@{
 inline Initializer zeros() { return make_initializer(InitKind::kZeros); }
 inline Initializer ones() { return make_initializer(InitKind::kOnes); }
 inline Initializer constant(double v) { return make_initializer(InitKind::kConstant, v); }
 inline Initializer normal(double stddev = 1e-2) { return make_initializer(InitKind::kNormal, stddev); }
 inline Initializer uniform(double scale = 1e-2) { return make_initializer(InitKind::kUniform, scale); }
+//@}
 // Truncated normal (at 2 sigma) with variance 1/fan_in, like Flax's lecun_normal.
 inline Initializer lecun_normal() { return make_initializer(InitKind::kLecunNormal); }
 // Uniform with variance 2/(fan_in + fan_out), like Flax's xavier_uniform.
 inline Initializer xavier_uniform() { return make_initializer(InitKind::kXavierUniform); }
 
+// `init` with the layout `spec` (nnx.with_partitioning): mesh axes, or
+// logical names the program's rules map to them.
 inline Initializer with_partitioning(Initializer init, P spec) {
   init.sharding = std::move(spec);
   return init;
 }
+// `init` with a logical `sharding` and, optionally, the rules that resolve
+// it (nnx.with_metadata(init, sharding=..., sharding_rules=...)).
 inline Initializer with_metadata(Initializer init, P sharding,
                                  std::optional<LogicalRules> sharding_rules = std::nullopt) {
   init.sharding = std::move(sharding);

@@ -14,11 +14,14 @@
 
 namespace sharc {
 
+// One named axis of a device mesh.
 struct MeshAxis {
-  std::string name;
-  int size = 1;
+  std::string name;  // "data", "model", ...
+  int size = 1;      // the devices along it
 };
 
+// A named device mesh (jax.sharding.Mesh): axes major to minor, devices
+// numbered row-major (the last axis fastest).
 class Mesh {
  public:
   Mesh() = default;
@@ -30,16 +33,21 @@ class Mesh {
   // Parses "data=2,model=4" (the CMake MESH spelling).
   static Mesh parse(std::string_view text, int num_devices = 0, SrcLoc loc = Here::current());
 
+  // The axes, major first.
   const std::vector<MeshAxis>& axes() const { return axes_; }
+  // The product of the axis sizes.
   int num_devices() const;
+  // Whether the mesh has an axis of that name.
   bool has(std::string_view axis) const { return index(axis) >= 0; }
   int index(std::string_view axis) const;  // -1 when absent
   int size(std::string_view axis) const;   // internal error when absent
   // Product of the sizes of the given axes.
   int size(const std::vector<std::string>& axes) const;
+  // Device `rank`'s position along each axis.
   std::vector<int> coords(int rank) const;
   std::string str() const;  // <["data"=2, "model"=4]>
   std::string names() const;  // 'data', 'model' (for diagnostics)
+  // The same axes, names and sizes, in the same order.
   bool operator==(const Mesh& o) const;
 
  private:

@@ -34,24 +34,36 @@ class WorldAborted : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The devices a generated program runs on, and how they talk: a thread per
+// device (ThreadWorld), MPI processes (MpiWorld), GPUs (gpu::CudaWorld,
+// gpu::NcclWorld) or the block simulator (gpu::SimGpuWorld). A program is
+// constructed on one and runs on its local devices.
 class World {
  public:
   virtual ~World() = default;
 
+  // The mesh the devices form.
   virtual const MeshShape& mesh() const = 0;
+  // The number of devices, on every process.
   int size() const { return mesh().num_devices(); }
-  // This process among all of them (0 and 1 for a ThreadWorld).
+  // This process among all of them (0 of 1 for a ThreadWorld), and how many
+  // there are.
+  //@{
   virtual int process() const = 0;
   virtual int processes() const = 0;
+  //@}
   // The devices this process drives, ascending global ranks.
   virtual std::vector<int> local_ranks() const = 0;
+  // Whether this process drives device `rank`.
   virtual bool is_local(int rank) const = 0;
 
   // A local device's communicator, memory account and timeline; throw
   // std::out_of_range for a rank that is not local.
+  //@{
   virtual Communicator& comm(int rank) = 0;
   virtual DeviceMemory& memory(int rank) = 0;
   virtual Timeline& timeline(int rank) = 0;
+  //@}
 
   // Runs fn(rank) for every local device, concurrently (ThreadWorld: a thread
   // each, or fibers sharing the cores' threads), and joins them. If a device

@@ -9,7 +9,8 @@
 # libxsmm-dev gives rt::gemm its JIT-compiled small-GEMM kernels;
 # libboost-context-dev lets a ThreadWorld run more devices than cores as
 # fibers (runtime/fibers.h); libcli11-dev parses every tool's command line
-# (codegen/cli.h); libclang-14-dev (Clang's headers),
+# (codegen/cli.h); doxygen builds the API reference (docs/api, ctest
+# docs_api_reference); libclang-14-dev (Clang's headers),
 # libclang-cpp14-dev and llvm-14-dev are Clang LibTooling, which sharc-lift
 # (lift/) is built on. python3 with pip runs the test that reads an export
 # with Python's safetensors package and the bench_smoke tests, whose peer is
@@ -20,7 +21,7 @@ have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 for p in cmake ninja-build g++ libgtest-dev libopenblas-dev ccache diffutils zlib1g-dev \
          dataset-fashion-mnist nlohmann-json3-dev clang-14 python3 python3-pip \
          libopenmpi-dev openmpi-bin libclang-cpp14-dev libclang-14-dev llvm-14-dev libxsmm-dev \
-         libboost-context-dev libcli11-dev; do
+         libboost-context-dev libcli11-dev doxygen; do
   have "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -34,16 +34,18 @@
 
 namespace @SHARC_NAMESPACE@ {
 
-inline constexpr std::string_view kProgram = @SHARC_PROGRAM@;
-inline constexpr int kNumDevices = @SHARC_NUM_DEVICES@;
-inline constexpr std::string_view kMesh = @SHARC_MESH_LITERAL@;
+inline constexpr std::string_view kProgram = @SHARC_PROGRAM@;  // the SHARC_PROGRAM generated
+inline constexpr int kNumDevices = @SHARC_NUM_DEVICES@;  // the mesh's devices
+inline constexpr std::string_view kMesh = @SHARC_MESH_LITERAL@;  // the mesh, as sharc_add_program's MESH
 // The mesh as the runtime spells it, e.g. to build a matching ThreadWorld.
 inline sharc::rt::MeshShape mesh_shape() { return @SHARC_MESH_SHAPE@; }
 
-using Spec = sharc::rt::Spec;
+using Spec = sharc::rt::Spec;  // a layout: per dimension, the mesh axes it is split over
 
 @SHARC_TENSOR_INFO@
 
+// The generated program on a World: init() its parameters, then forward()
+// (or step()) once per batch; parameters stay on the devices between calls.
 class Program {
  public:
   // Allocates the local devices' parameter shards (charged to
@@ -56,6 +58,7 @@ class Program {
 
   // The namespace's constants and tables, reachable from the class, for
   // drivers written as templates over several generated programs.
+  //@{
   static sharc::rt::MeshShape mesh_shape() { return @SHARC_NAMESPACE@::mesh_shape(); }
   static std::span<const sharc::rt::TensorInfo> parameters() { return kParameters; }
   static std::span<const sharc::rt::TensorInfo> inputs() { return kInputs; }
@@ -69,6 +72,7 @@ class Program {
   static const sharc::rt::TensorInfo& output_info(std::string_view name) {
     return @SHARC_NAMESPACE@::output_info(name);
   }
+  //@}
 
   // The program's inputs, one field per input, named after it: each is a
   // global row-major array. set() binds a field by the input's name,
@@ -81,11 +85,14 @@ class Program {
   // several processes each feeds only its own devices this way.
   struct Inputs {
 @SHARC_INPUT_FIELDS@
+    // Bind input `name` to its global array, or device `rank`'s block to
+    // its block; f32, or i32 for token ids and labels.
+    //@{
     Inputs& set(std::string_view name, std::span<const float> values);
-    // The same for i32 inputs (token ids, labels).
     Inputs& set(std::string_view name, std::span<const int32_t> values);
     Inputs& set_block(std::string_view name, int rank, std::span<const float> values);
     Inputs& set_block(std::string_view name, int rank, std::span<const int32_t> values);
+    //@}
     sharc::rt::BlockTable blocks;  // what set_block() bound
   };
   // Where forward() puts the outputs; set() and set_block() as for Inputs,
@@ -96,8 +103,11 @@ class Program {
   // pipeline's output is computed on one stage only).
   struct Outputs {
 @SHARC_OUTPUT_FIELDS@
+    // Bind output `name` to its global array, or device `rank`'s block.
+    //@{
     Outputs& set(std::string_view name, std::span<float> values);
     Outputs& set_block(std::string_view name, int rank, std::span<float> values);
+    //@}
     sharc::rt::BlockTable blocks;  // set_block()'s, and who wrote what during forward()
   };
 
@@ -113,8 +123,10 @@ class Program {
   static bool holds_parameter(int rank, std::string_view path);
 
   // The world, and the ranks of the devices this process drives.
+  //@{
   sharc::rt::World& world() const { return world_; }
   const std::vector<int>& local_ranks() const { return local_ranks_; }
+  //@}
 
   // Every device initialises its own parameter shards, in parallel; the values
   // depend on (seed, parameter path, global index) only, not on the mesh.
@@ -141,15 +153,19 @@ class Program {
   // an unknown path, and std::invalid_argument, naming the path and both
   // sizes, unless the span holds exactly the parameter's elements
   // (parameter_info(path).elements()).
+  //@{
   void set_parameter(std::string_view path, std::span<const float> values);
   void get_parameter(std::string_view path, std::span<float> values) const;
+  //@}
 
   // The shard of parameter `path` ("dot1/kernel") that local device `rank`
   // holds (nullptr where holds_parameter() is false), and its size in floats
   // (the same on every device). Throw std::out_of_range on an unknown path,
   // or a rank that is not one of this process's devices.
+  //@{
   const float* parameter_shard(int rank, std::string_view path) const;
   size_t parameter_shard_size(std::string_view path) const;
+  //@}
   // The same block, writable (a checkpoint restore fills each device's own).
   float* parameter_shard(int rank, std::string_view path) {
     return const_cast<float*>(std::as_const(*this).parameter_shard(rank, path));

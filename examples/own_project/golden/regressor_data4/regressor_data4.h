@@ -34,13 +34,13 @@
 
 namespace sharc_gen::regressor_data4 {
 
-inline constexpr std::string_view kProgram = "regressor_train";
-inline constexpr int kNumDevices = 4;
-inline constexpr std::string_view kMesh = R"(<["data"=4]>)";
+inline constexpr std::string_view kProgram = "regressor_train";  // the SHARC_PROGRAM generated
+inline constexpr int kNumDevices = 4;  // the mesh's devices
+inline constexpr std::string_view kMesh = R"(<["data"=4]>)";  // the mesh, as sharc_add_program's MESH
 // The mesh as the runtime spells it, e.g. to build a matching ThreadWorld.
 inline sharc::rt::MeshShape mesh_shape() { return {{"data"}, {4}}; }
 
-using Spec = sharc::rt::Spec;
+using Spec = sharc::rt::Spec;  // a layout: per dimension, the mesh axes it is split over
 
 // ---- inputs: global shapes and layouts
 // "x", declared at model.cpp:40
@@ -127,6 +127,7 @@ extern const std::array<sharc::rt::TensorInfo, 3> kOutputs;  // 3 rows
 
 // The row of a parameter path or an input or output name; throw
 // std::out_of_range naming the ones there are.
+//@{
 inline const sharc::rt::TensorInfo& parameter_info(std::string_view path) {
   return sharc::rt::lookup_tensor(kParameters, path, "parameter", kProgram);
 }
@@ -136,7 +137,10 @@ inline const sharc::rt::TensorInfo& input_info(std::string_view name) {
 inline const sharc::rt::TensorInfo& output_info(std::string_view name) {
   return sharc::rt::lookup_tensor(kOutputs, name, "output", kProgram);
 }
+//@}
 
+// The generated program on a World: init() its parameters, then forward()
+// (or step()) once per batch; parameters stay on the devices between calls.
 class Program {
  public:
   // Allocates the local devices' parameter shards (charged to
@@ -149,6 +153,7 @@ class Program {
 
   // The namespace's constants and tables, reachable from the class, for
   // drivers written as templates over several generated programs.
+  //@{
   static sharc::rt::MeshShape mesh_shape() { return sharc_gen::regressor_data4::mesh_shape(); }
   static std::span<const sharc::rt::TensorInfo> parameters() { return kParameters; }
   static std::span<const sharc::rt::TensorInfo> inputs() { return kInputs; }
@@ -162,6 +167,7 @@ class Program {
   static const sharc::rt::TensorInfo& output_info(std::string_view name) {
     return sharc_gen::regressor_data4::output_info(name);
   }
+  //@}
 
   // The program's inputs, one field per input, named after it: each is a
   // global row-major array. set() binds a field by the input's name,
@@ -175,11 +181,14 @@ class Program {
   struct Inputs {
     const float* x = nullptr;  // f32[32,32]
     const float* y = nullptr;  // f32[32,1]
+    // Bind input `name` to its global array, or device `rank`'s block to
+    // its block; f32, or i32 for token ids and labels.
+    //@{
     Inputs& set(std::string_view name, std::span<const float> values);
-    // The same for i32 inputs (token ids, labels).
     Inputs& set(std::string_view name, std::span<const int32_t> values);
     Inputs& set_block(std::string_view name, int rank, std::span<const float> values);
     Inputs& set_block(std::string_view name, int rank, std::span<const int32_t> values);
+    //@}
     sharc::rt::BlockTable blocks;  // what set_block() bound
   };
   // Where forward() puts the outputs; set() and set_block() as for Inputs,
@@ -192,8 +201,11 @@ class Program {
     float* loss = nullptr;  // f32[]
     float* grad_norm = nullptr;  // f32[]
     float* lr = nullptr;  // f32[]
+    // Bind output `name` to its global array, or device `rank`'s block.
+    //@{
     Outputs& set(std::string_view name, std::span<float> values);
     Outputs& set_block(std::string_view name, int rank, std::span<float> values);
+    //@}
     sharc::rt::BlockTable blocks;  // set_block()'s, and who wrote what during forward()
   };
 
@@ -209,8 +221,10 @@ class Program {
   static bool holds_parameter(int rank, std::string_view path);
 
   // The world, and the ranks of the devices this process drives.
+  //@{
   sharc::rt::World& world() const { return world_; }
   const std::vector<int>& local_ranks() const { return local_ranks_; }
+  //@}
 
   // Every device initialises its own parameter shards, in parallel; the values
   // depend on (seed, parameter path, global index) only, not on the mesh.
@@ -237,15 +251,19 @@ class Program {
   // an unknown path, and std::invalid_argument, naming the path and both
   // sizes, unless the span holds exactly the parameter's elements
   // (parameter_info(path).elements()).
+  //@{
   void set_parameter(std::string_view path, std::span<const float> values);
   void get_parameter(std::string_view path, std::span<float> values) const;
+  //@}
 
   // The shard of parameter `path` ("dot1/kernel") that local device `rank`
   // holds (nullptr where holds_parameter() is false), and its size in floats
   // (the same on every device). Throw std::out_of_range on an unknown path,
   // or a rank that is not one of this process's devices.
+  //@{
   const float* parameter_shard(int rank, std::string_view path) const;
   size_t parameter_shard_size(std::string_view path) const;
+  //@}
   // The same block, writable (a checkpoint restore fills each device's own).
   float* parameter_shard(int rank, std::string_view path) {
     return const_cast<float*>(std::as_const(*this).parameter_shard(rank, path));
