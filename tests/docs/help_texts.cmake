@@ -1,5 +1,5 @@
 # Every tool's --help, written to build/help/TOOL.txt whenever the tool is
-# rebuilt; docs/reference/command-line.md quotes them as excerpts, so a flag
+# rebuilt, and the output of the other commands the guide shows (below); docs/reference/command-line.md quotes them as excerpts, so a flag
 # added, renamed or described differently fails the docs check
 # (docs_excerpts_and_links) until the page says the same. Included by the
 # top-level CMakeLists.txt after samples/, tests/ and bench/, so that every
@@ -18,6 +18,27 @@ foreach(tool dot_relu_dot.generator sharc-lift dot_relu_dot_main mlp_classifier_
                              -P ${CMAKE_CURRENT_LIST_DIR}/write_help.cmake
                      DEPENDS ${tool} ${CMAKE_CURRENT_LIST_DIR}/write_help.cmake
                      COMMENT "docs: ${tool} --help" VERBATIM)
+  list(APPEND _help_files ${_out})
+endforeach()
+
+# Other commands whose output the guide shows, written to build/help/ the
+# same way: (file, expected exit status, tool target, arguments joined by '|').
+set(_outputs
+    "dot_relu_dot_report.txt|0|dot_relu_dot.generator|--program|dot_relu_dot|--mesh|data=2,model=4|--report"
+    "bad_model_error.txt|1|bad_model.generator|--program|bad_model|--mesh|data=2,model=4|--report|--source-root|${PROJECT_SOURCE_DIR}")
+foreach(entry IN LISTS _outputs)
+  string(REPLACE "|" ";" fields "${entry}")
+  list(POP_FRONT fields file exit tool)
+  if(NOT TARGET ${tool})
+    continue()
+  endif()
+  string(REPLACE ";" "|" args "${fields}")
+  set(_out ${CMAKE_BINARY_DIR}/help/${file})
+  add_custom_command(OUTPUT ${_out}
+                     COMMAND ${CMAKE_COMMAND} "-DCOMMAND=$<TARGET_FILE:${tool}>|${args}" -DEXIT=${exit}
+                             -DOUT=${_out} -P ${CMAKE_CURRENT_LIST_DIR}/write_output.cmake
+                     DEPENDS ${tool} ${CMAKE_CURRENT_LIST_DIR}/write_output.cmake
+                     COMMENT "docs: ${file}" VERBATIM)
   list(APPEND _help_files ${_out})
 endforeach()
 add_custom_target(docs_help_texts ALL DEPENDS ${_help_files})
