@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -83,7 +84,7 @@ inline CLI::Validator non_negative() {
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0') return "'" + text + "' is not a number";
+        if (text.empty() || *end != '\0' || !std::isfinite(v)) return "'" + text + "' is not a number";
         if (v < 0) return "'" + text + "' is negative";
         return "";
       },

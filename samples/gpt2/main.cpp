@@ -130,7 +130,7 @@ int parse(int argc, char** argv, Options& o) {
       ->check(sharc::cli::at_least(0))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")
-      ->check(CLI::Range(0.0, 100.0))
+      ->check(sharc::cli::non_negative())
       ->capture_default_str();
   app.add_option("--seed", o.seed, "parameter initialisation, data order and sampling")->capture_default_str();
   app.add_flag("--check", o.check, "check every step against the fp64 oracle");
