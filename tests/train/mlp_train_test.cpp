@@ -9,6 +9,7 @@
 #include "codegen/execute.h"
 #include "codegen/pipeline.h"
 #include "samples/mlp_classifier/model.h"
+#include "tests/common/tolerance.h"
 
 namespace sharc {
 namespace {
@@ -72,15 +73,7 @@ Trace run_mesh(const ir::Graph& g, const Config& c, const std::string& mesh, int
 // fp32 training against fp64: 10 Adam steps of size ~lr amplify rounding
 // in m/sqrt(v) a little; 1e-4 relative to each tensor's largest magnitude.
 void expect_params_near(const Trace& want, const Trace& got) {
-  for (const auto& [name, w] : want.params) {
-    const auto& v = got.params.at(name);
-    double scale = 1e-30, worst = 0;
-    for (size_t i = 0; i < w.size(); ++i) {
-      scale = std::max(scale, std::fabs(w[i]));
-      worst = std::max(worst, std::fabs(v[i] - w[i]));
-    }
-    EXPECT_LE(worst, 1e-4 * scale) << name;
-  }
+  for (const auto& [name, w] : want.params) EXPECT_LE(testing::rel_error(got.params.at(name), w), 1e-4) << name;
 }
 
 // The sample's path rules (Scalax's TreePathShardingRule, mlp_train_path_rules)
