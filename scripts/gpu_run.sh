@@ -11,8 +11,11 @@
 #   kbench     bench_gpu_kernels --peers (PyTorch's kernels in the same run)
 #   gpt2       bench_gpt2_gpu: sharc's GPT-2 124M step beside torch.compile's
 #              and JAX's, and the step's GPU timeline as a Chrome trace
+#   nsys       the same step (batch 16, sharc only) under Nsight Systems: the
+#              time of every CUDA kernel, where the trace has one statement
 # SHARC_GPU_SECTIONS picks some (default: all); SHARC_GPU_FILTER narrows the
-# programs section to a GoogleTest filter. Logs go to ${OUT:-gpu-out}/. Each
+# programs section to a GoogleTest filter; SHARC_KBENCH_PEERS=0 leaves
+# PyTorch's kernels out of the kernel bench. Logs go to ${OUT:-gpu-out}/. Each
 # section has a time limit and prints how long it took, so a cut run keeps
 # every log so far. One device call:
 #   run(command="scripts/gpu_run.sh", carry=["gpu-bundle"], timeout_s=480)
@@ -40,7 +43,7 @@ echo "== libraries"; ldd gpu-bundle/gpu_cuda_programs_device_test | grep -E "cud
 export SHARC_PEERS_SCRIPT="$PWD/bench/gpu_kernels_peers.py" SHARC_GPT2_PEERS_SCRIPT="$PWD/bench/gpt2_peers.py"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-sections=" ${SHARC_GPU_SECTIONS:-kernels programs memcheck kbench gpt2} "
+sections=" ${SHARC_GPU_SECTIONS:-kernels programs memcheck kbench gpt2 nsys} "
 want() { [[ "$sections" == *" $1 "* ]]; }
 took() { echo "   ($1: $((SECONDS - section_start)) s; $SECONDS s so far)"; section_start=$SECONDS; }
 section_start=$SECONDS
@@ -74,7 +77,9 @@ if want memcheck; then
 fi
 if want kbench; then
   echo "== bench_gpu_kernels --peers (B=16, T=1024)"
-  timeout 90 gpu-bundle/bench_gpu_kernels --batch 16 --iters 10 --peers 2>&1 | tee "$out/bench_kernels.txt" |
+  peers=--peers
+  [ "${SHARC_KBENCH_PEERS:-1}" = 0 ] && peers=
+  timeout 90 gpu-bundle/bench_gpu_kernels --batch 16 --iters 10 $peers 2>&1 | tee "$out/bench_kernels.txt" |
     grep -v "^  measured"
   took "kernel bench"
 fi
@@ -84,5 +89,20 @@ if want gpt2; then
     --peers ${SHARC_GPT2_PEERS:-torch jax} --trace "$out/gpt2_124m_gpu_trace.json" 2>&1 |
     grep -Ev "Warning|^W[0-9]|bfc_allocator|^\*|allocation summary|memory fragmentation" | tee "$out/gpt2_gpu.txt"
   took "GPT-2 124M"
+fi
+if want nsys; then
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  if [ -z "$nsys" ]; then
+    echo "== nsys: not on this machine"
+  else
+    echo "== nsys: every CUDA kernel of the GPT-2 124M step (batch 16, 3 steps after 1 warm-up)"
+    timeout 120 "$nsys" profile --force-overwrite true -o "$out/gpt2_step" --trace cuda \
+      gpu-bundle/bench_gpt2_gpu --batch 16 --steps 3 --warmup 1 --peers none > "$out/nsys_run.txt" 2>&1
+    timeout 60 "$nsys" stats --force-export true --report cuda_gpu_kern_sum --format csv \
+      --output "$out/gpt2_step" "$out/gpt2_step.nsys-rep" > /dev/null 2>&1
+    head -30 "$out"/gpt2_step*kern_sum*.csv 2>/dev/null | cut -c1-200
+    rm -f "$out/gpt2_step.sqlite"
+  fi
+  took "nsys"
 fi
 echo "gpu_run.sh: $SECONDS s"

@@ -60,6 +60,8 @@ class CudaKernels final : public LaunchingKernels, public rt::StampSource {
             std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     check_lt(cublasLtCreate(&lt_), "cublasLtCreate");
     check(cudaMalloc(&workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+    for (float*& scratch : reduce_scratch_)
+      check(cudaMalloc(&scratch, kReduceScratchFloats * sizeof(float)), "cudaMalloc (reduction scratch)");
     // Blocking streams: each runs beside the other, and both stay ordered
     // with the legacy default stream, where cudaMemcpy and anything launched
     // on stream 0 run (upload and download are full barriers, as before).
@@ -75,11 +77,13 @@ class CudaKernels final : public LaunchingKernels, public rt::StampSource {
     cudaStreamDestroy(comm_);
     cudaStreamDestroy(compute_);
     cudaFree(workspace_);
+    for (float* scratch : reduce_scratch_) cudaFree(scratch);
     cublasLtDestroy(lt_);
   }
 
   Stream compute_stream() override { return compute_; }
   Stream comm_stream() override { return comm_; }
+  float* reduce_scratch(Stream s) override { return reduce_scratch_[s == comm_ ? 1 : 0]; }
   // One event per direction, recorded again for every wait: a stream's wait
   // takes the event as it stands when the wait is given.
   void wait_stream(Stream waiter, Stream on) override {
@@ -224,6 +228,7 @@ class CudaKernels final : public LaunchingKernels, public rt::StampSource {
   std::string name_;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
+  float* reduce_scratch_[2] = {};  // the compute stream's, the comm stream's
 };
 
 }  // namespace

@@ -15,12 +15,16 @@
 // each result over many threads, in a fixed order (deterministic, as
 // accurate, not the CPU's bits): over the innermost contiguous run, a warp
 // per result, lane l adding elements l, l + 32, ... and the lanes combined by
-// shuffles (coalesced reads: a layer norm's statistics); otherwise a block
-// per 32 consecutive results, 16 rows of threads each adding every 16th
-// reduced element, combined row by row in shared memory (coalesced when the
-// results are contiguous: a bias gradient, summing [rows, features] over the
-// rows). A single thread summing 32768 rows of a bias gradient took 22 ms on
-// an H100; the block takes well under a millisecond.
+// shuffles (coalesced reads: a layer norm's statistics); otherwise 32
+// consecutive results share a block, rows of threads each adding every
+// rows-th reduced element, combined row by row in shared memory (coalesced
+// when the results are contiguous: a bias gradient, summing [rows, features]
+// over the rows). Where the KernelSet lends scratch (reduce_scratch), the
+// reduced elements are also cut into slices of kReduceSliceRows, a block per
+// (32 results, slice), and a second pass adds the slices' partials in
+// order: a bias gradient of 768 features is 24 tiles, too few blocks to
+// fill a GPU. On an H100 a single thread summing 32768 rows of a bias
+// gradient took 22 ms, a block per tile 0.8 ms.
 #pragma once
 
 #include <algorithm>
@@ -150,8 +154,10 @@ SHARC_KERNEL void reduce_kernel(const T* in, Strided kept, Strided reduced, int6
 }
 
 // Per result, kLongReduction reduced elements or more go to the parallel
-// kernels below.
+// kernels below; with the KernelSet's scratch, in slices of
+// kReduceSliceRows.
 constexpr int64_t kLongReduction = 256;
+constexpr int64_t kReduceSliceRows = 256;
 
 // The reduced elements of result i are in[i * n_red .. (i + 1) * n_red): a
 // warp per result (the warp's lanes agree on i, so the shuffles see all 32).
@@ -172,12 +178,35 @@ SHARC_KERNEL void reduce_rows_kernel(const T* in, int64_t n_out, int64_t n_red, 
   }
 }
 
+// Each row g of 32 threads (a warp) holds a partial for the 32 results of
+// the block's tile, lane c for result c: combined in row order through
+// `sums` ([rows][32] floats of shared memory); row 0's threads get the
+// totals. Every thread of the block calls it.
+SHARC_DEVICE float combine_rows(float acc, float* sums, bool max) {
+  const unsigned c = thread_x() % kWarpSize, g = thread_x() / kWarpSize, rows = block_dim_x() / kWarpSize;
+  sums[g * kWarpSize + c] = acc;
+  sync_block();
+  float total = sums[c];
+  if (g == 0)
+    for (unsigned k = 1; k < rows; ++k) {
+      const float x = sums[k * kWarpSize + c];
+      total = max ? (x > total ? x : total) : total + x;
+    }
+  sync_block();  // sums is written again by the next call
+  return total;
+}
+
+// Reduced element r of the result whose elements start at `base`: at r *
+// red_stride where red_stride > 0 (one reduced dimension, or several that
+// run as one), else at offset_of(reduced, r).
+template <class T>
+SHARC_DEVICE float reduced_element(const T* base, const Strided& reduced, int64_t red_stride, int64_t r) {
+  return load(base[red_stride > 0 ? r * red_stride : offset_of(reduced, r)]);
+}
+
 // Results in tiles of 32 (thread c of each row of 32 threads takes result
 // tile * 32 + c), each row of threads g adding reduced elements g, g + rows,
-// ...; the rows' sums are added in order in shared memory ([rows][32]
-// floats). red_stride > 0: reduced element r is at r * red_stride from the
-// result's base (one reduced dimension, or several that run as one);
-// otherwise offset_of(reduced, r).
+// ...; the rows' sums combined in order (combine_rows).
 template <class T>
 SHARC_KERNEL void reduce_tiles_kernel(const T* in, Strided kept, Strided reduced, int64_t red_stride,
                                       int64_t n_out, int64_t n_red, bool max, T* out) {
@@ -189,22 +218,55 @@ SHARC_KERNEL void reduce_tiles_kernel(const T* in, Strided kept, Strided reduced
     if (i < n_out) {
       const T* base = in + offset_of(kept, i);
       for (int64_t r = g; r < n_red; r += rows) {
-        const float x = load(base[red_stride > 0 ? r * red_stride : offset_of(reduced, r)]);
+        const float x = reduced_element(base, reduced, red_stride, r);
         acc = max ? (x > acc ? x : acc) : acc + x;
       }
     }
-    sums[g * kWarpSize + c] = acc;
-    sync_block();
-    if (g == 0 && i < n_out) {
-      float total = sums[c];
-      for (unsigned k = 1; k < rows; ++k) {
-        const float x = sums[k * kWarpSize + c];
-        total = max ? (x > total ? x : total) : total + x;
-      }
-      out[i] = store<T>(total);
-    }
-    sync_block();  // sums is written again for the next tile
+    const float total = combine_rows(acc, sums, max);
+    if (g == 0 && i < n_out) out[i] = store<T>(total);
   }
+}
+
+// The first of two passes: grid (tiles of 32 results, slices of per_slice
+// reduced elements), each block as reduce_tiles_kernel's over its slice,
+// writing partial[slice * n_out + i].
+template <class T>
+SHARC_KERNEL void reduce_slices_kernel(const T* in, Strided kept, Strided reduced, int64_t red_stride,
+                                       int64_t n_out, int64_t n_red, int64_t per_slice, bool max,
+                                       float* partial) {
+  float* sums = shared_memory<float>();
+  const unsigned c = thread_x() % kWarpSize, g = thread_x() / kWarpSize, rows = block_dim_x() / kWarpSize;
+  const int64_t i = static_cast<int64_t>(block_x()) * kWarpSize + c;
+  const int64_t first = static_cast<int64_t>(block_y()) * per_slice;
+  const int64_t end = first + per_slice < n_red ? first + per_slice : n_red;
+  float acc = max ? -INFINITY : 0.0f;
+  if (i < n_out) {
+    const T* base = in + offset_of(kept, i);
+    for (int64_t r = first + g; r < end; r += rows) {
+      const float x = reduced_element(base, reduced, red_stride, r);
+      acc = max ? (x > acc ? x : acc) : acc + x;
+    }
+  }
+  const float total = combine_rows(acc, sums, max);
+  if (g == 0 && i < n_out) partial[static_cast<int64_t>(block_y()) * n_out + i] = total;
+}
+
+// The second pass: result i combines partial[s * n_out + i] over the
+// slices, row g of threads taking slices g, g + rows, ..., the rows
+// combined in order.
+template <class T>
+SHARC_KERNEL void reduce_partials_kernel(const float* partial, int64_t slices, int64_t n_out, bool max, T* out) {
+  float* sums = shared_memory<float>();
+  const unsigned c = thread_x() % kWarpSize, g = thread_x() / kWarpSize, rows = block_dim_x() / kWarpSize;
+  const int64_t i = static_cast<int64_t>(block_x()) * kWarpSize + c;
+  float acc = max ? -INFINITY : 0.0f;
+  if (i < n_out)
+    for (int64_t s = g; s < slices; s += rows) {
+      const float x = partial[s * n_out + i];
+      acc = max ? (x > acc ? x : acc) : acc + x;
+    }
+  const float total = combine_rows(acc, sums, max);
+  if (g == 0 && i < n_out) out[i] = store<T>(total);
 }
 
 template <class T>
@@ -383,8 +445,24 @@ void reduce(const DeviceContext& d, const T* in, const std::vector<int64_t>& in_
       }
       expect = red_st[k] * red_shape[k];
     }
+    const int64_t tiles = (n_out + kWarpSize - 1) / kWarpSize;
+    float* scratch = d.kernels ? d.kernels->reduce_scratch(d.stream) : nullptr;
+    int64_t slices = std::min<int64_t>((n_red + kReduceSliceRows - 1) / kReduceSliceRows,
+                                       static_cast<int64_t>(kReduceScratchFloats) / n_out);
+    if (scratch && slices >= 2 && tiles <= 65535) {
+      constexpr int kThreads = 256;
+      const int64_t per_slice = (n_red + slices - 1) / slices;
+      slices = (n_red + per_slice - 1) / per_slice;  // none empty
+      const Strided kept = strided("reduce", kept_shape, kept_st), red = strided("reduce", red_shape, red_st);
+      launch("reduce", reduce_slices_kernel<T>, Dim3{static_cast<unsigned>(tiles), static_cast<unsigned>(slices)},
+             Dim3{kThreads}, kThreads * sizeof(float), d.stream, in, kept, red, red_stride, n_out, n_red, per_slice,
+             max, scratch);
+      launch("reduce", reduce_partials_kernel<T>, Dim3{static_cast<unsigned>(tiles)}, Dim3{kThreads},
+             kThreads * sizeof(float), d.stream, static_cast<const float*>(scratch), slices, n_out, max, out);
+      return;
+    }
     constexpr int kThreads = 512;
-    const int64_t blocks = std::min<int64_t>((n_out + kWarpSize - 1) / kWarpSize, 65535);
+    const int64_t blocks = std::min<int64_t>(tiles, 65535);
     launch("reduce", reduce_tiles_kernel<T>, Dim3{static_cast<unsigned>(blocks)}, Dim3{kThreads},
            kThreads * sizeof(float), d.stream, in, strided("reduce", kept_shape, kept_st),
            strided("reduce", red_shape, red_st), red_stride, n_out, n_red, max, out);

@@ -117,6 +117,7 @@ SHARC_DEVICE void copy_16_bytes(void* dst, const void* src) {
 }
 
 SHARC_DEVICE float exp_f(float x) { return expf(x); }
+SHARC_DEVICE float exp2_f(float x) { return exp2f(x); }
 SHARC_DEVICE float log_f(float x) { return logf(x); }
 SHARC_DEVICE float sqrt_f(float x) { return sqrtf(x); }
 SHARC_DEVICE float rsqrt_f(float x) { return rsqrtf(x); }
@@ -138,6 +139,26 @@ SHARC_DEVICE void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
         "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+// ldmatrix_x4: the warp loads four 8x8 matrices of bf16 from shared memory
+// in one instruction (ldmatrix.sync.aligned.m8n8.x4.shared.b16). Lane l
+// gives the address of row l % 8 of matrix l / 8 (16 bytes, 16-byte
+// aligned); register j of lane (g, t) = (l / 4, l % 4) gets matrix j's
+// row g, elements 2t and 2t + 1 (the first in the low half). With _trans,
+// its column g, rows 2t and 2t + 1: a B fragment of mma_16x8x16 from a
+// tile stored [k][n].
+SHARC_DEVICE void ldmatrix_x4(uint32_t (&r)[4], const bf16* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+SHARC_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
 
 // Launches kernel k on `grid` blocks of `block` threads with `smem` bytes of
@@ -209,6 +230,7 @@ SHARC_DEVICE uint32_t load_bf16x2(const bf16* p) { return pack_bits(p[0], p[1]);
 SHARC_DEVICE void copy_16_bytes(void* dst, const void* src) { std::memcpy(dst, src, 16); }
 
 SHARC_DEVICE float exp_f(float x) { return std::exp(x); }
+SHARC_DEVICE float exp2_f(float x) { return std::exp2(x); }
 SHARC_DEVICE float log_f(float x) { return std::log(x); }
 SHARC_DEVICE float sqrt_f(float x) { return std::sqrt(x); }
 SHARC_DEVICE float rsqrt_f(float x) { return 1.0f / std::sqrt(x); }
@@ -218,6 +240,8 @@ SHARC_DEVICE void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[
                               const float c[4]) {
   sim::mma_16x8x16(d, a, b, c);
 }
+SHARC_DEVICE void ldmatrix_x4(uint32_t (&r)[4], const bf16* row) { sim::ldmatrix_x4(r, row, false); }
+SHARC_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* row) { sim::ldmatrix_x4(r, row, true); }
 
 // On a stream queue the launch waits there, its arguments copied, until
 // the queue runs it (sim::StreamQueue).

@@ -69,18 +69,30 @@ class LaunchingKernels : public KernelSet {
     if (a.rows == 0 || a.cols == 0) return;
     with_activation_type(a.dtype, "layernorm_backward", [&](auto tag) {
       using T = decltype(tag);
-      launch("layernorm_backward_dx", layernorm_backward_dx_kernel<T>,
-             Dim3{blocks_for(a.rows, kLayerNormWarps)}, Dim3{kLayerNormWarps * kWarpSize}, 0,
-             stream(), static_cast<T*>(a.dx), static_cast<const T*>(a.dout),
-             static_cast<const T*>(a.x), a.w, a.mean, a.rstd, a.rows, a.cols, a.accumulate);
+      // 16 bytes at a time where every row starts 16-byte aligned.
+      const bool chunked = a.cols % kChunk<T> == 0 && reinterpret_cast<uintptr_t>(a.dx) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(a.dout) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+      auto run = [&](auto per) {
+        constexpr int kPer = decltype(per)::value;
+        launch("layernorm_backward_dx", layernorm_backward_dx_kernel<T, kPer>,
+               Dim3{blocks_for(a.rows, kLayerNormWarps)}, Dim3{kLayerNormWarps * kWarpSize}, 0,
+               stream(), static_cast<T*>(a.dx), static_cast<const T*>(a.dout),
+               static_cast<const T*>(a.x), a.w, a.mean, a.rstd, a.rows, a.cols, a.accumulate);
+        launch("layernorm_backward_partial", layernorm_backward_partial_kernel<T, kPer>,
+               Dim3{blocks_for(a.cols, kWarpSize * kPer), static_cast<unsigned>(layernorm_slices(a.rows))},
+               Dim3{kLayerNormWarps * kWarpSize}, 2 * kLayerNormWarps * kWarpSize * kPer * sizeof(float),
+               stream(), a.scratch, static_cast<const T*>(a.dout), static_cast<const T*>(a.x),
+               a.mean, a.rstd, a.rows, a.cols);
+      };
+      if (chunked)
+        run(std::integral_constant<int, kChunk<T>>{});
+      else
+        run(std::integral_constant<int, 1>{});
       const int slices = layernorm_slices(a.rows);
-      launch("layernorm_backward_partial", layernorm_backward_partial_kernel<T>,
-             Dim3{blocks_for(a.cols, kWarpSize), static_cast<unsigned>(slices)},
-             Dim3{kLayerNormWarps * kWarpSize}, 2 * kLayerNormWarps * kWarpSize * sizeof(float),
-             stream(), a.scratch, static_cast<const T*>(a.dout), static_cast<const T*>(a.x),
-             a.mean, a.rstd, a.rows, a.cols);
       launch("layernorm_backward_finish", layernorm_backward_finish_kernel,
-             Dim3{blocks_for(a.cols, 256)}, Dim3{256}, 0, stream(), a.dw, a.db,
+             Dim3{blocks_for(a.cols, kWarpSize)}, Dim3{kLayerNormWarps * kWarpSize},
+             kLayerNormWarps * kWarpSize * sizeof(float), stream(), a.dw, a.db,
              static_cast<const float*>(a.scratch), slices, a.cols, a.accumulate_params);
     });
   }
@@ -235,9 +247,9 @@ class LaunchingKernels : public KernelSet {
                Dim3{blocks_for(a.cols, kWarpSize), static_cast<unsigned>(slices)},
                Dim3{kLayerNormWarps * kWarpSize}, kLayerNormWarps * kWarpSize * sizeof(float),
                stream(), a.scratch, static_cast<const T*>(a.dout), a.rows, a.cols);
-      launch("column_sum_finish", column_sum_finish_kernel, Dim3{blocks_for(a.cols, 256)},
-             Dim3{256}, 0, stream(), a.db, static_cast<const float*>(a.scratch), slices, a.cols,
-             a.accumulate);
+      launch("column_sum_finish", column_sum_finish_kernel, Dim3{blocks_for(a.cols, kWarpSize)},
+             Dim3{kLayerNormWarps * kWarpSize}, kLayerNormWarps * kWarpSize * sizeof(float), stream(), a.db,
+             static_cast<const float*>(a.scratch), slices, a.cols, a.accumulate);
     });
   }
 

@@ -198,6 +198,9 @@ struct Gemm {
 // The blocks of a multi-tensor AdamW launch over tensors of these sizes.
 std::vector<TensorChunk> tensor_chunks(const std::vector<int64_t>& sizes);
 
+// The size of KernelSet::reduce_scratch: 1 MiB.
+constexpr size_t kReduceScratchFloats = size_t{1} << 18;
+
 class KernelSet {
  public:
   virtual ~KernelSet() = default;
@@ -225,6 +228,13 @@ class KernelSet {
   // The device clock (rt::ClockMode::kDevice): stamps on current_stream(),
   // or null where this KernelSet keeps none (a world then gives its own).
   virtual rt::StampSource* stamps() { return nullptr; }
+
+  // kReduceScratchFloats floats of this KernelSet's own memory for the
+  // partial sums of gpu::reduce's long reductions on stream s (work on one
+  // stream runs in order, so one buffer per stream serves them all), or
+  // null where it keeps none (gpu::reduce then makes each result in one
+  // pass). Like cuBLASLt's workspace, it is outside the buffer plan.
+  virtual float* reduce_scratch(Stream s) { return nullptr; }
 
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;

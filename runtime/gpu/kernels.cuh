@@ -69,10 +69,38 @@ SHARC_KERNEL void layernorm_forward_kernel(T* out, float* mean, float* rstd, con
   }
 }
 
+// The layer norm's backward moves its rows kPer elements at a time: one,
+// or kChunk<T> (16 bytes) where every row starts 16-byte aligned
+// (layernorm_chunked); thread work is then a run of kPer columns.
+template <class T>
+constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
+
+template <int kPer, class T>
+SHARC_DEVICE void load_run(float (&v)[kPer], const T* p) {
+  if constexpr (kPer == 1) {
+    v[0] = to_f32(p[0]);
+  } else {
+    alignas(16) T in[kPer];
+    copy_16_bytes(in, p);
+    for (int k = 0; k < kPer; ++k) v[k] = to_f32(in[k]);
+  }
+}
+template <int kPer, class T>
+SHARC_DEVICE void store_run(T* p, const float (&v)[kPer]) {
+  if constexpr (kPer == 1) {
+    p[0] = from_f32<T>(v[0]);
+  } else {
+    alignas(16) T out[kPer];
+    for (int k = 0; k < kPer; ++k) out[k] = from_f32<T>(v[k]);
+    copy_16_bytes(p, out);
+  }
+}
+
 // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) with
 // dxhat = dout * w; added to dx when `accumulate` (the residual stream's
-// gradient), written otherwise. One warp per row.
-template <class T>
+// gradient), written otherwise. One warp per row, lane l taking the runs
+// of kPer columns that start at l * kPer, (l + 32) * kPer, ...
+template <class T, int kPer>
 SHARC_KERNEL void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x, const float* w,
                                                const float* mean, const float* rstd, int rows,
                                                int cols, bool accumulate) {
@@ -83,19 +111,28 @@ SHARC_KERNEL void layernorm_backward_dx_kernel(T* dx, const T* dout, const T* x,
   const int64_t base = static_cast<int64_t>(row) * cols;
   const float m = mean[row], r = rstd[row];
   float sum_g = 0.0f, sum_gx = 0.0f;
-  for (int c = lane; c < cols; c += kWarpSize) {
-    const float g = to_f32(dout[base + c]) * w[c];
-    sum_g += g;
-    sum_gx += g * (to_f32(x[base + c]) - m) * r;
+  for (int c = lane * kPer; c < cols; c += kWarpSize * kPer) {
+    float d[kPer], xv[kPer];
+    load_run(d, dout + base + c);
+    load_run(xv, x + base + c);
+    for (int k = 0; k < kPer; ++k) {
+      const float g = d[k] * w[c + k];
+      sum_g += g;
+      sum_gx += g * (xv[k] - m) * r;
+    }
   }
   const float mean_g = warp_sum(sum_g) / static_cast<float>(cols);
   const float mean_gx = warp_sum(sum_gx) / static_cast<float>(cols);
-  for (int c = lane; c < cols; c += kWarpSize) {
-    const float g = to_f32(dout[base + c]) * w[c];
-    const float xhat = (to_f32(x[base + c]) - m) * r;
-    float d = r * (g - mean_g - xhat * mean_gx);
-    if (accumulate) d += to_f32(dx[base + c]);
-    dx[base + c] = from_f32<T>(d);
+  for (int c = lane * kPer; c < cols; c += kWarpSize * kPer) {
+    float d[kPer], xv[kPer], old[kPer];
+    load_run(d, dout + base + c);
+    load_run(xv, x + base + c);
+    if (accumulate) load_run(old, dx + base + c);
+    for (int k = 0; k < kPer; ++k) {
+      const float xhat = (xv[k] - m) * r;
+      d[k] = r * (d[k] * w[c + k] - mean_g - xhat * mean_gx) + (accumulate ? old[k] : 0.0f);
+    }
+    store_run(dx + base + c, d);
   }
 }
 
@@ -107,53 +144,85 @@ SHARC_HOST_DEVICE int layernorm_slices(int rows) {
 }
 
 // partial[s][0][c] = sum over slice s of dout * xhat, partial[s][1][c] = sum
-// of dout. Grid (ceil(cols / 32), slices), 256 threads: lane = column, warp =
-// row phase; the 8 warps' sums are added in warp order.
-template <class T>
+// of dout. Grid (ceil(cols / (32 kPer)), slices), 256 threads: lane l takes
+// the run of kPer columns at l * kPer, warp w rows w, w + 8, ... of the
+// slice; the 8 warps' sums are added in warp order.
+template <class T, int kPer>
 SHARC_KERNEL void layernorm_backward_partial_kernel(float* partial, const T* dout, const T* x,
                                                     const float* mean, const float* rstd,
                                                     int rows, int cols) {
-  float* scratch = shared_memory<float>();  // [2][8][32]
+  constexpr int kCols = kWarpSize * kPer;  // columns per block
+  float* scratch = shared_memory<float>();  // [2][kLayerNormWarps][kCols]
   const int lane = static_cast<int>(thread_x() % kWarpSize);
   const int warp = static_cast<int>(thread_x() / kWarpSize);
-  const int c = static_cast<int>(block_x()) * kWarpSize + lane;
+  const int c0 = static_cast<int>(block_x()) * kCols + lane * kPer;
   const int slice = static_cast<int>(block_y());
   const int r0 = slice * kLayerNormSliceRows;
   const int r1 = r0 + kLayerNormSliceRows < rows ? r0 + kLayerNormSliceRows : rows;
-  float dw = 0.0f, db = 0.0f;
-  if (c < cols)
+  float dw[kPer], db[kPer];
+  for (int k = 0; k < kPer; ++k) dw[k] = db[k] = 0.0f;
+  if (c0 < cols)  // a run is whole: kPer > 1 only where kPer divides cols
     for (int r = r0 + warp; r < r1; r += kLayerNormWarps) {
-      const int64_t i = static_cast<int64_t>(r) * cols + c;
-      const float g = to_f32(dout[i]);
-      dw += g * (to_f32(x[i]) - mean[r]) * rstd[r];
-      db += g;
+      const int64_t i = static_cast<int64_t>(r) * cols + c0;
+      float g[kPer], xv[kPer];
+      load_run(g, dout + i);
+      load_run(xv, x + i);
+      const float m = mean[r], rs = rstd[r];
+      for (int k = 0; k < kPer; ++k) {
+        dw[k] += g[k] * (xv[k] - m) * rs;
+        db[k] += g[k];
+      }
     }
-  scratch[warp * kWarpSize + lane] = dw;
-  scratch[(kLayerNormWarps + warp) * kWarpSize + lane] = db;
+  for (int k = 0; k < kPer; ++k) {
+    scratch[warp * kCols + lane * kPer + k] = dw[k];
+    scratch[(kLayerNormWarps + warp) * kCols + lane * kPer + k] = db[k];
+  }
   sync_block();
-  if (warp == 0 && c < cols) {
+  for (int col = static_cast<int>(thread_x()); col < kCols; col += static_cast<int>(block_dim_x())) {
+    const int c = static_cast<int>(block_x()) * kCols + col;
+    if (c >= cols) break;
     float sw = 0.0f, sb = 0.0f;
     for (int k = 0; k < kLayerNormWarps; ++k) {
-      sw += scratch[k * kWarpSize + lane];
-      sb += scratch[(kLayerNormWarps + k) * kWarpSize + lane];
+      sw += scratch[k * kCols + col];
+      sb += scratch[(kLayerNormWarps + k) * kCols + col];
     }
     partial[(static_cast<int64_t>(slice) * 2) * cols + c] = sw;
     partial[(static_cast<int64_t>(slice) * 2 + 1) * cols + c] = sb;
   }
 }
 
+// The second pass over per-slice partial sums, shared by the layer norm's
+// parameter gradients and the column sums: column c's total is the sum of
+// partial[s * stride + c] over s = 0 .. slices - 1, made by a block of
+// kLayerNormWarps warps per 32 columns (lane = column, warp w adding slices
+// w, w + 8, ...), the warps' sums added in warp order in `scratch`
+// ([kLayerNormWarps][32] floats of shared memory). Every thread of the
+// block calls it; lane c of warp 0 gets the total (the others get 0).
+SHARC_DEVICE float sum_slices(const float* partial, int64_t stride, int slices, int c, int cols, float* scratch) {
+  const int lane = static_cast<int>(thread_x() % kWarpSize);
+  const int warp = static_cast<int>(thread_x() / kWarpSize);
+  float s = 0.0f;
+  if (c < cols)
+    for (int k = warp; k < slices; k += kLayerNormWarps) s += partial[static_cast<int64_t>(k) * stride + c];
+  scratch[warp * kWarpSize + lane] = s;
+  sync_block();
+  float total = 0.0f;
+  if (warp == 0)
+    for (int k = 0; k < kLayerNormWarps; ++k) total += scratch[k * kWarpSize + lane];
+  sync_block();  // scratch may be written again by the caller
+  return total;
+}
+
 // dw[c] (+)= sum over slices of partial[s][0][c], db likewise, in slice
-// order. One thread per column.
+// order (sum_slices). Grid ceil(cols / 32), kLayerNormWarps warps.
 SHARC_KERNEL inline void layernorm_backward_finish_kernel(float* dw, float* db,
                                                           const float* partial, int slices,
                                                           int cols, bool accumulate) {
-  const int c = static_cast<int>(block_x() * block_dim_x() + thread_x());
-  if (c >= cols) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (int s = 0; s < slices; ++s) {
-    sw += partial[(static_cast<int64_t>(s) * 2) * cols + c];
-    sb += partial[(static_cast<int64_t>(s) * 2 + 1) * cols + c];
-  }
+  float* scratch = shared_memory<float>();  // [8][32]
+  const int c = static_cast<int>(block_x()) * kWarpSize + static_cast<int>(thread_x() % kWarpSize);
+  const float sw = sum_slices(partial, 2 * static_cast<int64_t>(cols), slices, c, cols, scratch);
+  const float sb = sum_slices(partial + cols, 2 * static_cast<int64_t>(cols), slices, c, cols, scratch);
+  if (thread_x() >= kWarpSize || c >= cols) return;
   dw[c] = accumulate ? dw[c] + sw : sw;
   db[c] = accumulate ? db[c] + sb : sb;
 }
@@ -187,10 +256,10 @@ SHARC_KERNEL void column_sum_partial_kernel(float* partial, const T* x, int rows
 
 SHARC_KERNEL inline void column_sum_finish_kernel(float* out, const float* partial, int slices,
                                                   int cols, bool accumulate) {
-  const int c = static_cast<int>(block_x() * block_dim_x() + thread_x());
-  if (c >= cols) return;
-  float s = 0.0f;
-  for (int k = 0; k < slices; ++k) s += partial[static_cast<int64_t>(k) * cols + c];
+  float* scratch = shared_memory<float>();  // [8][32]
+  const int c = static_cast<int>(block_x()) * kWarpSize + static_cast<int>(thread_x() % kWarpSize);
+  const float s = sum_slices(partial, cols, slices, c, cols, scratch);
+  if (thread_x() >= kWarpSize || c >= cols) return;
   out[c] = accumulate ? out[c] + s : s;
 }
 
@@ -240,15 +309,25 @@ SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
   if (dloss_rows) dloss = dloss_rows[row];
   // Read before any thread may overwrite the row with gradients.
   const float target_logit = !valid ? NAN : target >= 0 ? to_f32(logits[base + target]) : 0.0f;
+  // 16 bytes at a time (8 bf16 or 4 f32 logits) where every row starts
+  // 16-byte aligned, else one logit at a time: thread tid takes chunks tid,
+  // tid + threads, ... of kPer logits.
+  constexpr int kPer = 16 / static_cast<int>(sizeof(T));
+  const bool chunks = vocab % kPer == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(dlogits) % 16 == 0;
+  const int per = chunks ? kPer : 1, step = per * static_cast<int>(block_dim_x());
   MaxSum acc{-INFINITY, 0.0f};
-  for (int c = tid; c < vocab; c += static_cast<int>(block_dim_x())) {
-    const float v = to_f32(logits[base + c]);
-    if (v > acc.max) {
-      acc.sum = acc.sum * exp_f(acc.max - v) + 1.0f;
-      acc.max = v;
-    } else {
-      acc.sum += exp_f(v - acc.max);
-    }
+  for (int c0 = tid * per; c0 < vocab; c0 += step) {
+    alignas(16) T x[kPer];
+    if (chunks)
+      copy_16_bytes(x, logits + base + c0);
+    else
+      x[0] = logits[base + c0];
+    float mx = acc.max;
+    for (int k = 0; k < per; ++k) mx = fmaxf(mx, to_f32(x[k]));
+    float sum = mx == -INFINITY ? 0.0f : acc.sum * exp_f(acc.max - mx);
+    for (int k = 0; k < per; ++k) sum += mx == -INFINITY ? 0.0f : exp_f(to_f32(x[k]) - mx);
+    acc = {mx, sum};
   }
   for (int m = kWarpSize / 2; m > 0; m /= 2)
     acc = combine(acc, MaxSum{shfl_xor(acc.max, m), shfl_xor(acc.sum, m)});
@@ -264,10 +343,20 @@ SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
   const float lse = acc.max + log_f(acc.sum);
   if (tid == 0) loss[row] = valid ? lse - target_logit : NAN;
   if (!dlogits) return;
-  for (int c = tid; c < vocab; c += static_cast<int>(block_dim_x())) {
-    const float p = exp_f(to_f32(logits[base + c]) - lse);
-    const float g = valid ? (p - (c == target ? 1.0f : 0.0f)) * dloss : NAN;
-    dlogits[base + c] = from_f32<T>(g);
+  for (int c0 = tid * per; c0 < vocab; c0 += step) {
+    alignas(16) T x[kPer];
+    if (chunks)
+      copy_16_bytes(x, logits + base + c0);
+    else
+      x[0] = logits[base + c0];
+    for (int k = 0; k < per; ++k) {
+      const float p = exp_f(to_f32(x[k]) - lse);
+      x[k] = from_f32<T>(valid ? (p - (c0 + k == target ? 1.0f : 0.0f)) * dloss : NAN);
+    }
+    if (chunks)
+      copy_16_bytes(dlogits + base + c0, x);
+    else
+      dlogits[base + c0] = x[0];
   }
 }
 
@@ -632,6 +721,7 @@ SHARC_KERNEL void attention_backward_dq_kernel(AttentionGradArgs<T> a) {
 // tiles are staged in shared memory as bf16.
 
 constexpr int kTcWarps = 4;
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr int kTcRows = 16 * kTcWarps;  // query rows per block
 constexpr int kTcKeys = 64;             // keys per tile
 // A shared tile's rows are D + kTcPad bf16 apart: 16 bytes more than a row,
@@ -675,6 +765,48 @@ SHARC_DEVICE void load_tc_tile(bf16* tile, const bf16* x, AttentionStrides s, in
   }
 }
 
+// Whether every row of one head of x starts 16-byte aligned (the usual
+// case: a packed qkv projection), so that TcTileFetch can move its tiles.
+SHARC_DEVICE bool tc_rows_aligned(const bf16* x, AttentionStrides s, int b, int h) {
+  return reinterpret_cast<uintptr_t>(x + attention_offset(s, b, 0, h)) % 16 == 0 && s.token % 8 == 0;
+}
+
+// A tile's rows held in registers between their global loads and their
+// store to shared memory, so that a kernel fetches the next tile while it
+// computes on the current one and the global loads' latency hides behind
+// the tensor-core work (what cp.async does on the device; a register
+// prefetch runs on the simulator too). Rows of 16-byte chunks only
+// (tc_rows_aligned); thread i takes chunks i, i + threads, ... of the tile.
+template <int D>
+struct TcTileFetch {
+  static constexpr int kChunks = D / 8;  // per row
+  static constexpr int kThreads = kTcWarps * kWarpSize;
+  static constexpr int kPerThread = (kTcKeys * kChunks + kThreads - 1) / kThreads;
+  struct alignas(16) Chunk {
+    uint32_t w[4];
+  };
+  Chunk data[kPerThread];
+
+  // Rows [r0, r0 + kTcKeys) of one head of x; rows past seq are zero.
+  SHARC_DEVICE void fetch(const bf16* x, AttentionStrides s, int b, int h, int r0, int seq) {
+    const bf16* head = x + attention_offset(s, b, 0, h);
+    for (int k = 0; k < kPerThread; ++k) {
+      const int i = static_cast<int>(thread_x()) + k * kThreads, r = i / kChunks, c = i % kChunks;
+      if (i < kTcKeys * kChunks && r0 + r < seq)
+        copy_16_bytes(&data[k], head + (r0 + r) * s.token + c * 8);
+      else
+        data[k] = Chunk{{0, 0, 0, 0}};
+    }
+  }
+  // Into a [kTcKeys][kTcStride] tile.
+  SHARC_DEVICE void store(bf16* tile) const {
+    for (int k = 0; k < kPerThread; ++k) {
+      const int i = static_cast<int>(thread_x()) + k * kThreads;
+      if (i < kTcKeys * kChunks) copy_16_bytes(tile + (i / kChunks) * kTcStride<D> + (i % kChunks) * 8, &data[k]);
+    }
+  }
+};
+
 // A fragments of 16 rows of x starting at row0 (rows past seq are zero).
 template <int D>
 SHARC_DEVICE void load_tc_rows(uint32_t (&f)[D / 16][4], const bf16* x, AttentionStrides s, int b,
@@ -689,38 +821,44 @@ SHARC_DEVICE void load_tc_rows(uint32_t (&f)[D / 16][4], const bf16* x, Attentio
 }
 
 // acc[nt] = A (16 x D, fragments a) times tile^T (D x kTcKeys): the tile's
-// rows are the product's columns, so each B pair is two adjacent elements of
-// one tile row.
+// rows are the product's columns. One ldmatrix_x4 loads the B fragments of
+// two column blocks, nt and nt + 1, for one step kk: its matrix j is tile
+// rows (nt + j / 2) * 8 .. + 8, columns kk * 16 + (j % 2) * 8 .. + 8.
 template <int D>
 SHARC_DEVICE void mma_rows_by_tile_t(float (&acc)[kTcKeys / 8][4], const uint32_t (&a)[D / 16][4],
                                      const bf16* tile) {
-  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
-  for (int nt = 0; nt < kTcKeys / 8; ++nt) {
-    acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  const int lane = static_cast<int>(thread_x() % kWarpSize), i = lane % 8, j = lane / 8;
+  for (int nt = 0; nt < kTcKeys / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  for (int nt = 0; nt < kTcKeys / 8; nt += 2)
     for (int kk = 0; kk < D / 16; ++kk) {
-      const bf16* p = tile + (nt * 8 + g) * kTcStride<D> + kk * 16 + 2 * t;
-      const uint32_t bf[2] = {load_bf16x2(p), load_bf16x2(p + 8)};
-      mma_16x8x16(acc[nt], a[kk], bf, acc[nt]);
+      uint32_t b[4];
+      ldmatrix_x4(b, tile + ((nt + j / 2) * 8 + i) * kTcStride<D> + kk * 16 + (j % 2) * 8);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      mma_16x8x16(acc[nt], a[kk], b0, acc[nt]);
+      mma_16x8x16(acc[nt + 1], a[kk], b1, acc[nt + 1]);
     }
-  }
 }
 
 // acc (16 x D) += P (16 x kTcKeys, accumulator registers, rounded to bf16)
-// times tile (kTcKeys x D): each B pair is one column of two tile rows.
+// times tile (kTcKeys x D): a B fragment is the tile's columns, so it is
+// loaded transposed; one ldmatrix_x4_trans gives two column blocks, dn and
+// dn + 1, its matrix j being tile rows kk * 16 + (j % 2) * 8 .. + 8, columns
+// (dn + j / 2) * 8 .. + 8.
 template <int D>
 SHARC_DEVICE void mma_acc_by_tile(float (&acc)[D / 8][4], const float (&p)[kTcKeys / 8][4],
                                   const bf16* tile) {
-  const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  const int lane = static_cast<int>(thread_x() % kWarpSize), i = lane % 8, j = lane / 8;
   for (int kk = 0; kk < kTcKeys / 16; ++kk) {
     const uint32_t pf[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]),
                             pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
                             pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                             pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-    for (int dn = 0; dn < D / 8; ++dn) {
-      constexpr int S = kTcStride<D>;
-      const bf16* vp = tile + (kk * 16 + 2 * t) * S + dn * 8 + g;
-      const uint32_t bf[2] = {pack_bits(vp[0], vp[S]), pack_bits(vp[8 * S], vp[9 * S])};
-      mma_16x8x16(acc[dn], pf, bf, acc[dn]);
+    for (int dn = 0; dn < D / 8; dn += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, tile + (kk * 16 + (j % 2) * 8 + i) * kTcStride<D> + (dn + j / 2) * 8);
+      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      mma_16x8x16(acc[dn], pf, b0, acc[dn]);
+      mma_16x8x16(acc[dn + 1], pf, b1, acc[dn + 1]);
     }
   }
 }
@@ -757,19 +895,42 @@ SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
   load_tc_rows<D>(qf, a.q, a.sq, b, h, q0, a.seq);
   float o[D / 8][4];
   for (auto& x : o) x[0] = x[1] = x[2] = x[3] = 0.0f;
+  // The running maximum m is of the scores times log2(e), so that each
+  // exponential is one exp2.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float scale_log2 = a.scale * kLog2e;
 
   const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
   const int key_end = a.causal ? block_end : a.seq;
+  // Block-uniform: K and V tiles fetched a tile ahead, or loaded in place.
+  const bool ahead = tc_rows_aligned(a.k, a.sk, b, h) && tc_rows_aligned(a.v, a.sv, b, h);
+  TcTileFetch<D> next_k, next_v;
+  if (ahead) {
+    next_k.fetch(a.k, a.sk, b, h, 0, a.seq);
+    next_v.fetch(a.v, a.sv, b, h, 0, a.seq);
+  }
   for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
-    load_tc_tile<D>(ks, a.k, a.sk, b, h, j0, a.seq);
-    load_tc_tile<D>(vs, a.v, a.sv, b, h, j0, a.seq);
+    if (ahead) {
+      next_k.store(ks);
+      next_v.store(vs);
+      if (j0 + kTcKeys < key_end) {
+        next_k.fetch(a.k, a.sk, b, h, j0 + kTcKeys, a.seq);
+        next_v.fetch(a.v, a.sv, b, h, j0 + kTcKeys, a.seq);
+      }
+    } else {
+      load_tc_tile<D>(ks, a.k, a.sk, b, h, j0, a.seq);
+      load_tc_tile<D>(vs, a.v, a.sv, b, h, j0, a.seq);
+    }
     sync_block();
     // Warp-uniform: a warp past the sequence, or whose rows all precede
     // the tile (causal), has nothing to add.
     if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
       float s[kTcKeys / 8][4];
       mma_rows_by_tile_t<D>(s, qf, ks);  // S = Q K^T
+      // Warp-uniform: whether some key of the tile is hidden from some row
+      // of the warp (past the sequence, or after the row); only then is
+      // each score checked.
+      const bool edge = j0 + kTcKeys > a.seq || (a.causal && j0 + kTcKeys - 1 > q0);
       for (int half = 0; half < 2; ++half) {
         const int row = rows[half];
         float mx = -INFINITY;
@@ -777,18 +938,18 @@ SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
           for (int e = 0; e < 2; ++e) {
             const int key = j0 + nt * 8 + 2 * t + e;
             float& v = s[nt][half * 2 + e];
-            v = key >= a.seq || (a.causal && key > row) ? -INFINITY : v * a.scale;
+            v = edge && (key >= a.seq || (a.causal && key > row)) ? -INFINITY : v * scale_log2;
             mx = fmaxf(mx, v);
           }
         mx = fmaxf(mx, shfl_xor(mx, 1));
         mx = fmaxf(mx, shfl_xor(mx, 2));
         const float m_new = fmaxf(m[half], mx);
-        const float correction = m_new == -INFINITY ? 1.0f : exp_f(m[half] - m_new);
+        const float correction = m_new == -INFINITY ? 1.0f : exp2_f(m[half] - m_new);
         float sum = 0.0f;
         for (int nt = 0; nt < kTcKeys / 8; ++nt)
           for (int e = 0; e < 2; ++e) {
             float& v = s[nt][half * 2 + e];
-            v = v == -INFINITY ? 0.0f : exp_f(v - m_new);
+            v = edge && v == -INFINITY ? 0.0f : exp2_f(v - m_new);
             sum += v;
           }
         sum += shfl_xor(sum, 1);
@@ -812,7 +973,7 @@ SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
     for (int dn = 0; dn < D / 8; ++dn)
       for (int e = 0; e < 2; ++e)
         out[dn * 8 + 2 * t + e] = from_f32<bf16>(o[dn][half * 2 + e] * inv);
-    if (t == 0) a.lse[(static_cast<int64_t>(b) * a.heads + h) * a.seq + row] = m[half] + log_f(l[half]);
+    if (t == 0) a.lse[(static_cast<int64_t>(b) * a.heads + h) * a.seq + row] = m[half] * kLn2 + log_f(l[half]);
   }
 }
 
@@ -828,6 +989,7 @@ SHARC_KERNEL void attention_backward_dkv_tc_kernel(AttentionGradArgs<bf16> a) {
   bf16* gs = qs + kTcTile<D>;        // [kTcKeys][kTcStride<D>] dout
   float* lse_s = reinterpret_cast<float*>(gs + kTcTile<D>);
   float* delta_s = lse_s + kTcKeys;
+  const float scale_log2 = a.scale * kLog2e;  // lse_s holds lse * log2(e)
   const int warp = static_cast<int>(thread_x() / kWarpSize);
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
   const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
@@ -841,23 +1003,53 @@ SHARC_KERNEL void attention_backward_dkv_tc_kernel(AttentionGradArgs<bf16> a) {
   for (int dn = 0; dn < D / 8; ++dn)
     for (int r = 0; r < 4; ++r) dk[dn][r] = dv[dn][r] = 0.0f;
   const int first = a.causal ? block_k0 - block_k0 % kTcKeys : 0;
+  // Block-uniform: Q and dO tiles (and their rows' lse and delta, one row
+  // per thread: kTcKeys <= threads) fetched a tile ahead, or loaded in place.
+  static_assert(kTcKeys <= kTcWarps * kWarpSize, "a thread per row of the statistics");
+  const bool ahead = tc_rows_aligned(a.q, a.sq, b, h) && tc_rows_aligned(a.dout, a.sdo, b, h);
+  TcTileFetch<D> next_q, next_g;
+  const int tr = static_cast<int>(thread_x());
+  auto stat_at = [&](const float* x, int i0) {
+    return tr < kTcKeys && i0 + tr < a.seq ? x[stat + i0 + tr] : 0.0f;
+  };
+  float next_lse = stat_at(a.lse, first), next_delta = stat_at(a.delta, first);
+  if (ahead) {
+    next_q.fetch(a.q, a.sq, b, h, first, a.seq);
+    next_g.fetch(a.dout, a.sdo, b, h, first, a.seq);
+  }
   for (int i0 = first; i0 < a.seq; i0 += kTcKeys) {
-    load_tc_tile<D>(qs, a.q, a.sq, b, h, i0, a.seq);
-    load_tc_tile<D>(gs, a.dout, a.sdo, b, h, i0, a.seq);
-    for (int r = static_cast<int>(thread_x()); r < kTcKeys; r += static_cast<int>(block_dim_x())) {
-      lse_s[r] = i0 + r < a.seq ? a.lse[stat + i0 + r] : 0.0f;
-      delta_s[r] = i0 + r < a.seq ? a.delta[stat + i0 + r] : 0.0f;
+    if (ahead) {
+      next_q.store(qs);
+      next_g.store(gs);
+    } else {
+      load_tc_tile<D>(qs, a.q, a.sq, b, h, i0, a.seq);
+      load_tc_tile<D>(gs, a.dout, a.sdo, b, h, i0, a.seq);
+    }
+    if (tr < kTcKeys) {
+      lse_s[tr] = next_lse * kLog2e;
+      delta_s[tr] = next_delta;
+    }
+    if (i0 + kTcKeys < a.seq) {
+      if (ahead) {
+        next_q.fetch(a.q, a.sq, b, h, i0 + kTcKeys, a.seq);
+        next_g.fetch(a.dout, a.sdo, b, h, i0 + kTcKeys, a.seq);
+      }
+      next_lse = stat_at(a.lse, i0 + kTcKeys);
+      next_delta = stat_at(a.delta, i0 + kTcKeys);
     }
     sync_block();
     if (k0 < a.seq && !(a.causal && i0 + kTcKeys <= k0)) {
       float p[kTcKeys / 8][4], ds[kTcKeys / 8][4];
       mma_rows_by_tile_t<D>(p, kf, qs);
       mma_rows_by_tile_t<D>(ds, vf, gs);
+      // Warp-uniform: some query of the tile is past the sequence or
+      // precedes some key of the warp.
+      const bool edge = i0 + kTcKeys > a.seq || (a.causal && i0 < k0 + 15);
       for (int nt = 0; nt < kTcKeys / 8; ++nt)
         for (int r = 0; r < 4; ++r) {
           const int key = k0 + g + 8 * (r / 2), c = nt * 8 + 2 * t + r % 2, query = i0 + c;
-          const bool masked = query >= a.seq || (a.causal && query < key);
-          const float pv = masked ? 0.0f : exp_f(p[nt][r] * a.scale - lse_s[c]);
+          const bool masked = edge && (query >= a.seq || (a.causal && query < key));
+          const float pv = masked ? 0.0f : exp2_f(p[nt][r] * scale_log2 - lse_s[c]);
           p[nt][r] = pv;
           ds[nt][r] = pv * (ds[nt][r] - delta_s[c]);
         }
@@ -890,26 +1082,43 @@ SHARC_KERNEL void attention_backward_dq_tc_kernel(AttentionGradArgs<bf16> a) {
   float lse[2], delta[2];
   for (int half = 0; half < 2; ++half) {
     const int row = q0 + g + 8 * half;
-    lse[half] = row < a.seq ? a.lse[stat + row] : 0.0f;
+    lse[half] = row < a.seq ? a.lse[stat + row] * kLog2e : 0.0f;  // for exp2
     delta[half] = row < a.seq ? a.delta[stat + row] : 0.0f;
   }
+  const float scale_log2 = a.scale * kLog2e;
   float dq[D / 8][4];
   for (int dn = 0; dn < D / 8; ++dn) dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
   const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
   const int key_end = a.causal ? block_end : a.seq;
+  const bool ahead = tc_rows_aligned(a.k, a.sk, b, h) && tc_rows_aligned(a.v, a.sv, b, h);  // as the forward's
+  TcTileFetch<D> next_k, next_v;
+  if (ahead) {
+    next_k.fetch(a.k, a.sk, b, h, 0, a.seq);
+    next_v.fetch(a.v, a.sv, b, h, 0, a.seq);
+  }
   for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
-    load_tc_tile<D>(ks, a.k, a.sk, b, h, j0, a.seq);
-    load_tc_tile<D>(vs, a.v, a.sv, b, h, j0, a.seq);
+    if (ahead) {
+      next_k.store(ks);
+      next_v.store(vs);
+      if (j0 + kTcKeys < key_end) {
+        next_k.fetch(a.k, a.sk, b, h, j0 + kTcKeys, a.seq);
+        next_v.fetch(a.v, a.sv, b, h, j0 + kTcKeys, a.seq);
+      }
+    } else {
+      load_tc_tile<D>(ks, a.k, a.sk, b, h, j0, a.seq);
+      load_tc_tile<D>(vs, a.v, a.sv, b, h, j0, a.seq);
+    }
     sync_block();
     if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
       float ds[kTcKeys / 8][4], dp[kTcKeys / 8][4];
       mma_rows_by_tile_t<D>(ds, qf, ks);
       mma_rows_by_tile_t<D>(dp, gf, vs);
+      const bool edge = j0 + kTcKeys > a.seq || (a.causal && j0 + kTcKeys - 1 > q0);  // as the forward's
       for (int nt = 0; nt < kTcKeys / 8; ++nt)
         for (int r = 0; r < 4; ++r) {
           const int row = q0 + g + 8 * (r / 2), key = j0 + nt * 8 + 2 * t + r % 2;
-          const bool masked = key >= a.seq || (a.causal && key > row);
-          const float p = masked ? 0.0f : exp_f(ds[nt][r] * a.scale - lse[r / 2]);
+          const bool masked = edge && (key >= a.seq || (a.causal && key > row));
+          const float p = masked ? 0.0f : exp2_f(ds[nt][r] * scale_log2 - lse[r / 2]);
           ds[nt][r] = p * (dp[nt][r] - delta[r / 2]);
         }
       mma_acc_by_tile<D>(dq, ds, ks);

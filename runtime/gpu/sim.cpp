@@ -46,6 +46,8 @@ struct BlockRun : Block {
   std::vector<Thread> thread_states;
   std::vector<float> lane_values;                  // warp_exchange
   std::vector<std::array<uint32_t, 6>> mma_words;  // mma_16x8x16: a[4], b[2]
+  std::vector<const unsigned char*> lane_rows;     // ldmatrix_x4
+  size_t shared_bytes = 0;
 };
 
 thread_local Thread* t_current = nullptr;
@@ -182,6 +184,35 @@ void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2], const flo
   for (unsigned r = 0; r < 4; ++r) d[r] = out[r];
 }
 
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
+  Thread& me = current();
+  BlockRun& blk = block_of(me);
+  const unsigned warp = me.thread / kLanes, lane = me.thread % kLanes;
+  const auto* p = static_cast<const unsigned char*>(row);
+  if (p < blk.shared || p + 16 > blk.shared + blk.shared_bytes || (p - blk.shared) % 16 != 0)
+    throw std::runtime_error(std::string("gpu simulator: kernel ") + blk.what + ": thread " +
+                             std::to_string(me.thread) + " gives ldmatrix a row " +
+                             (p < blk.shared || p + 16 > blk.shared + blk.shared_bytes
+                                  ? "outside the block's shared memory"
+                                  : "that is not 16-byte aligned"));
+  Barrier& bar = blk.warp_barriers[warp];
+  blk.lane_rows[me.thread] = p;
+  arrive_and_wait(bar, "ldmatrix");
+  // Element c of row i of matrix j: the bits of the bf16 at that row's address + 2c.
+  auto element = [&](unsigned j, unsigned i, unsigned c) {
+    uint16_t bits;
+    std::memcpy(&bits, blk.lane_rows[warp * kLanes + j * 8 + i] + 2 * c, 2);
+    return static_cast<uint32_t>(bits);
+  };
+  const unsigned g = lane / 4, t = lane % 4;
+  uint32_t out[4];
+  for (unsigned j = 0; j < 4; ++j)
+    out[j] = trans ? element(j, 2 * t, g) | element(j, 2 * t + 1, g) << 16
+                   : element(j, g, 2 * t) | element(j, g, 2 * t + 1) << 16;
+  arrive_and_wait(bar, "ldmatrix");  // nobody overwrites a slot before all have read
+  for (unsigned j = 0; j < 4; ++j) r[j] = out[j];
+}
+
 void run_independent(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
                      const std::function<void()>& body) {
   if (threads == 0 || threads % kLanes != 0 || threads > 1024)
@@ -244,6 +275,8 @@ void run(const char* what, Dim grid, unsigned threads, size_t shared_bytes,
         for (unsigned i = 0; i < threads; ++i) b.thread_states[i] = {i, &b};
         b.lane_values.assign(threads, 0.0f);
         b.mma_words.resize(threads);
+        b.lane_rows.assign(threads, nullptr);
+        b.shared_bytes = shared_bytes;
         if (fibers) {
           rt::FiberPool& pool = pool_for(threads);
           b.pool = &pool;

@@ -51,6 +51,11 @@ float warp_exchange(float v, int src_lane);
 // The tensor-core instruction mma.sync.m16n8k16 (bf16 in, f32 accumulate),
 // with the fragment layout of the PTX ISA (see dialect.h).
 void mma_16x8x16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+// The warp instruction ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16
+// (dialect.h, ldmatrix_x4): `row` is this lane's row address, which must
+// lie in the block's shared memory, 16-byte aligned (anything else throws,
+// naming the kernel: on a GPU, undefined behaviour).
+void ldmatrix_x4(uint32_t r[4], const void* row, bool trans);
 
 // Runs `body` (a kernel call) on every thread of every block of `grid`,
 // blocks of `threads` threads with `shared_bytes` of shared memory; returns

@@ -85,6 +85,13 @@ class SimKernels : public LaunchingKernels {
 
  public:
 
+  // Shared by every device, whose threads call it at once; its launches
+  // run when given, so each thread's buffer serves that thread's calls.
+  float* reduce_scratch(Stream) override {
+    thread_local std::vector<float> scratch(kReduceScratchFloats);
+    return scratch.data();
+  }
+
   void* alloc(size_t bytes) override {
     return ::operator new(bytes > 0 ? bytes : 1, std::align_val_t{256});
   }
@@ -147,6 +154,12 @@ class DeferredSimKernels final : public SimKernels {
   Stream compute_stream() override { return &compute_; }
   Stream comm_stream() override { return &comm_; }
   void use_stream(Stream s) override { LaunchingKernels::use_stream(s); }  // SimKernels' ignores it
+  // A buffer per stream: queued launches read it late.
+  float* reduce_scratch(Stream s) override {
+    std::vector<float>& scratch = s == &comm_ ? comm_scratch_ : compute_scratch_;
+    if (scratch.empty()) scratch.resize(kReduceScratchFloats);
+    return scratch.data();
+  }
   void wait_stream(Stream waiter, Stream on) override {
     if (ignore_waits_ || !waiter || !on) return;
     auto* q = queue(on);
@@ -214,6 +227,7 @@ class DeferredSimKernels final : public SimKernels {
   }
 
   bool ignore_waits_;
+  std::vector<float> compute_scratch_, comm_scratch_;
   sim::StreamQueue compute_{"compute"}, comm_{"comm"};
 };
 

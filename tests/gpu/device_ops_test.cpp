@@ -143,7 +143,7 @@ TEST(DeviceOps, LongReductionsMatchTheCpuRuntime) {
     std::vector<int> axes;
   };
   const Case cases[] = {{{45, 300}, {1}},       {{600, 37}, {0}},     {{20, 30, 33}, {0, 1}},
-                        {{20, 33, 30}, {0, 2}}, {{3, 700, 5}, {1}}};
+                        {{20, 33, 30}, {0, 2}}, {{3, 700, 5}, {1}},   {{2000, 40}, {0}}};
   for (const Case& c : cases)
     for (const rt::ReduceOp op : {rt::ReduceOp::kSum, rt::ReduceOp::kMax}) {
       int64_t n = 1, all = 1;
@@ -154,16 +154,24 @@ TEST(DeviceOps, LongReductionsMatchTheCpuRuntime) {
       const std::vector<float> x = values(all, 0.7);
       std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n), -1.0f);
       rt::reduce(x.data(), c.shape, c.axes, op, want.data());
-      reduce(sim(), x.data(), c.shape, c.axes, op, got.data());
-      const std::string what = "reduce of " + std::to_string(all) + " elements to " + std::to_string(n) +
-                               (op == rt::ReduceOp::kMax ? " (max)" : " (sum)");
-      if (op == rt::ReduceOp::kMax) {
-        expect_same(want, got, what);
-        continue;
+      // With the KernelSet's scratch (two passes over slices of the reduced
+      // elements, where the results are not one contiguous run each), and
+      // without (one pass).
+      for (const bool scratch : {true, false}) {
+        const DeviceContext d{scratch ? &simulated_kernels() : nullptr, nullptr};
+        std::fill(got.begin(), got.end(), -1.0f);
+        reduce(d, x.data(), c.shape, c.axes, op, got.data());
+        const std::string what = "reduce of " + std::to_string(all) + " elements to " + std::to_string(n) +
+                                 (op == rt::ReduceOp::kMax ? " (max)" : " (sum)") +
+                                 (scratch ? ", in slices" : ", in one pass");
+        if (op == rt::ReduceOp::kMax) {
+          expect_same(want, got, what);
+          continue;
+        }
+        const double terms = static_cast<double>(all / n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_NEAR(got[i], want[i], 3.0 * terms * 1e-6) << what << ", result " << i;
       }
-      const double terms = static_cast<double>(all / n);
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_NEAR(got[i], want[i], 3.0 * terms * 1e-6) << what << ", result " << i;
     }
 }
 

@@ -190,62 +190,70 @@ TEST_P(GpuKernelsByType, LayerNormForwardMatchesTheReference) {
 
 TEST_P(GpuKernelsByType, LayerNormBackwardMatchesTheReferenceAndAccumulates) {
   const DType t = GetParam();
-  const int rows = 150, cols = 45;  // 3 slices of 64 rows for dw/db, the last partial
-  auto x = random_values(rows * cols, 4, -2.0f, 2.0f);
-  auto dout = random_values(rows * cols, 5);
-  auto w = random_values(cols, 6, 0.5f, 1.5f), b = random_values(cols, 7);
-  const auto xs = as_stored(x, t), gs = as_stored(dout, t);
-  const auto fwd = layernorm_ref(xs, w, b, rows, cols, 1e-5);
-  std::vector<float> mean(fwd.mean.begin(), fwd.mean.end()), rstd(fwd.rstd.begin(), fwd.rstd.end());
-  auto dx0 = random_values(rows * cols, 8), dw0 = random_values(cols, 9), db0 = random_values(cols, 10);
-  const auto dx0s = as_stored(dx0, t);
+  // 9 slices of kLayerNormSliceRows (256) rows for dw/db, the last partial,
+  // summed by 8 warps (one takes two slices). 45 columns: one element at a
+  // time, 2 tiles of 32 columns; 264: 16 bytes at a time (8 bf16, 4 f32),
+  // 33 (66) runs, so a lane takes two runs of a row and the last block of
+  // 32 runs is partial.
+  for (const int cols : {45, 264}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const int rows = 2200;
+    auto x = random_values(rows * cols, 4, -2.0f, 2.0f);
+    auto dout = random_values(rows * cols, 5);
+    auto w = random_values(cols, 6, 0.5f, 1.5f), b = random_values(cols, 7);
+    const auto xs = as_stored(x, t), gs = as_stored(dout, t);
+    const auto fwd = layernorm_ref(xs, w, b, rows, cols, 1e-5);
+    std::vector<float> mean(fwd.mean.begin(), fwd.mean.end()), rstd(fwd.rstd.begin(), fwd.rstd.end());
+    auto dx0 = random_values(rows * cols, 8), dw0 = random_values(cols, 9), db0 = random_values(cols, 10);
+    const auto dx0s = as_stored(dx0, t);
 
-  std::vector<double> dx(rows * cols), dw(cols), db(cols);
-  for (int i = 0; i < rows; ++i) {
-    double mg = 0, mgx = 0;
-    for (int c = 0; c < cols; ++c) {
-      const double g = gs[i * cols + c] * w[c], xh = (xs[i * cols + c] - mean[i]) * rstd[i];
-      mg += g;
-      mgx += g * xh;
-      dw[c] += gs[i * cols + c] * xh;
-      db[c] += gs[i * cols + c];
-    }
-    mg /= cols;
-    mgx /= cols;
-    for (int c = 0; c < cols; ++c) {
-      const double g = gs[i * cols + c] * w[c], xh = (xs[i * cols + c] - mean[i]) * rstd[i];
-      dx[i * cols + c] = rstd[i] * (g - mg - xh * mgx);
-    }
-  }
-  for (bool accumulate : {false, true}) {
-    SCOPED_TRACE(accumulate ? "accumulate" : "write");
-    LayerNormBackward a;
-    a.dtype = t;
-    a.dx = to_device(dx0, t);
-    a.dw = f32(dw0);
-    a.db = f32(db0);
-    a.scratch = static_cast<float*>(alloc(layernorm_backward_scratch(rows, cols) * 4));
-    a.dout = to_device(dout, t);
-    a.x = to_device(x, t);
-    a.w = f32(w);
-    a.mean = f32(mean);
-    a.rstd = f32(rstd);
-    a.rows = rows;
-    a.cols = cols;
-    a.accumulate = accumulate;
-    a.accumulate_params = accumulate;
-    k_->layernorm_backward(a);
-    std::vector<double> want_dx = dx, want_dw = dw, want_db = db;
-    if (accumulate) {
-      for (size_t i = 0; i < dx.size(); ++i) want_dx[i] += dx0s[i];
+    std::vector<double> dx(rows * cols), dw(cols), db(cols);
+    for (int i = 0; i < rows; ++i) {
+      double mg = 0, mgx = 0;
       for (int c = 0; c < cols; ++c) {
-        want_dw[c] += dw0[c];
-        want_db[c] += db0[c];
+        const double g = gs[i * cols + c] * w[c], xh = (xs[i * cols + c] - mean[i]) * rstd[i];
+        mg += g;
+        mgx += g * xh;
+        dw[c] += gs[i * cols + c] * xh;
+        db[c] += gs[i * cols + c];
+      }
+      mg /= cols;
+      mgx /= cols;
+      for (int c = 0; c < cols; ++c) {
+        const double g = gs[i * cols + c] * w[c], xh = (xs[i * cols + c] - mean[i]) * rstd[i];
+        dx[i * cols + c] = rstd[i] * (g - mg - xh * mgx);
       }
     }
-    expect_close(to_host(a.dx, dx.size(), t), want_dx, bound_for(t), "dx");
-    expect_close(to_host(a.dw, cols), want_dw, 1e-4, "dw");
-    expect_close(to_host(a.db, cols), want_db, 1e-4, "db");
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(accumulate ? "accumulate" : "write");
+      LayerNormBackward a;
+      a.dtype = t;
+      a.dx = to_device(dx0, t);
+      a.dw = f32(dw0);
+      a.db = f32(db0);
+      a.scratch = static_cast<float*>(alloc(layernorm_backward_scratch(rows, cols) * 4));
+      a.dout = to_device(dout, t);
+      a.x = to_device(x, t);
+      a.w = f32(w);
+      a.mean = f32(mean);
+      a.rstd = f32(rstd);
+      a.rows = rows;
+      a.cols = cols;
+      a.accumulate = accumulate;
+      a.accumulate_params = accumulate;
+      k_->layernorm_backward(a);
+      std::vector<double> want_dx = dx, want_dw = dw, want_db = db;
+      if (accumulate) {
+        for (size_t i = 0; i < dx.size(); ++i) want_dx[i] += dx0s[i];
+        for (int c = 0; c < cols; ++c) {
+          want_dw[c] += dw0[c];
+          want_db[c] += db0[c];
+        }
+      }
+      expect_close(to_host(a.dx, dx.size(), t), want_dx, bound_for(t), "dx");
+      expect_close(to_host(a.dw, cols), want_dw, 1e-4, "dw");
+      expect_close(to_host(a.db, cols), want_db, 1e-4, "db");
+    }
   }
 }
 
@@ -379,33 +387,39 @@ TEST_F(GpuKernels, GlobalNormAndClipFactorMatchTheReference) {
 
 TEST_P(GpuKernelsByType, CrossEntropyGivesLossAndGradientInPlace) {
   const DType t = GetParam();
-  const int rows = 6, vocab = 1531;  // 3 passes of 512 threads, the last partial
-  auto logits = random_values(rows * vocab, 11, -4.0f, 4.0f);
-  std::vector<int32_t> targets = {0, 1530, 7, 512, 999, 3};
-  const float dloss = 1.0f / rows;
-  const auto ls = as_stored(logits, t);
-  std::vector<double> loss(rows), grad(ls.size());
-  for (int r = 0; r < rows; ++r) {
-    double m = -INFINITY, s = 0;
-    for (int c = 0; c < vocab; ++c) m = std::max(m, ls[r * vocab + c]);
-    for (int c = 0; c < vocab; ++c) s += std::exp(ls[r * vocab + c] - m);
-    const double lse = m + std::log(s);
-    loss[r] = lse - ls[r * vocab + targets[r]];
-    for (int c = 0; c < vocab; ++c)
-      grad[r * vocab + c] = (std::exp(ls[r * vocab + c] - lse) - (c == targets[r])) * dloss;
+  // 1531: one logit at a time, 3 passes of 512 threads, the last partial;
+  // 4104: 16 bytes at a time (rows start 16-byte aligned), 513 chunks of 8
+  // bf16 (1026 of 4 f32), so again a partial last pass.
+  for (const int vocab : {1531, 4104}) {
+    SCOPED_TRACE("vocab " + std::to_string(vocab));
+    const int rows = 6;
+    auto logits = random_values(rows * vocab, 11, -4.0f, 4.0f);
+    const std::vector<int32_t> targets = {0, vocab - 1, 7, 512, 999, 3};
+    const float dloss = 1.0f / rows;
+    const auto ls = as_stored(logits, t);
+    std::vector<double> loss(rows), grad(ls.size());
+    for (int r = 0; r < rows; ++r) {
+      double m = -INFINITY, s = 0;
+      for (int c = 0; c < vocab; ++c) m = std::max(m, ls[r * vocab + c]);
+      for (int c = 0; c < vocab; ++c) s += std::exp(ls[r * vocab + c] - m);
+      const double lse = m + std::log(s);
+      loss[r] = lse - ls[r * vocab + targets[r]];
+      for (int c = 0; c < vocab; ++c)
+        grad[r * vocab + c] = (std::exp(ls[r * vocab + c] - lse) - (c == targets[r])) * dloss;
+    }
+    CrossEntropy a;
+    a.dtype = t;
+    a.logits = to_device(logits, t);
+    a.dlogits = const_cast<void*>(a.logits);  // in place
+    a.targets = static_cast<const int32_t*>(to_device(targets));
+    a.loss = static_cast<float*>(alloc(rows * 4));
+    a.rows = rows;
+    a.vocab = vocab;
+    a.dloss = dloss;
+    k_->cross_entropy(a);
+    expect_close(to_host(a.loss, rows), loss, 1e-4, "loss");
+    expect_close(to_host(a.dlogits, grad.size(), t), grad, bound_for(t), "dlogits");
   }
-  CrossEntropy a;
-  a.dtype = t;
-  a.logits = to_device(logits, t);
-  a.dlogits = const_cast<void*>(a.logits);  // in place
-  a.targets = static_cast<const int32_t*>(to_device(targets));
-  a.loss = static_cast<float*>(alloc(rows * 4));
-  a.rows = rows;
-  a.vocab = vocab;
-  a.dloss = dloss;
-  k_->cross_entropy(a);
-  expect_close(to_host(a.loss, rows), loss, 1e-4, "loss");
-  expect_close(to_host(a.dlogits, grad.size(), t), grad, bound_for(t), "dlogits");
 }
 
 TEST_F(GpuKernels, CrossEntropyOfATargetOutsideTheVocabularyIsNaN) {
@@ -841,7 +855,7 @@ TEST_F(GpuKernels, TheGeluBackwardEpilogueNeedsTheSavedArgument) {
 
 TEST_P(GpuKernelsByType, BiasGradIsTheColumnSum) {
   const DType t = GetParam();
-  const int rows = 130, cols = 70;
+  const int rows = 2100, cols = 70;  // 9 slices of 256 rows, the last partial; 3 tiles of 32 columns
   auto dout = random_values(rows * cols, 75);
   const auto ds = as_stored(dout, t);
   auto db0 = random_values(cols, 76);
