@@ -46,13 +46,16 @@
 #include "mlp_train_pipe2.h"
 #include "runtime/safetensors.h"
 #include "runtime/thread_world.h"
+#include "tests/common/error_log.h"
 
 namespace sharc::rt {
 namespace {
 
 namespace fs = std::filesystem;
+using sharc::testing::log_error_message;
 
-// `expr` throws `Type` whose message contains `text`.
+// `expr` throws `Type` whose message contains `text`; the message is logged
+// for docs/guide/troubleshooting.md, its test folder shown as DIR.
 #define EXPECT_ERROR_CONTAINS(expr, Type, text)                                   \
   do {                                                                            \
     std::string what_;                                                            \
@@ -61,6 +64,7 @@ namespace fs = std::filesystem;
       ADD_FAILURE() << #expr " did not throw";                                    \
     } catch (const Type& e) {                                                     \
       what_ = e.what();                                                           \
+      log_error_message(what_, {{test_root().string() + "/", "DIR/"}});           \
     }                                                                             \
     EXPECT_NE(what_.find(text), std::string::npos) << "the message: " << what_; \
   } while (0)
@@ -69,9 +73,14 @@ namespace base = sharc_gen::mlp_train_data4_model2;
 
 constexpr uint64_t kSeed = 7;
 
+// This process's folder of test checkpoints.
+fs::path test_root() {
+  return fs::temp_directory_path() / ("sharc_checkpoint_test_" + std::to_string(::getpid()));
+}
+
 // A fresh folder under the test's temporary directory.
 fs::path fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("sharc_checkpoint_test_" + std::to_string(::getpid())) / name;
+  const fs::path p = test_root() / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p;

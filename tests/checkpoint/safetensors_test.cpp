@@ -17,16 +17,24 @@
 #include <vector>
 
 #include "runtime/checkpoint.h"
+#include "tests/common/error_log.h"
 
 namespace sharc::rt {
 namespace {
 
 namespace fs = std::filesystem;
 
+fs::path temp_dir() { return fs::temp_directory_path() / ("sharc_safetensors_test_" + std::to_string(::getpid())); }
+
 fs::path temp_file(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("sharc_safetensors_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
+  fs::create_directories(temp_dir());
+  return temp_dir() / name;
+}
+
+// e.what(), logged for docs/guide/troubleshooting.md (the test's folder
+// shown there as DIR).
+std::string logged(const std::exception& e) {
+  return sharc::testing::log_error_message(e.what(), {{temp_dir().string() + "/", "DIR/"}});
 }
 
 // A file of the given header text and `data` bytes after it.
@@ -43,6 +51,7 @@ std::string error_of(const fs::path& p) {
   try {
     SafetensorsFile f(p);
   } catch (const SafetensorsError& e) {
+    logged(e);
     return e.what();
   }
   ADD_FAILURE() << p << " was accepted";
@@ -117,13 +126,13 @@ TEST(Safetensors, TheWriterRefusesWhatItCannotDescribe) {
     w.add("a", "F32", {4}, std::as_bytes(std::span(a)));
     ADD_FAILURE();
   } catch (const SafetensorsError& e) {
-    EXPECT_STREQ(e.what(), "safetensors: tensor \"a\" added twice");
+    EXPECT_EQ(logged(e), "safetensors: tensor \"a\" added twice");
   }
   try {
     w.add("b", "F32", {5}, std::as_bytes(std::span(a)));
     ADD_FAILURE();
   } catch (const SafetensorsError& e) {
-    EXPECT_STREQ(e.what(), "safetensors: tensor \"b\": 16 bytes do not match its shape");
+    EXPECT_EQ(logged(e), "safetensors: tensor \"b\": 16 bytes do not match its shape");
   }
 }
 
@@ -166,7 +175,7 @@ TEST(CheckpointIndex, BadIndexesAreRefusedByName) {
       parse_checkpoint_index(head + R"("tensors":)" + c.tensors + "}", "ckpt/index.json");
       ADD_FAILURE() << "accepted: " << c.tensors;
     } catch (const CheckpointError& e) {
-      const std::string what = e.what();
+      const std::string what = logged(e);
       EXPECT_EQ(what.rfind("ckpt/index.json: ", 0), 0u) << what;
       EXPECT_NE(what.find(c.message), std::string::npos) << what;
     }
@@ -175,7 +184,7 @@ TEST(CheckpointIndex, BadIndexesAreRefusedByName) {
     parse_checkpoint_index(R"({"format":"other"})", "x.json");
     ADD_FAILURE();
   } catch (const CheckpointError& e) {
-    EXPECT_STREQ(e.what(), "x.json: not a sharc checkpoint index (no \"format\": \"sharc-checkpoint\")");
+    EXPECT_EQ(logged(e), "x.json: not a sharc checkpoint index (no \"format\": \"sharc-checkpoint\")");
   }
 }
 
@@ -204,7 +213,7 @@ TEST(CheckpointIndex, Version2ChecksItsOwnCrcAndItsChunks) {
       parse_checkpoint_index(text, "ckpt/index.json");
       ADD_FAILURE() << "accepted: " << text;
     } catch (const CheckpointError& e) {
-      EXPECT_STREQ(e.what(), ("ckpt/index.json: " + message).c_str());
+      EXPECT_EQ(logged(e), "ckpt/index.json: " + message);
     }
   };
   // Any value changed, the CRC no longer holds: here the step.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "dsl/sharc.h"
+#include "tests/common/error_log.h"
 
 namespace sharc::testing {
 
@@ -20,19 +21,11 @@ namespace sharc::testing {
 // the user's language, so it names no IR node number (`%3`), and it names the
 // file:line of the user's code that caused it. Returns e.what().
 //
-// With SHARC_ERROR_LOG set to a file, each message is also appended to it,
-// a line "Suite.Test<TAB>message" with newlines written as \n: how
-// docs/guide/troubleshooting.md is made from the messages the tests assert
-// (tests/docs/troubleshooting.py).
+// Each message is also logged for docs/guide/troubleshooting.md
+// (error_log.h).
 inline std::string user_message(const Error& e) {
   const std::string what = e.what();
-  if (const char* log = std::getenv("SHARC_ERROR_LOG")) {
-    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string line = t ? std::string(t->test_suite_name()) + "." + t->name() : std::string("?");
-    line += '\t';
-    for (char c : what) line += c == '\n' ? std::string("\\n") : std::string(1, c);
-    std::ofstream(log, std::ios::app) << line << '\n';
-  }
+  log_error_message(what);
   EXPECT_FALSE(std::regex_search(what, std::regex("%[0-9]")))
       << "a user error names an IR node number: " << what;
   EXPECT_TRUE(e.loc().known()) << "a user error names no file:line: " << what;

@@ -11,7 +11,13 @@
 # Each entry: file, expected exit status, tool target, arguments, joined by '|'.
 set(_outputs
     "dot_relu_dot_report.txt|0|dot_relu_dot.generator|--program|dot_relu_dot|--mesh|data=2,model=4|--report"
-    "bad_model_error.txt|1|bad_model.generator|--program|bad_model|--mesh|data=2,model=4|--report|--source-root|${PROJECT_SOURCE_DIR}")
+    "bad_model_error.txt|1|bad_model.generator|--program|bad_model|--mesh|data=2,model=4|--report|--source-root|${PROJECT_SOURCE_DIR}"
+    # docs/reference/command-line.md: a mistake on a command line.
+    "mlp_classifier_bad_flag.txt|2|mlp_classifier_main|--steps|0"
+    # docs/guide/getting-started.md: a mistake in the model.
+    "bad_matmul_error.txt|1|bad_model.generator|--program|bad_matmul|--mesh|data=2|--report|--source-root|${PROJECT_SOURCE_DIR}"
+    # docs/guide/lift.md: what a function sharc-lift cannot lower gets.
+    "lift_error.txt|1|sharc-lift|${PROJECT_SOURCE_DIR}/tests/lift/bad_functions.cpp|--ir|${CMAKE_BINARY_DIR}/help/bad_functions.ir|--|-I${PROJECT_SOURCE_DIR}")
 foreach(tool dot_relu_dot.generator sharc-lift dot_relu_dot_main mlp_classifier_main gpt2_main
              custom_activation_main bench_mlp_train bench_pipeline bench_ring_matmul bench_train bench_compile
              bench_lift bench_gpu_kernels bench_gpt2_gpu)
@@ -25,15 +31,40 @@ foreach(entry IN LISTS _outputs)
   if(NOT TARGET ${tool})
     continue()
   endif()
+  # Source files among the arguments: the output changes with them too.
+  set(_inputs "")
+  foreach(arg IN LISTS fields)
+    if(arg MATCHES "^${PROJECT_SOURCE_DIR}/" AND EXISTS "${arg}" AND NOT IS_DIRECTORY "${arg}")
+      list(APPEND _inputs "${arg}")
+    endif()
+  endforeach()
   string(REPLACE ";" "|" args "${fields}")
   set(_out ${CMAKE_BINARY_DIR}/help/${file})
   add_custom_command(OUTPUT ${_out}
                      COMMAND ${CMAKE_COMMAND} "-DCOMMAND=$<TARGET_FILE:${tool}>|${args}" -DEXIT=${exit}
-                             -DOUT=${_out} -P ${CMAKE_CURRENT_LIST_DIR}/write_output.cmake
-                     DEPENDS ${tool} ${CMAKE_CURRENT_LIST_DIR}/write_output.cmake
+                             -DOUT=${_out} -DSTRIP=${PROJECT_SOURCE_DIR}/ -P ${CMAKE_CURRENT_LIST_DIR}/write_output.cmake
+                     DEPENDS ${tool} ${_inputs} ${CMAKE_CURRENT_LIST_DIR}/write_output.cmake
                      COMMENT "docs: ${file}" VERBATIM)
   list(APPEND _files ${_out})
 endforeach()
+# docs/mesh_diff.md: the MLP's training step generated for data=8 against
+# fsdp=8, `diff -u` of its private header and of its source.
+if(TARGET mlp_train_data8 AND TARGET mlp_train_fsdp8)
+  foreach(pair "step_h|_step.h" "cpp|.cpp")
+    string(REPLACE "|" ";" pair "${pair}")
+    list(GET pair 0 tag)
+    list(GET pair 1 suffix)
+    set(_out ${CMAKE_BINARY_DIR}/help/mesh_diff_mlp_train_${tag}.txt)
+    add_custom_command(OUTPUT ${_out}
+                       COMMAND ${CMAKE_COMMAND}
+                               "-DCOMMAND=diff|-u|mlp_train_data8/mlp_train_data8${suffix}|mlp_train_fsdp8/mlp_train_fsdp8${suffix}"
+                               -DEXIT=1 -DWORKDIR=${CMAKE_BINARY_DIR}/sharc_generated -DOUT=${_out}
+                               -P ${CMAKE_CURRENT_LIST_DIR}/write_output.cmake
+                       DEPENDS mlp_train_data8 mlp_train_fsdp8 ${CMAKE_CURRENT_LIST_DIR}/write_output.cmake
+                       COMMENT "docs: mesh_diff_mlp_train_${tag}.txt" VERBATIM)
+    list(APPEND _files ${_out})
+  endforeach()
+endif()
 add_custom_target(docs_help_texts ALL DEPENDS ${_files})
 # Rewrites command-line.md's --help blocks from these files (help_page.py).
 add_custom_target(docs_help_update

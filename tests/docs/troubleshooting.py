@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """docs/guide/troubleshooting.md, made from the error messages sharc's tests
 assert: every user error a test checks goes through
-tests/common/expect_error.h's user_message(), which, with SHARC_ERROR_LOG
-set, appends "Suite.Test<TAB>message" to that file. This script runs the
+tests/common/error_log.h's log_error_message() (expect_error.h's
+user_message() for the DSL's), which, with SHARC_ERROR_LOG set, appends
+"Suite.Test<TAB>message" to that file. This script runs the
 given test binaries with it set and writes the page, one entry per message:
 the message (the test's file:line written as FILE:LINE, so moving a test
 does not move the page) and the test that asserts it, whose name says the
@@ -22,11 +23,15 @@ HEADER = """# Troubleshooting: sharc's errors
 Every error sharc reports for a mistake in a model names the file and line of
 the user's code that caused it, says what is wrong in the model's terms
 (names, shapes, specs, never an IR node) and, where there is one, what to do.
-This page lists every such message that sharc's tests assert, grouped by the
-test suite that asserts it; the test's name says the cause. It is generated
-from the tests (`tests/docs/troubleshooting.py`), and `ctest -L docs` fails
-when a message changes and the page does not, so the page cannot drift.
-`FILE:LINE` stands for the line of your code.
+Errors about files name the file: a checkpoint that is corrupt, truncated or
+of another model (suites `CheckpointErrors`, `CheckpointIndex`,
+`Safetensors`), and the generator's own run as the build makes it
+(`GeneratorErrors`). This page lists every such message that sharc's tests
+assert, grouped by the test suite that asserts it; the test's name says the
+cause. It is generated from the tests (`tests/docs/troubleshooting.py`), and
+`ctest -L docs` fails when a message changes and the page does not, so the
+page cannot drift. `FILE:LINE` stands for the line of your code, `DIR` and
+`OUT` for the test's folders where yours would be.
 
 For the errors of `sharc_add_program` and `sharc_add_golden_test` when CMake
 configures, see the [CMake reference](../reference/cmake.md).

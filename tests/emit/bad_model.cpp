@@ -20,3 +20,12 @@ SHARC_PROGRAM(good_model, b) {
   Param w = s.param("w", {16, 16}, with_partitioning(lecun_normal(), P(None, "model")));
   b.output("y", relu(matmul(b.input("x", {4, 16}, P("data", None)), w)));
 }
+
+// A matmul whose contracted sizes differ (x has 16 features, w 32 rows):
+// docs/guide/getting-started.md shows the generator's message for it.
+SHARC_PROGRAM(bad_matmul, b) {
+  Scope s = b.scope();
+  Param w = s.param("w", {32, 4}, lecun_normal());
+  Tensor x = b.input("x", {8, 16});
+  b.output("y", matmul(x, w));
+}

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/error_log.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -52,6 +54,10 @@ class GeneratorErrors : public ::testing::Test {
     Result r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     r.err = read_file(err);
+    // What a failed run printed, for docs/guide/troubleshooting.md (its
+    // temporary folders shown as OUT and DIR).
+    if (r.exit_code != 0)
+      sharc::testing::log_error_message(r.err, {{out_.string(), "OUT"}, {dir_.string(), "DIR"}});
     return r;
   }
 
