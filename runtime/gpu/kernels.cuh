@@ -316,13 +316,16 @@ SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
   const bool chunks = vocab % kPer == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(dlogits) % 16 == 0;
   const int per = chunks ? kPer : 1, step = per * static_cast<int>(block_dim_x());
-  MaxSum acc{-INFINITY, 0.0f};
-  for (int c0 = tid * per; c0 < vocab; c0 += step) {
-    alignas(16) T x[kPer];
+  auto load = [&](T (&x)[kPer], int c0) {  // the per logits at c0
     if (chunks)
       copy_16_bytes(x, logits + base + c0);
     else
       x[0] = logits[base + c0];
+  };
+  MaxSum acc{-INFINITY, 0.0f};
+  for (int c0 = tid * per; c0 < vocab; c0 += step) {
+    alignas(16) T x[kPer];
+    load(x, c0);
     float mx = acc.max;
     for (int k = 0; k < per; ++k) mx = fmaxf(mx, to_f32(x[k]));
     float sum = mx == -INFINITY ? 0.0f : acc.sum * exp_f(acc.max - mx);
@@ -345,10 +348,7 @@ SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
   if (!dlogits) return;
   for (int c0 = tid * per; c0 < vocab; c0 += step) {
     alignas(16) T x[kPer];
-    if (chunks)
-      copy_16_bytes(x, logits + base + c0);
-    else
-      x[0] = logits[base + c0];
+    load(x, c0);
     for (int k = 0; k < per; ++k) {
       const float p = exp_f(to_f32(x[k]) - lse);
       x[k] = from_f32<T>(valid ? (p - (c0 + k == target ? 1.0f : 0.0f)) * dloss : NAN);
@@ -807,6 +807,43 @@ struct TcTileFetch {
   }
 };
 
+// Two tiles of one head (K and V, or Q and dO) walked kTcKeys rows at a
+// time from `first` to `end`: fetched a tile ahead (TcTileFetch) where both
+// have aligned rows, loaded in place otherwise; block-uniform.
+template <int D>
+struct TcTilePair {
+  const bf16 *x, *y;
+  AttentionStrides sx, sy;
+  int b, h, seq, end;
+  bool ahead;
+  TcTileFetch<D> next_x, next_y;
+
+  SHARC_DEVICE TcTilePair(const bf16* x_, AttentionStrides sx_, const bf16* y_, AttentionStrides sy_, int b_,
+                          int h_, int seq_, int first, int end_)
+      : x(x_), y(y_), sx(sx_), sy(sy_), b(b_), h(h_), seq(seq_), end(end_),
+        ahead(tc_rows_aligned(x_, sx_, b_, h_) && tc_rows_aligned(y_, sy_, b_, h_)) {
+    if (ahead) {
+      next_x.fetch(x, sx, b, h, first, seq);
+      next_y.fetch(y, sy, b, h, first, seq);
+    }
+  }
+  // Rows [r0, r0 + kTcKeys) into the shared tiles tx and ty (the caller
+  // syncs the block before reading them), and the next rows on their way.
+  SHARC_DEVICE void load(int r0, bf16* tx, bf16* ty) {
+    if (!ahead) {
+      load_tc_tile<D>(tx, x, sx, b, h, r0, seq);
+      load_tc_tile<D>(ty, y, sy, b, h, r0, seq);
+      return;
+    }
+    next_x.store(tx);
+    next_y.store(ty);
+    if (r0 + kTcKeys < end) {
+      next_x.fetch(x, sx, b, h, r0 + kTcKeys, seq);
+      next_y.fetch(y, sy, b, h, r0 + kTcKeys, seq);
+    }
+  }
+};
+
 // A fragments of 16 rows of x starting at row0 (rows past seq are zero).
 template <int D>
 SHARC_DEVICE void load_tc_rows(uint32_t (&f)[D / 16][4], const bf16* x, AttentionStrides s, int b,
@@ -902,25 +939,9 @@ SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
 
   const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
   const int key_end = a.causal ? block_end : a.seq;
-  // Block-uniform: K and V tiles fetched a tile ahead, or loaded in place.
-  const bool ahead = tc_rows_aligned(a.k, a.sk, b, h) && tc_rows_aligned(a.v, a.sv, b, h);
-  TcTileFetch<D> next_k, next_v;
-  if (ahead) {
-    next_k.fetch(a.k, a.sk, b, h, 0, a.seq);
-    next_v.fetch(a.v, a.sv, b, h, 0, a.seq);
-  }
+  TcTilePair<D> kv(a.k, a.sk, a.v, a.sv, b, h, a.seq, 0, key_end);
   for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
-    if (ahead) {
-      next_k.store(ks);
-      next_v.store(vs);
-      if (j0 + kTcKeys < key_end) {
-        next_k.fetch(a.k, a.sk, b, h, j0 + kTcKeys, a.seq);
-        next_v.fetch(a.v, a.sv, b, h, j0 + kTcKeys, a.seq);
-      }
-    } else {
-      load_tc_tile<D>(ks, a.k, a.sk, b, h, j0, a.seq);
-      load_tc_tile<D>(vs, a.v, a.sv, b, h, j0, a.seq);
-    }
+    kv.load(j0, ks, vs);
     sync_block();
     // Warp-uniform: a warp past the sequence, or whose rows all precede
     // the tile (causal), has nothing to add.
@@ -1003,37 +1024,22 @@ SHARC_KERNEL void attention_backward_dkv_tc_kernel(AttentionGradArgs<bf16> a) {
   for (int dn = 0; dn < D / 8; ++dn)
     for (int r = 0; r < 4; ++r) dk[dn][r] = dv[dn][r] = 0.0f;
   const int first = a.causal ? block_k0 - block_k0 % kTcKeys : 0;
-  // Block-uniform: Q and dO tiles (and their rows' lse and delta, one row
-  // per thread: kTcKeys <= threads) fetched a tile ahead, or loaded in place.
+  // Q and dO tiles, and their rows' lse and delta (one row per thread:
+  // kTcKeys <= threads), fetched a tile ahead.
   static_assert(kTcKeys <= kTcWarps * kWarpSize, "a thread per row of the statistics");
-  const bool ahead = tc_rows_aligned(a.q, a.sq, b, h) && tc_rows_aligned(a.dout, a.sdo, b, h);
-  TcTileFetch<D> next_q, next_g;
+  TcTilePair<D> qg(a.q, a.sq, a.dout, a.sdo, b, h, a.seq, first, a.seq);
   const int tr = static_cast<int>(thread_x());
   auto stat_at = [&](const float* x, int i0) {
     return tr < kTcKeys && i0 + tr < a.seq ? x[stat + i0 + tr] : 0.0f;
   };
   float next_lse = stat_at(a.lse, first), next_delta = stat_at(a.delta, first);
-  if (ahead) {
-    next_q.fetch(a.q, a.sq, b, h, first, a.seq);
-    next_g.fetch(a.dout, a.sdo, b, h, first, a.seq);
-  }
   for (int i0 = first; i0 < a.seq; i0 += kTcKeys) {
-    if (ahead) {
-      next_q.store(qs);
-      next_g.store(gs);
-    } else {
-      load_tc_tile<D>(qs, a.q, a.sq, b, h, i0, a.seq);
-      load_tc_tile<D>(gs, a.dout, a.sdo, b, h, i0, a.seq);
-    }
+    qg.load(i0, qs, gs);
     if (tr < kTcKeys) {
       lse_s[tr] = next_lse * kLog2e;
       delta_s[tr] = next_delta;
     }
     if (i0 + kTcKeys < a.seq) {
-      if (ahead) {
-        next_q.fetch(a.q, a.sq, b, h, i0 + kTcKeys, a.seq);
-        next_g.fetch(a.dout, a.sdo, b, h, i0 + kTcKeys, a.seq);
-      }
       next_lse = stat_at(a.lse, i0 + kTcKeys);
       next_delta = stat_at(a.delta, i0 + kTcKeys);
     }
@@ -1090,24 +1096,9 @@ SHARC_KERNEL void attention_backward_dq_tc_kernel(AttentionGradArgs<bf16> a) {
   for (int dn = 0; dn < D / 8; ++dn) dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
   const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
   const int key_end = a.causal ? block_end : a.seq;
-  const bool ahead = tc_rows_aligned(a.k, a.sk, b, h) && tc_rows_aligned(a.v, a.sv, b, h);  // as the forward's
-  TcTileFetch<D> next_k, next_v;
-  if (ahead) {
-    next_k.fetch(a.k, a.sk, b, h, 0, a.seq);
-    next_v.fetch(a.v, a.sv, b, h, 0, a.seq);
-  }
+  TcTilePair<D> kv(a.k, a.sk, a.v, a.sv, b, h, a.seq, 0, key_end);
   for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
-    if (ahead) {
-      next_k.store(ks);
-      next_v.store(vs);
-      if (j0 + kTcKeys < key_end) {
-        next_k.fetch(a.k, a.sk, b, h, j0 + kTcKeys, a.seq);
-        next_v.fetch(a.v, a.sv, b, h, j0 + kTcKeys, a.seq);
-      }
-    } else {
-      load_tc_tile<D>(ks, a.k, a.sk, b, h, j0, a.seq);
-      load_tc_tile<D>(vs, a.v, a.sv, b, h, j0, a.seq);
-    }
+    kv.load(j0, ks, vs);
     sync_block();
     if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
       float ds[kTcKeys / 8][4], dp[kTcKeys / 8][4];
