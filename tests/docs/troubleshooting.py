@@ -26,7 +26,8 @@ the user's code that caused it, says what is wrong in the model's terms
 Errors about files name the file: a checkpoint that is corrupt, truncated or
 of another model (suites `CheckpointErrors`, `CheckpointIndex`,
 `Safetensors`), and the generator's own run as the build makes it
-(`GeneratorErrors`). This page lists every such message that sharc's tests
+(`GeneratorErrors`). A generated program's API names the tensor and the
+sizes (`ProgramApi`). This page lists every such message that sharc's tests
 assert, grouped by the test suite that asserts it; the test's name says the
 cause. It is generated from the tests (`tests/docs/troubleshooting.py`), and
 `ctest -L docs` fails when a message changes and the page does not, so the

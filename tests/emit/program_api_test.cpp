@@ -19,6 +19,7 @@
 #include "dsl/program.h"
 #include "emit_dot_relu_dot_2x4.h"
 #include "emit_train_ops_model_2x4.h"
+#include "tests/common/error_log.h"
 
 namespace sharc {
 namespace {
@@ -27,13 +28,14 @@ using ::testing::HasSubstr;
 namespace drd = sharc_gen::emit_dot_relu_dot_2x4;
 namespace tom = sharc_gen::emit_train_ops_model_2x4;
 
-// The message of the exception f throws, which must be of type E.
+// The message of the exception f throws, which must be of type E (logged
+// for docs/guide/troubleshooting.md).
 template <class E, class F>
 std::string thrown(F&& f) {
   try {
     f();
   } catch (const E& e) {
-    return e.what();
+    return testing::log_error_message(e.what());
   } catch (const std::exception& e) {
     ADD_FAILURE() << "threw another exception: " << e.what();
     return "";
