@@ -9,8 +9,8 @@ the message (the test's file:line written as FILE:LINE, so moving a test
 does not move the page) and the test that asserts it, whose name says the
 cause. Each message says what to do.
 
-  troubleshooting.py --write docs/guide/troubleshooting.md BINARY...
-  troubleshooting.py --check docs/guide/troubleshooting.md BINARY...   (ctest)
+  troubleshooting.py --write docs/guide/troubleshooting.md BINARY[@FILTER]...
+  troubleshooting.py --check docs/guide/troubleshooting.md BINARY[@FILTER]...   (ctest)
 """
 import os
 import re
@@ -27,7 +27,8 @@ Errors about files name the file: a checkpoint that is corrupt, truncated or
 of another model (suites `CheckpointErrors`, `CheckpointIndex`,
 `Safetensors`), and the generator's own run as the build makes it
 (`GeneratorErrors`). A generated program's API names the tensor and the
-sizes (`ProgramApi`). This page lists every such message that sharc's tests
+sizes (`ProgramApi`); a `BACKEND cuda` program refuses a world or a device it
+cannot run on (`CudaPrograms`). This page lists every such message that sharc's tests
 assert, grouped by the test suite that asserts it; the test's name says the
 cause. It is generated from the tests (`tests/docs/troubleshooting.py`), and
 `ctest -L docs` fails when a message changes and the page does not, so the
@@ -53,8 +54,11 @@ def collect(binaries):
         log = os.path.join(d, "errors.log")
         env = dict(os.environ, SHARC_ERROR_LOG=log, OPENBLAS_NUM_THREADS="1")
         for b in binaries:
-            subprocess.run([b, "--gtest_brief=1"], env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=False)
+            # BINARY@FILTER runs only the tests FILTER names (a suite whose
+            # other tests take minutes).
+            path, _, only = b.rpartition("@") if "@" in os.path.basename(b) else (b, "", "")
+            args = [path, "--gtest_brief=1"] + ([f"--gtest_filter={only}"] if only else [])
+            subprocess.run(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         if not os.path.exists(log):
             return {}
         with open(log, encoding="utf-8", errors="replace") as f:

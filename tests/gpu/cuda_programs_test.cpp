@@ -46,6 +46,7 @@
 #include "samples/dot_relu_dot/train_model.h"
 #include "samples/gpt2/model.h"
 #include "samples/mlp_classifier/model.h"
+#include "tests/common/error_log.h"
 #include "tests/gpu/fake_nccl.h"
 
 namespace sharc {
@@ -455,7 +456,7 @@ TEST(CudaPrograms, ProgramRefusesADeviceWithoutRoomForIt) {
   try {
     prog::Program program(world);
   } catch (const std::runtime_error& e) {
-    message = e.what();
+    message = testing::log_error_message(e.what());
   }
   const std::string head = "program \"mlp_train\" needs ";
   ASSERT_EQ(message.rfind(head, 0), 0u) << message;
@@ -562,7 +563,7 @@ TEST(CudaPrograms, ParameterShardRefusesDeviceMemoryTheHostCannotRead) {
     program.parameter_shard(0, "dense1/kernel");
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
+    EXPECT_EQ(testing::log_error_message(e.what()),
                  "parameter_shard of program \"mlp_train\" (BACKEND cuda) would give the host a pointer into the "
                  "memory of simulator, which it cannot read; get_parameter and set_parameter copy whole "
                  "parameters (checkpoints of BACKEND cuda programs on a GPU are to come)");
@@ -615,7 +616,7 @@ TEST(CudaPrograms, ProgramRefusesAWorldThatIsNotAGpuWorld) {
     sharc_gen::mlp_train_cuda_data8::Program program(world);
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("program \"mlp_train\" was generated with BACKEND cuda: it runs on a "
+    EXPECT_NE(testing::log_error_message(e.what()).find("program \"mlp_train\" was generated with BACKEND cuda: it runs on a "
                                          "gpu::GpuWorld (gpu::SimGpuWorld), not on this world"),
               std::string::npos)
         << e.what();
