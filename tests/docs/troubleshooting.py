@@ -9,8 +9,8 @@ the message (the test's file:line written as FILE:LINE, so moving a test
 does not move the page) and the test that asserts it, whose name says the
 cause. Each message says what to do.
 
-  troubleshooting.py --write docs/guide/troubleshooting.md BINARY[@FILTER]...
-  troubleshooting.py --check docs/guide/troubleshooting.md BINARY[@FILTER]...   (ctest)
+  troubleshooting.py --write docs/guide/troubleshooting.md BINARY[@FILTER]|mpi=MPIEXEC|ARG|......
+  troubleshooting.py --check docs/guide/troubleshooting.md ...   (ctest)
 """
 import os
 import re
@@ -28,7 +28,8 @@ of another model (suites `CheckpointErrors`, `CheckpointIndex`,
 `Safetensors`), and the generator's own run as the build makes it
 (`GeneratorErrors`). A generated program's API names the tensor and the
 sizes (`ProgramApi`); a `BACKEND cuda` program refuses a world or a device it
-cannot run on (`CudaPrograms`). This page lists every such message that sharc's tests
+cannot run on (`CudaPrograms`); many processes name the rank and the process
+that failed or kept them waiting (`MpiWorld`). This page lists every such message that sharc's tests
 assert, grouped by the test suite that asserts it; the test's name says the
 cause. It is generated from the tests (`tests/docs/troubleshooting.py`), and
 `ctest -L docs` fails when a message changes and the page does not, so the
@@ -54,6 +55,15 @@ def collect(binaries):
         log = os.path.join(d, "errors.log")
         env = dict(os.environ, SHARC_ERROR_LOG=log, OPENBLAS_NUM_THREADS="1")
         for b in binaries:
+            if b.startswith("mpi="):
+                # mpi=MPIEXEC|ARG|...: a test that is a program mpiexec runs
+                # (tests/mpi), as root and with more processes than cores
+                # where need be, as its ctest does.
+                mpi_env = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                               OMPI_MCA_rmaps_base_oversubscribe="1")
+                subprocess.run(b[len("mpi="):].split("|"), env=mpi_env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=False, timeout=120)
+                continue
             # BINARY@FILTER runs only the tests FILTER names (a suite whose
             # other tests take minutes).
             path, _, only = b.rpartition("@") if "@" in os.path.basename(b) else (b, "", "")

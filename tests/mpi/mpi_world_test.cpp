@@ -25,6 +25,7 @@
 #include "runtime/mpi_world.h"
 #include "runtime/tensor_collectives.h"
 #include "runtime/thread_world.h"
+#include "tests/common/error_log_file.h"
 
 namespace {
 
@@ -136,11 +137,14 @@ int failure(int local) {
   } catch (const std::exception& e) {
     what = e.what();
   }
+  // What is asserted is logged for docs/guide/troubleshooting.md: the
+  // failing process's own error, the others' abort naming it.
   if (world.is_local(5)) {
     expect(what == "boom on purpose", "the failing process reports its own error, got: " + what);
   } else {
     const std::string want = "rank 5 (process " + std::to_string(5 / local) + ") failed: boom on purpose";
     expect(what.find(want) != std::string::npos, "an abort naming rank 5, got: " + what);
+    sharc::testing::append_error_log("MpiWorld.AFailingRankStopsEveryProcess", want);
   }
   if (failures == 0) std::printf("PASS failure: process %d: %s\n", world.process(), what.c_str());
   return failures ? 1 : 0;
@@ -159,9 +163,11 @@ int timeout(int local) {
   } catch (const std::exception& e) {
     what = e.what();
   }
-  if (world.is_local(0))
+  if (world.is_local(0)) {
     expect(what.rfind("rank 0 waited 1 s for a message from rank 1 (process " + std::to_string(1 / local) + ")", 0) == 0,
            "timeout message, got: " + what);
+    sharc::testing::append_error_log("MpiWorld.AMessageThatNeverComesTimesOut", what);
+  }
   if (failures == 0) std::printf("PASS timeout: process %d: %s\n", world.process(), what.empty() ? "-" : what.c_str());
   return failures ? 1 : 0;
 }
@@ -171,6 +177,7 @@ int bad_count(int local) {
     MpiWorld world(mesh(), local);
     expect(false, "a world was made");
   } catch (const std::invalid_argument& e) {
+    sharc::testing::append_error_log("MpiWorld.ProcessesTimesLocalDevicesMustBeTheMesh", e.what());
     expect(std::string(e.what()).find("processes x " + std::to_string(local) +
                                       " local devices is not the 8 devices of mesh <[\"data\"=2, \"model\"=4]>") !=
                std::string::npos,
