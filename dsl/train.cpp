@@ -50,6 +50,52 @@ Tensor learning_rate(const Schedule& s, Tensor step, const SrcLoc& loc) {
 
 Tensor tensor_of(Tracer& t, int id) { return Tensor(&t, id); }
 
+// Whether `path` matches `pattern`, in which '*' stands for any run of
+// characters (none included).
+bool glob_match(const std::string& pattern, const std::string& path) {
+  size_t p = 0, s = 0, star = std::string::npos, resume = 0;
+  while (s < path.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = s;
+    } else if (p < pattern.size() && pattern[p] == path[s]) {
+      ++p;
+      ++s;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      s = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+// Which of `params` AdamW decays under `mask`; a pattern that matches no
+// parameter is an error at `loc`.
+std::vector<bool> decayed(const ir::Graph& g, const std::vector<int>& params, const DecayMask& mask,
+                          const SrcLoc& loc) {
+  std::vector<bool> decays(params.size());
+  std::vector<bool> used(mask.exclude.size(), false);
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ir::Node& n = g.nodes[params[p]];
+    bool excluded = false;
+    for (size_t k = 0; k < mask.exclude.size(); ++k)
+      if (glob_match(mask.exclude[k], n.name)) used[k] = excluded = true;
+    decays[p] = !excluded && static_cast<int>(n.shape.size()) >= mask.min_rank;
+  }
+  for (size_t k = 0; k < mask.exclude.size(); ++k) {
+    if (used[k]) continue;
+    std::string names;
+    for (size_t p = 0; p < params.size() && p < 12; ++p) names += (p ? ", " : "") + g.nodes[params[p]].name;
+    if (params.size() > 12) names += ", ... (" + std::to_string(params.size()) + " in all)";
+    user_error(loc, "train_step: the weight decay mask's pattern '" + mask.exclude[k] +
+                        "' matches no parameter; the parameters are " + names);
+  }
+  return decays;
+}
+
 }  // namespace
 
 void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossFn& loss_fn,
@@ -174,6 +220,8 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
   Tensor step = t.add(std::move(step_node));
   Tensor lr = learning_rate(opt.lr, step, loc);
   Tensor count = add(step, 1.0, loc);  // t in Adam's bias correction
+  const bool adamw = opt.kind == Optimizer::Kind::kAdamW && opt.weight_decay != 0.0;
+  const std::vector<bool> decays = adamw ? decayed(g, params, opt.decay_mask, loc) : std::vector<bool>(params.size());
 
   for (size_t p = 0; p < params.size(); ++p) {
     const int pid = params[p];
@@ -200,7 +248,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
       adam.b1 = opt.b1;
       adam.b2 = opt.b2;
       adam.eps = opt.eps;
-      adam.weight_decay = opt.kind == Optimizer::Kind::kAdamW ? opt.weight_decay : 0.0;
+      adam.weight_decay = decays[p] ? opt.weight_decay : 0.0;
       adam_region.emplace(t, std::move(adam));
       Tensor new_m = add(mul(m, opt.b1, loc), mul(gp, 1.0 - opt.b1, loc), loc);
       Tensor new_v = add(mul(v, opt.b2, loc), mul(mul(gp, gp, loc), 1.0 - opt.b2, loc), loc);
@@ -212,8 +260,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
       Tensor mhat = div(new_m, bc1, loc);
       Tensor vhat = div(new_v, bc2, loc);
       update = div(mhat, add(sqrt(vhat, loc), opt.eps, loc), loc);
-      if (opt.kind == Optimizer::Kind::kAdamW && opt.weight_decay != 0.0)
-        update = add(update, mul(w, opt.weight_decay, loc), loc);
+      if (decays[p]) update = add(update, mul(w, opt.weight_decay, loc), loc);
     }
     Tensor new_w = sub(w, mul(update, lr, loc), loc);
     adam_region.reset();

@@ -9,13 +9,14 @@
 //
 // Semantics follow optax: sgd (trace = g + momentum * trace; p -= lr * trace),
 // adam (bias-corrected, eps outside the sqrt), adamw (decoupled weight decay
-// applied to all parameters and scaled by lr), clip_by_global_norm, and
+// scaled by lr, of all parameters or those a DecayMask selects), clip_by_global_norm, and
 // warmup_cosine_decay_schedule with init_value 0, all evaluated at the step
 // count before the update (the first step uses schedule(0)).
 #pragma once
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "dsl/program.h"
@@ -41,6 +42,23 @@ struct Schedule {
   }
 };
 
+// Which parameters adamw decays (optax.adamw's `mask`): those of rank
+// min_rank or more whose path matches none of `exclude`. A pattern is a
+// parameter path ("h/ln1/scale") in which '*' stands for any run of
+// characters ("*/bias", "*ln*", "wte/*"). A pattern that matches no
+// parameter is an error at the train_step call (a typo would otherwise
+// decay everything). Made by decay_mask().
+struct DecayMask {
+  int min_rank = 0;                  // parameters of lower rank are not decayed
+  std::vector<std::string> exclude;  // nor those whose path matches one of these
+};
+// GPT-2's usual recipe (nanoGPT, the Hugging Face Trainer) decays matrices
+// only: decay_mask(2); leaving out embeddings too:
+// decay_mask(2, {"wte/*", "wpe/*"}).
+inline DecayMask decay_mask(int min_rank, std::vector<std::string> exclude = {}) {
+  return DecayMask{min_rank, std::move(exclude)};
+}
+
 // An optimizer and its hyperparameters; made by sgd(), adam() or adamw().
 struct Optimizer {
   // The update rule (optax.sgd, optax.adam, optax.adamw).
@@ -52,6 +70,7 @@ struct Optimizer {
   double b2 = 0.999;      // adam: the second moment's decay
   double eps = 1e-8;      // adam: added to the second moment's root
   double weight_decay = 0.0;  // adamw
+  DecayMask decay_mask = {};  // adamw: which parameters weight_decay applies to (all by default)
 };
 
 // optax.sgd(lr, momentum).
@@ -78,6 +97,14 @@ inline Optimizer adamw(Schedule lr, double weight_decay = 1e-4, double b1 = 0.9,
   Optimizer o = adam(lr, b1, b2, eps);
   o.kind = Optimizer::Kind::kAdamW;
   o.weight_decay = weight_decay;
+  return o;
+}
+// optax.adamw(lr, b1, b2, eps, weight_decay, mask): decoupled decay of the
+// parameters `mask` selects.
+inline Optimizer adamw(Schedule lr, double weight_decay, DecayMask mask, double b1 = 0.9, double b2 = 0.999,
+                       double eps = 1e-8) {
+  Optimizer o = adamw(lr, weight_decay, b1, b2, eps);
+  o.decay_mask = std::move(mask);
   return o;
 }
 

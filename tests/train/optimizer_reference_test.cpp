@@ -47,6 +47,7 @@ struct Reference {
   std::function<double(int64_t)> lr;  // the schedule
   std::vector<Vec> mu, nu;            // sgd: mu is the momentum trace
   int64_t count = 0;                  // steps taken
+  std::vector<bool> decays = {true, true};  // adamw's mask, per tensor
 
   struct Step {
     double grad_norm, lr;
@@ -84,7 +85,8 @@ struct Reference {
           nu[t][i] = opt.b2 * nu[t][i] + (1.0 - opt.b2) * g * g;
           u = (mu[t][i] / b1c) / (std::sqrt(nu[t][i] / b2c) + opt.eps);
           // optax.adamw: add_decayed_weights before the learning rate.
-          if (opt.kind == Optimizer::Kind::kAdamW) u += opt.weight_decay * params[t][i];
+          // optax.adamw's mask: only where it is true.
+          if (opt.kind == Optimizer::Kind::kAdamW && decays[t]) u += opt.weight_decay * params[t][i];
         }
         params[t][i] -= rate * u;
       }
@@ -176,9 +178,10 @@ struct Expect {
 // Runs 10 steps of the program in the oracle and of the reference side by
 // side; returns the oracle's final state.
 HostValues run_and_compare(const Optimizer& opt, const TrainOptions& options,
-                           const std::function<double(int64_t)>& schedule, Expect expect = {}) {
+                           const std::function<double(int64_t)>& schedule, Expect expect = {},
+                           std::vector<bool> decays = {true, true}) {
   const ir::Graph g = program(opt, options);
-  Reference ref{opt, options.clip_global_norm, schedule, {}, {}, 0};
+  Reference ref{opt, options.clip_global_norm, schedule, {}, {}, 0, decays};
   std::vector<Vec> w = initial_params();
   HostValues state = {{"w1", w[0]}, {"w2", w[1]}};
   int clipped = 0;
@@ -254,6 +257,20 @@ TEST(OptimizerReference, AdamWithOwnBetasAndEps) {
 TEST(OptimizerReference, AdamWDecoupledWeightDecayScaledByLr) {
   run_and_compare(adamw(Schedule::warmup_cosine(0.05, 3, 8, 0.005), 0.1), {},
                   warmup_cosine(0.05, 0.005));
+}
+
+// optax.adamw's mask: the decay of 0.1 moves a parameter by 5e-3 of itself
+// per step, so decaying the wrong tensor fails by far more than kRel.
+// By rank: w1 (4, 3) is decayed, w2 (5) is not (GPT-2's recipe: matrices only).
+TEST(OptimizerReference, AdamWDecaysOnlyWhatItsMaskSelectsByRank) {
+  run_and_compare(adamw(Schedule::constant(0.05), 0.1, decay_mask(2)), {}, constant(0.05), {},
+                  {true, false});
+}
+
+// By path: "w*1" (a glob) leaves w1 out; w2 is decayed.
+TEST(OptimizerReference, AdamWDecaysOnlyWhatItsMaskSelectsByPath) {
+  run_and_compare(adamw(Schedule::constant(0.05), 0.1, decay_mask(0, {"w*1"})), {}, constant(0.05), {},
+                  {false, true});
 }
 
 // The gradients have norm ~4-6 (17 elements of magnitude ~1-2): a max norm of

@@ -106,5 +106,19 @@ TEST(TrainStepErrors, NoParameters) {
   EXPECT_THAT(msg, HasSubstr("train_step: the program has no parameters to train"));
 }
 
+// A weight decay mask's pattern that matches no parameter is a typo that
+// would otherwise decay everything.
+TEST(TrainStepErrors, DecayMaskPatternMatchingNoParameter) {
+  Traced t;
+  Tensor w = t.b.scope().param("w", {3}, zeros());
+  Tensor bias = t.b.scope().param("bias", {3}, zeros());
+  Tensor x = t.b.input("x", {12, 3});
+  const Optimizer opt = adamw(Schedule::constant(0.1), 0.1, decay_mask(0, {"bais"}));
+  const int line = __LINE__ + 1;
+  const std::string msg = error_at(line, [&] { train_step(t.b, {x}, quadratic(add(w, bias)), opt); });
+  EXPECT_THAT(msg, HasSubstr("train_step: the weight decay mask's pattern 'bais' matches no parameter; the "
+                             "parameters are w, bias"));
+}
+
 }  // namespace
 }  // namespace sharc
