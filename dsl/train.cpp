@@ -83,7 +83,12 @@ std::vector<bool> decayed(const ir::Graph& g, const std::vector<int>& params, co
     bool excluded = false;
     for (size_t k = 0; k < mask.exclude.size(); ++k)
       if (glob_match(mask.exclude[k], n.name)) used[k] = excluded = true;
-    decays[p] = !excluded && static_cast<int>(n.shape.size()) >= mask.min_rank;
+    // A scanned layer's parameter counts as one layer's: its stacked layer
+    // axis is not a dimension of the layer's weight.
+    int rank = static_cast<int>(n.shape.size());
+    for (const ir::Repeat& r : g.repeats)
+      if (r.scan && n.name.rfind(r.name + "/", 0) == 0) --rank;
+    decays[p] = !excluded && rank >= mask.min_rank;
   }
   for (size_t k = 0; k < mask.exclude.size(); ++k) {
     if (used[k]) continue;
@@ -202,8 +207,9 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
   Tensor norm = sqrt(sq, loc);
   if (o.clip_global_norm) {
     if (*o.clip_global_norm <= 0) user_error(loc, "train_step: clip_global_norm must be positive");
-    Tensor factor = minimum(scalar(1.0, loc),
-                            div(scalar(*o.clip_global_norm, loc), maximum(norm, scalar(1e-30, loc), loc), loc), loc);
+    // optax: max_norm / max(norm, tiny); torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6).
+    Tensor denominator = o.clip_form == ClipForm::kTorch ? add(norm, 1e-6, loc) : maximum(norm, scalar(1e-30, loc), loc);
+    Tensor factor = minimum(scalar(1.0, loc), div(scalar(*o.clip_global_norm, loc), denominator, loc), loc);
     for (auto& gp : grads) gp = mul(gp, factor, loc);
   }
   norm_region.reset();

@@ -43,14 +43,16 @@ struct Schedule {
 };
 
 // Which parameters adamw decays (optax.adamw's `mask`): those of rank
-// min_rank or more whose path matches none of `exclude`. A pattern is a
+// min_rank or more whose path matches none of `exclude`. The rank of a
+// scanned layer's parameter is one layer's (its stacked layer axis aside),
+// so a mask means the same for a model scanned or unrolled. A pattern is a
 // parameter path ("h/ln1/scale") in which '*' stands for any run of
 // characters ("*/bias", "*ln*", "wte/*"). A pattern that matches no
 // parameter is an error at the train_step call (a typo would otherwise
 // decay everything). Made by decay_mask().
 struct DecayMask {
   int min_rank = 0;                  // parameters of lower rank are not decayed
-  std::vector<std::string> exclude;  // nor those whose path matches one of these
+  std::vector<std::string> exclude = {};  // nor those whose path matches one of these
 };
 // GPT-2's usual recipe (nanoGPT, the Hugging Face Trainer) decays matrices
 // only: decay_mask(2); leaving out embeddings too:
@@ -119,10 +121,16 @@ inline ir::RematRule remat(std::string block, RematPolicy policy, SrcLoc loc = H
   return {std::move(block), policy, loc};
 }
 
+// How clip_global_norm scales the gradients by their global norm: optax's
+// clip_by_global_norm, min(1, max_norm / norm), or PyTorch's
+// clip_grad_norm_, min(1, max_norm / (norm + 1e-6)).
+enum class ClipForm { kOptax, kTorch };
+
 // What train_step does besides the optimizer: clipping, gradient
 // accumulation, rematerialization.
 struct TrainOptions {
   std::optional<double> clip_global_norm = {};  // optax.clip_by_global_norm(max_norm)
+  ClipForm clip_form = ClipForm::kOptax;         // the clip factor's formula
   int accumulate_steps = 1;                // micro-batches per step (gradients averaged)
   std::vector<ir::RematRule> remat = {};   // per block; blocks without one save everything
 };

@@ -392,6 +392,14 @@ std::string map_global_norm(const Mapper& m, const std::vector<int>& part, Globa
     if (g[ratio].op != Op::kDiv) return kNotTheKernel;
     r.max_norm = constant_value(g, g[ratio].args[0]);
     if (!(r.max_norm > 0)) return kNotTheKernel;
+    // The kernel's factor is optax's: the denominator max(norm, 1e-30).
+    const Node& d = g[g[ratio].args[1]];
+    const bool optax = d.op == Op::kMax && d.args.size() == 2 &&
+                       ((d.args[0] == r.norm && constant_value(g, d.args[1]) == 1e-30) ||
+                        (d.args[1] == r.norm && constant_value(g, d.args[0]) == 1e-30));
+    if (!optax)
+      return "its clip factor is not optax's min(1, max_norm / norm) (TrainOptions::clip_form): the kernel "
+             "computes only that one";
     // What reads the factor inside: broadcasts, and the muls that scale.
     std::vector<int> readers = {r.factor};
     while (!readers.empty()) {

@@ -7,6 +7,8 @@
 // kernel, dropout on the attention weights, a collective inside a region).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -341,6 +343,58 @@ TEST(GpuKernels, DataParallelRunsTheGptsRegionsAsKernels) {
   }
   EXPECT_EQ(norms, 1);
   EXPECT_EQ(k["global_norm.clip_factor"], 1);
+}
+
+// PyTorch's clip factor (TrainOptions::clip_form) is not the global_norm
+// kernel's: generated kernels compute the norm and the factor, saying why.
+TEST(GpuKernels, PyTorchsClipFormFallsBackSayingWhy) {
+  GPTConfig cfg = config(64, 4, 0.0);
+  cfg.scan = true;
+  TrainOptions o = gpt2::train_options(cfg);
+  o.clip_form = ClipForm::kTorch;
+  const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
+    gpt2::build_train(b, cfg, /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2), o);
+  });
+  const Lowered l = lowered_for_gpu(g, "data=8", 8);
+  EXPECT_EQ(kernel_nodes(l.partitioned).count("global_norm"), 0u);
+  EXPECT_NE(format_kernel_choices(l.partitioned, l.kernels)
+                .find(" global_norm forward: falls back: its clip factor is not optax's min(1, max_norm / norm) "
+                      "(TrainOptions::clip_form): the kernel computes only that one"),
+            std::string::npos)
+      << format_kernel_choices(l.partitioned, l.kernels);
+}
+
+// A weight decay mask splits the AdamW updates into two multi-tensor
+// launches, one per decay (the matrices decayed, the rest not).
+TEST(GpuKernels, AdamWWithADecayMaskIsOneLaunchPerDecay) {
+  GPTConfig cfg = config(64, 4, 0.0);
+  cfg.scan = true;
+  const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
+    gpt2::build_train(b, cfg, /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2, decay_mask(2)),
+                      gpt2::train_options(cfg));
+  });
+  const Lowered l = lowered_for_gpu(g, "data=8", 8);
+  std::vector<int> tensors;
+  for (const ir::Node& n : l.partitioned.nodes)
+    if (n.op == ir::Op::kKernel && n.kernel == "adamw") tensors.push_back(n.ints.at(0));
+  ASSERT_EQ(tensors.size(), 2u);
+  // The layers are scanned: a stacked parameter's rank is one layer's, so
+  // the stacked layer norms and biases (rank 2 here) are not decayed.
+  int matrices = 0, others = 0;
+  for (const ir::Node& n : g.nodes) {
+    if (n.op != ir::Op::kParameter || n.name.rfind("opt/", 0) == 0) continue;
+    const size_t rank = n.shape.size() - (n.name.rfind("h/", 0) == 0 ? 1 : 0);
+    (rank >= 2 ? matrices : others) += 1;
+  }
+  EXPECT_EQ(matrices, 6);  // wte, wpe, and the stacked qkv, attention proj, fc and mlp proj kernels
+  std::sort(tensors.begin(), tensors.end());
+  EXPECT_EQ(tensors, (std::vector<int>{std::min(matrices, others), std::max(matrices, others)}));
+  // Each launch's tensors share one decay: 1e-2 for the matrices, 0 for the rest.
+  for (const ir::Node& n : l.partitioned.nodes)
+    if (n.op == ir::Op::kKernel && n.kernel == "adamw") {
+      const ir::Composite& c = l.partitioned.composites.at(n.composite);
+      EXPECT_DOUBLE_EQ(c.weight_decay, n.ints.at(0) == matrices ? 1e-2 : 0.0) << c.label;
+    }
 }
 
 // Where 'model' splits the classes the loss needs the devices' partial
