@@ -153,6 +153,9 @@ SHARC_KERNEL void reduce_kernel(const T* in, Strided kept, Strided reduced, int6
   }
 }
 
+// A long reduction's running value after x: the larger of the two, or their sum.
+SHARC_DEVICE float fold(float acc, float x, bool max) { return max ? (x > acc ? x : acc) : acc + x; }
+
 // Per result, kLongReduction reduced elements or more go to the parallel
 // kernels below; with the KernelSet's scratch, in slices of
 // kReduceSliceRows.
@@ -169,10 +172,7 @@ SHARC_KERNEL void reduce_rows_kernel(const T* in, int64_t n_out, int64_t n_red, 
        i += warps) {
     const T* row = in + i * n_red;
     float acc = max ? -INFINITY : 0.0f;
-    for (int64_t r = lane; r < n_red; r += kWarpSize) {
-      const float x = load(row[r]);
-      acc = max ? (x > acc ? x : acc) : acc + x;
-    }
+    for (int64_t r = lane; r < n_red; r += kWarpSize) acc = fold(acc, load(row[r]), max);
     acc = max ? warp_max(acc) : warp_sum(acc);
     if (lane == 0) out[i] = store<T>(acc);
   }
@@ -188,10 +188,7 @@ SHARC_DEVICE float combine_rows(float acc, float* sums, bool max) {
   sync_block();
   float total = sums[c];
   if (g == 0)
-    for (unsigned k = 1; k < rows; ++k) {
-      const float x = sums[k * kWarpSize + c];
-      total = max ? (x > total ? x : total) : total + x;
-    }
+    for (unsigned k = 1; k < rows; ++k) total = fold(total, sums[k * kWarpSize + c], max);
   sync_block();  // sums is written again by the next call
   return total;
 }
@@ -204,6 +201,21 @@ SHARC_DEVICE float reduced_element(const T* base, const Strided& reduced, int64_
   return load(base[red_stride > 0 ? r * red_stride : offset_of(reduced, r)]);
 }
 
+// The calling thread's share of result i (lane c of the block's tile,
+// c = i % 32) over reduced elements [first, end): row g of threads folds
+// elements first + g, first + g + rows, ...; the identity where i is past
+// the results.
+template <class T>
+SHARC_DEVICE float row_partial(const T* in, const Strided& kept, const Strided& reduced, int64_t red_stride,
+                               int64_t i, int64_t n_out, int64_t first, int64_t end, bool max) {
+  const unsigned g = thread_x() / kWarpSize, rows = block_dim_x() / kWarpSize;
+  float acc = max ? -INFINITY : 0.0f;
+  if (i >= n_out) return acc;
+  const T* base = in + offset_of(kept, i);
+  for (int64_t r = first + g; r < end; r += rows) acc = fold(acc, reduced_element(base, reduced, red_stride, r), max);
+  return acc;
+}
+
 // Results in tiles of 32 (thread c of each row of 32 threads takes result
 // tile * 32 + c), each row of threads g adding reduced elements g, g + rows,
 // ...; the rows' sums combined in order (combine_rows).
@@ -211,17 +223,10 @@ template <class T>
 SHARC_KERNEL void reduce_tiles_kernel(const T* in, Strided kept, Strided reduced, int64_t red_stride,
                                       int64_t n_out, int64_t n_red, bool max, T* out) {
   float* sums = shared_memory<float>();
-  const unsigned c = thread_x() % kWarpSize, g = thread_x() / kWarpSize, rows = block_dim_x() / kWarpSize;
+  const unsigned c = thread_x() % kWarpSize, g = thread_x() / kWarpSize;
   for (int64_t tile = block_x(); tile * kWarpSize < n_out; tile += grid_dim_x()) {  // the same for the block
     const int64_t i = tile * kWarpSize + c;
-    float acc = max ? -INFINITY : 0.0f;
-    if (i < n_out) {
-      const T* base = in + offset_of(kept, i);
-      for (int64_t r = g; r < n_red; r += rows) {
-        const float x = reduced_element(base, reduced, red_stride, r);
-        acc = max ? (x > acc ? x : acc) : acc + x;
-      }
-    }
+    const float acc = row_partial(in, kept, reduced, red_stride, i, n_out, 0, n_red, max);
     const float total = combine_rows(acc, sums, max);
     if (g == 0 && i < n_out) out[i] = store<T>(total);
   }
@@ -235,18 +240,11 @@ SHARC_KERNEL void reduce_slices_kernel(const T* in, Strided kept, Strided reduce
                                        int64_t n_out, int64_t n_red, int64_t per_slice, bool max,
                                        float* partial) {
   float* sums = shared_memory<float>();
-  const unsigned c = thread_x() % kWarpSize, g = thread_x() / kWarpSize, rows = block_dim_x() / kWarpSize;
+  const unsigned c = thread_x() % kWarpSize, g = thread_x() / kWarpSize;
   const int64_t i = static_cast<int64_t>(block_x()) * kWarpSize + c;
   const int64_t first = static_cast<int64_t>(block_y()) * per_slice;
   const int64_t end = first + per_slice < n_red ? first + per_slice : n_red;
-  float acc = max ? -INFINITY : 0.0f;
-  if (i < n_out) {
-    const T* base = in + offset_of(kept, i);
-    for (int64_t r = first + g; r < end; r += rows) {
-      const float x = reduced_element(base, reduced, red_stride, r);
-      acc = max ? (x > acc ? x : acc) : acc + x;
-    }
-  }
+  const float acc = row_partial(in, kept, reduced, red_stride, i, n_out, first, end, max);
   const float total = combine_rows(acc, sums, max);
   if (g == 0 && i < n_out) partial[static_cast<int64_t>(block_y()) * n_out + i] = total;
 }
@@ -261,10 +259,7 @@ SHARC_KERNEL void reduce_partials_kernel(const float* partial, int64_t slices, i
   const int64_t i = static_cast<int64_t>(block_x()) * kWarpSize + c;
   float acc = max ? -INFINITY : 0.0f;
   if (i < n_out)
-    for (int64_t s = g; s < slices; s += rows) {
-      const float x = partial[s * n_out + i];
-      acc = max ? (x > acc ? x : acc) : acc + x;
-    }
+    for (int64_t s = g; s < slices; s += rows) acc = fold(acc, partial[s * n_out + i], max);
   const float total = combine_rows(acc, sums, max);
   if (g == 0 && i < n_out) out[i] = store<T>(total);
 }
