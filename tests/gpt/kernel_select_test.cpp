@@ -190,17 +190,21 @@ TEST(GpuKernels, TheBf16GptsLayerNormsRunAsKernelsInBf16) {
   EXPECT_EQ(priors, 4);  // every layer norm but the last (ln_f) adds to the stream's gradient
 }
 
+// No `kernel` node in the program, and the kernel choices say `says` (the
+// region and the reason it falls back).
+void expect_falls_back(const Lowered& l, const std::string& kernel, const std::string& says) {
+  EXPECT_EQ(kernel_nodes(l.partitioned).count(kernel), 0u) << kernel;
+  const std::string choices = format_kernel_choices(l.partitioned, l.kernels);
+  EXPECT_NE(choices.find(says), std::string::npos) << choices;
+}
+
 // With 'model' the gradient reaching a layer norm is a partial sum, which
 // the partitioner converts to f32 before adding up: the bf16 kernel would
 // read it whole in bf16, so the layer norms fall back, saying so.
 TEST(GpuKernels, Bf16LayerNormsWhoseGradientIsSummedInF32FallBack) {
-  const Lowered l = lowered_for_gpu(bf16_gpt(), "data=2,model=4", 8);
-  EXPECT_EQ(kernel_nodes(l.partitioned).count("layernorm_backward"), 0u);
-  EXPECT_NE(format_kernel_choices(l.partitioned, l.kernels)
-                .find(" layer_norm backward: falls back: its result's gradient leaves it in f32 (partial sums the "
-                      "partitioner adds after converting them): the bf16 kernel reads the whole gradient in bf16"),
-            std::string::npos)
-      << format_kernel_choices(l.partitioned, l.kernels);
+  expect_falls_back(lowered_for_gpu(bf16_gpt(), "data=2,model=4", 8), "layernorm_backward",
+                    " layer_norm backward: falls back: its result's gradient leaves it in f32 (partial sums the "
+                    "partitioner adds after converting them): the bf16 kernel reads the whole gradient in bf16");
 }
 
 TEST(GpuKernels, TheGptsLayerNormsAttentionAndAdamWRunAsKernels) {
@@ -355,13 +359,9 @@ TEST(GpuKernels, PyTorchsClipFormFallsBackSayingWhy) {
   const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
     gpt2::build_train(b, cfg, /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2), o);
   });
-  const Lowered l = lowered_for_gpu(g, "data=8", 8);
-  EXPECT_EQ(kernel_nodes(l.partitioned).count("global_norm"), 0u);
-  EXPECT_NE(format_kernel_choices(l.partitioned, l.kernels)
-                .find(" global_norm forward: falls back: its clip factor is not optax's min(1, max_norm / norm) "
-                      "(TrainOptions::clip_form): the kernel computes only that one"),
-            std::string::npos)
-      << format_kernel_choices(l.partitioned, l.kernels);
+  expect_falls_back(lowered_for_gpu(g, "data=8", 8), "global_norm",
+                    " global_norm forward: falls back: its clip factor is not optax's min(1, max_norm / norm) "
+                    "(TrainOptions::clip_form): the kernel computes only that one");
 }
 
 // A weight decay mask splits the AdamW updates into two multi-tensor
