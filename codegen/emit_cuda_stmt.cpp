@@ -152,6 +152,36 @@ void CpuEmitter::emit_kernel(CodeWriter& w, const Stmt& s) {
     w.close(losses + " released");
     return;
   }
+  if (v.kernel == "embedding_lookup" || v.kernel == "embedding_grad") {
+    // The table's rows here are [first, first + vocab) of the whole: the
+    // block start along the axes that split the classes (use_gpu_kernels).
+    const bool lookup = v.kernel == "embedding_lookup";
+    const Shape& table = lookup ? g_[v.args[0]].shape : v.shape;
+    ir::Sharding classes;
+    classes.dims = {v.axes};
+    const std::string b = block_index_expr(classes, 0);
+    const std::string first =
+        b.empty() ? "0" : (b.find(' ') == std::string::npos ? b : "(" + b + ")") + " * " + std::to_string(table[0]);
+    const int ids = v.args[1];
+    const std::string id_field = std::string(g_[ids].dtype == ir::DType::kI32 ? ".ids = " : ".float_ids = ") + ptr(ids);
+    const std::string sizes[] = {".tokens = " + std::to_string(ir::num_elements(g_[ids].shape)),
+                                 ".first = " + first, ".vocab = " + std::to_string(table[0]),
+                                 ".cols = " + std::to_string(table[1])};
+    if (lookup) {
+      launch({dtype_field(s.node), ".out = " + ptr(s.node), ".table = " + ptr(v.args[0]), id_field, sizes[0],
+              sizes[1], sizes[2], sizes[3]});
+      return;
+    }
+    const bool prior = v.ints.at(0) != 0;
+    if (prior)  // the gradient the table's other uses gave it, added to
+      w.line(call("copy") + ptr(v.args[2]) + ", " + ptr(s.node) + ", " + std::to_string(table[0] * table[1]) + ");");
+    std::vector<std::string> fields = {dtype_field(v.args[0]), ".dtable = " + ptr(s.node), ".dout = " + ptr(v.args[0]),
+                                       id_field, sizes[0], sizes[1], sizes[2], sizes[3]};
+    if (v.ints.at(1) != 0) fields.push_back(".round_bf16 = true");
+    if (prior) fields.push_back(".accumulate = true");
+    launch(fields);
+    return;
+  }
   const Shape& x = g_[v.kernel == "layernorm_forward" ? v.args[0] : v.args[1]].shape;
   const int64_t cols = x.back(), rows = ir::num_elements(x) / cols;
   const std::string rows_cols[] = {".rows = " + std::to_string(rows), ".cols = " + std::to_string(cols)};

@@ -27,6 +27,8 @@ std::string kernel_for(CompositeKind kind, bool backward) {
       return "adamw";  // every parameter's update in one multi-tensor launch
     case CompositeKind::kGlobalNorm:
       return "global_norm";
+    case CompositeKind::kEmbedding:
+      return backward ? "embedding_grad" : "embedding_lookup";  // a gather, and its deterministic scatter-add
   }
   return "";
 }
@@ -37,8 +39,12 @@ std::string kernel_for(CompositeKind kind, bool backward) {
 // gradient all-reduced after) runs before or after the kernel.
 std::string misfit(const ir::Graph& g, const ir::Composite& c, const std::vector<int>& nodes) {
   const std::set<int> in(nodes.begin(), nodes.end());
+  // An embedding's collectives sum its dots' partial results (a split
+  // vocabulary, a split batch): they run after its kernels, which
+  // use_gpu_kernels checks as it maps the region.
   for (int id : nodes) {
     const ir::Node& n = g.nodes[id];
+    if (c.kind == CompositeKind::kEmbedding) break;
     if (!ir::is_collective(n.op) && n.op != ir::Op::kRingDot) continue;
     bool from_inside = false, to_inside = false;
     for (int a : n.args) from_inside = from_inside || in.count(a);

@@ -10,7 +10,8 @@
 //  - the partitioner put no collective inside it (a collective there means
 //    the part needs a dimension whole that the mesh splits: a layer norm
 //    over a sharded feature axis, a cross-entropy over a vocabulary split
-//    over 'model'), and
+//    over 'model'; an embedding's partial sums, summed after its dot, are
+//    no such collective), and
 //  - its attributes fit the kernel: attention's head size is one the
 //    kernels are built for (runtime/gpu/kernel_limits.h), and it has no
 //    dropout on the attention weights (the kernels have none).

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "codegen/ring_plan.h"
+#include "runtime/gpu/kernel_args.h"
 
 namespace sharc {
 
@@ -84,6 +85,18 @@ rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
   } else if (n.op == Op::kKernel && n.kernel == "global_norm") {
     c.flops = 0;  // a square and an add per gradient element
     for (int x : n.args) c.flops += 2 * elements(g.nodes[x].shape);
+  } else if (n.op == Op::kKernel && n.kernel == "embedding_lookup") {
+    // A gather: the picked rows read, the result written, the ids read; the
+    // rest of the table is not touched.
+    c.bytes = 2 * bytes_of(n) + bytes_of(g.nodes[n.args[1]]);
+    c.flops = 0;
+  } else if (n.op == Op::kKernel && n.kernel == "embedding_grad") {
+    // dy read once, an add per element of it; the table's gradient written
+    // (and the prior read); every block reads all the ids.
+    const double blocks = static_cast<double>((n.shape[0] + gpu::kEmbeddingGradRows - 1) / gpu::kEmbeddingGradRows);
+    c.bytes = bytes_of(g.nodes[n.args[0]]) + bytes_of(n) * (n.args.size() > 2 ? 3 : 1) +
+              blocks * bytes_of(g.nodes[n.args[1]]);
+    c.flops = elements(g.nodes[n.args[0]].shape);
   } else if (n.op == Op::kKernel && n.kernel == "cross_entropy") {
     // Over the logits: max, exp and sum; the gradient's exp, sub and mul.
     c.flops = (n.args.size() == 2 ? 4 : 8) * elements(g.nodes[n.args[0]].shape);

@@ -87,7 +87,9 @@ Tensor Embedding::operator()(Tensor ids, SrcLoc loc) const {
   if (!ids.valid()) user_error(loc, "Embedding '" + path_ + "': empty ids tensor");
   LabelScope label(*embedding.tracer(), path_);
   // (B..., vocab) x (vocab, features): contracting a 'model'-split vocab gives
-  // partial sums, resolved by the partitioner.
+  // partial sums, resolved by the partitioner. A GPU program runs the region
+  // as a gather and its gradient as a scatter-add (codegen/kernel_select.h).
+  CompositeScope region(*embedding.tracer(), ir::make_composite(ir::CompositeKind::kEmbedding, loc));
   const DType dt = embedding.tracer()->graph().dtype;
   return matmul(astype(one_hot(ids, num_embeddings_), dt), astype(embedding, dt));
 }

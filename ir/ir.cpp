@@ -28,6 +28,8 @@ const char* composite_name(CompositeKind kind) {
       return "adam";
     case CompositeKind::kGlobalNorm:
       return "global_norm";
+    case CompositeKind::kEmbedding:
+      return "embedding";
   }
   return "?";
 }

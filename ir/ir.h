@@ -222,6 +222,7 @@ enum class CompositeKind {
   kSoftmaxCrossEntropy,  // softmax_cross_entropy: the mean loss over the batch
   kAdam,                 // one parameter's Adam / AdamW update (train_step)
   kGlobalNorm,           // the gradients' global norm and clip factor (train_step)
+  kEmbedding,            // Embedding's lookup, one_hot(ids) @ table (dsl/transformer.h)
 };
 const char* composite_name(CompositeKind kind);  // "layer_norm", "attention", ...
 

@@ -4,6 +4,11 @@
 # (CI sets it: .ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys without the checkout's path (the sources' paths are made
+# relative under it, and the working directory is not hashed; the objects
+# themselves carry relative paths: CMakeLists.txt's -ffile-prefix-map), so a
+# fresh clone anywhere reuses what any other checkout compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR=1
 build=${SHARC_BUILD_DIR:-build}
 jobs=${SHARC_JOBS:-$(nproc)}
 # SHARC_REQUIRE_LIFT=ON and SHARC_REQUIRE_CUDA=ON make configuring fail

@@ -16,6 +16,11 @@
 #   scripts/sanitize.sh [asan|tsan]...   (default: both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys (as scripts/build.sh) without the checkout's path (the sources' paths are made
+# relative under it, and the working directory is not hashed; the objects
+# themselves carry relative paths: CMakeLists.txt's -ffile-prefix-map), so a
+# fresh clone anywhere reuses what any other checkout compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR=1
 jobs=${SHARC_JOBS:-$(nproc)}
 export OPENBLAS_NUM_THREADS=1  # OpenBLAS's own threads are not instrumented
 

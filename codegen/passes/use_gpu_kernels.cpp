@@ -354,6 +354,108 @@ std::string map_cross_entropy(const Mapper& m, const std::vector<int>& fwd, cons
   return "";
 }
 
+// Embedding (dsl/transformer.cpp, Embedding::operator()): dot(dt(one_hot(ids)),
+// dt(table)), one_hot(ids) = equal(broadcast(f32(ids)), iota over the
+// classes). Forward: operands the ids (f32 labels or i32) and the f32 table
+// [V, E] (this device's rows); one result, the dot [..., E]. Backward: one
+// operand from outside, the dot's gradient dy, and, when another use of the
+// table gave it a gradient first (GPT-2's tied head), that gradient
+// (prior); one result, the table's gradient: dot(one_hot, dy) [V, E], in f32
+// (converted from dt), plus prior.
+struct EmbeddingRoles {
+  int ids = -1, table = -1, out = -1;
+  std::vector<std::string> vocab_axes;  // the mesh axes that split the classes, major first
+  int dy = -1, prior = -1, dtable = -1;
+  bool round_bf16 = false;              // the gradient's dot is bf16, converted to f32
+  std::vector<int> kernel_nodes;        // the backward nodes the kernel computes
+};
+
+std::string map_embedding(const Mapper& m, const std::vector<int>& fwd, const std::vector<int>* bwd,
+                          EmbeddingRoles& r) {
+  const ir::Graph& g = m.g_;
+  std::string why;
+  const std::set<int> region = region_of(g, fwd, bwd, "an embedding", why);
+  if (!why.empty()) return why;
+  const std::set<int> in(fwd.begin(), fwd.end());
+  auto through_converts = [&](int x, const std::set<int>& within) {
+    while (g[x].op == Op::kConvert && within.count(x)) x = g[x].args[0];
+    return x;
+  };
+  const std::vector<int> outs = m.results(fwd, region);
+  if (outs.size() != 1 || g[outs[0]].op != Op::kDot) return kNotTheKernel;
+  r.out = outs[0];
+  const Node& dot = g[r.out];
+  const int hot = through_converts(dot.args[0], in);
+  r.table = through_converts(dot.args[1], in);
+  const int rows = static_cast<int>(g[hot].shape.size()) - 1;
+  if (g[hot].op != Op::kEqual || g[r.table].shape.size() != 2 || rows < 0 ||
+      dot.dot != ir::DotDims{{}, {}, {rows}, {0}} || g[r.out].shape.back() != g[r.table].shape[1])
+    return kNotTheKernel;
+  if (g[r.table].dtype != ir::DType::kF32)
+    return std::string("its table is ") + ir::dtype_name(g[r.table].dtype).data() +
+           ": the embedding kernels read an f32 table";
+  if (g[r.out].dtype != ir::DType::kF32 && g[r.out].dtype != ir::DType::kBF16) return kNotTheKernel;
+  // equal(broadcast(labels), iota over the last dim), in either order.
+  int labels = -1, iota = -1;
+  for (int a : g[hot].args) (g[a].op == Op::kIota ? iota : labels) = a;
+  if (iota < 0 || labels < 0 || g[labels].op != Op::kBroadcast || !in.count(labels) ||
+      g[iota].ints.at(0) != rows || g[iota].shape.back() != g[r.table].shape[0])
+    return kNotTheKernel;
+  r.ids = through_converts(g[labels].args[0], in);
+  ir::Shape tokens = g[hot].shape;
+  tokens.pop_back();
+  if (g[r.ids].shape != tokens || (g[r.ids].dtype != ir::DType::kF32 && g[r.ids].dtype != ir::DType::kI32))
+    return kNotTheKernel;
+  if (g[iota].sharding) r.vocab_axes = g[iota].sharding->dims.at(rows);
+  // Nothing else computes: the forward is the lookup alone.
+  for (int id : fwd)
+    if (id != r.out && id != hot && id != labels && g[id].op != Op::kConvert) return kNotTheKernel;
+  if (!bwd) return "";
+
+  // The gradient: dot(one_hot, dy) [V, E], converted to f32 when it ran in
+  // bf16; then, when the table had a gradient before (prior), an add. The
+  // kernel computes up to the add, or up to the first collective (partial
+  // sums over a split batch, all-reduced before the add, which then stays).
+  const std::set<int> bin(bwd->begin(), bwd->end());
+  int grad = -1;
+  for (int id : *bwd)
+    if (g[id].op == Op::kDot) grad = grad < 0 ? id : -2;
+  if (grad < 0 || through_converts(g[grad].args[0], in) != hot) return kNotTheKernel;
+  r.dy = g[grad].args[1];
+  std::vector<int> token_dims(rows);
+  for (int d = 0; d < rows; ++d) token_dims[d] = d;
+  if (g[grad].dot != ir::DotDims{{}, {}, token_dims, token_dims} || g[r.dy].shape != g[r.out].shape ||
+      g[r.dy].dtype != g[r.out].dtype || bin.count(r.dy))
+    return kNotTheKernel;
+  r.dtable = grad;
+  r.kernel_nodes = {grad};
+  auto only_reader = [&](int x) {
+    return m.users_[x].size() == 1 && bin.count(m.users_[x][0]) ? m.users_[x][0] : -1;
+  };
+  if (const int c = only_reader(r.dtable); c >= 0 && g[c].op == Op::kConvert) {
+    r.round_bf16 = g[r.dtable].dtype == ir::DType::kBF16;
+    r.dtable = c;
+    r.kernel_nodes.push_back(c);
+  }
+  if (const int a = only_reader(r.dtable); a >= 0 && g[a].op == Op::kAdd) {
+    r.prior = g[a].args[0] == r.dtable ? g[a].args[1] : g[a].args[0];
+    if (bin.count(r.prior)) return kNotTheKernel;
+    r.dtable = a;
+    r.kernel_nodes.push_back(a);
+  }
+  // What the kernel does not compute stays: an add after the collectives.
+  for (int id : *bwd)
+    if (std::find(r.kernel_nodes.begin(), r.kernel_nodes.end(), id) == r.kernel_nodes.end() &&
+        !(g[id].op == Op::kAdd && r.prior < 0))
+      return kNotTheKernel;
+  if (g[r.dtable].dtype != ir::DType::kF32 || g[r.dtable].shape != g[r.table].shape)
+    return std::string("its table's gradient leaves it as ") + ir::dtype_name(g[r.dtable].dtype).data() +
+           " (before a collective): the embedding_grad kernel writes it in f32";
+  if (r.prior >= 0 && (g[r.prior].dtype != ir::DType::kF32 || g[r.prior].shape != g[r.table].shape))
+    return kNotTheKernel;
+  return "";
+}
+
 // The gradients' global norm and clip factor (dsl/train.cpp, train_step;
 // optax.clip_by_global_norm). Operands: the gradients, each squared and
 // summed. Results: the norm (an output), and with clipping each gradient
@@ -614,6 +716,31 @@ void replace_cross_entropy(const ir::Graph& g, const CrossEntropyRoles& r, const
   b.removed = *bwd;
   b.nodes.push_back(
       {kernel_node(g[r.dlogits], "cross_entropy"), {old(r.logits), old(r.labels), old(r.dloss)}, r.dlogits});
+  out.push_back(std::move(b));
+}
+
+// The replacements of one embedding region: the lookup, and the scatter-add
+// of its gradient (ints = {prior given, bf16 rounding}). Both carry the mesh
+// axes that split the vocabulary (the table's first row is this device's
+// block start along them).
+void replace_embedding(const ir::Graph& g, const EmbeddingRoles& r, const std::vector<int>& fwd,
+                       const std::vector<int>* bwd, std::vector<Replacement>& out) {
+  auto old = [](int id) { return Arg{id, -1, -1}; };
+  Replacement f;
+  f.removed = fwd;
+  NewNode kf{kernel_node(g[r.out], "embedding_lookup"), {old(r.table), old(r.ids)}, r.out};
+  kf.node.axes = r.vocab_axes;
+  f.nodes.push_back(std::move(kf));
+  out.push_back(std::move(f));
+  if (!bwd) return;
+  Replacement b;
+  b.removed = r.kernel_nodes;
+  std::sort(b.removed.begin(), b.removed.end());
+  NewNode kb{kernel_node(g[r.dtable], "embedding_grad"), {old(r.dy), old(r.ids)}, r.dtable};
+  if (r.prior >= 0) kb.args.push_back(old(r.prior));
+  kb.node.ints = {r.prior >= 0, r.round_bf16};
+  kb.node.axes = r.vocab_axes;
+  b.nodes.push_back(std::move(kb));
   out.push_back(std::move(b));
 }
 
@@ -902,6 +1029,10 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
       AttentionRoles roles;
       why = map_attention(m, c, fwd, b ? &bwd : nullptr, roles);
       if (why.empty()) replace_attention(g, c, roles, fwd, b ? &bwd : nullptr, base, mine);
+    } else if (c.kind == ir::CompositeKind::kEmbedding) {
+      EmbeddingRoles roles;
+      why = map_embedding(m, fwd, b ? &bwd : nullptr, roles);
+      if (why.empty()) replace_embedding(g, roles, fwd, b ? &bwd : nullptr, mine);
     } else {
       CrossEntropyRoles roles;
       why = map_cross_entropy(m, fwd, b ? &bwd : nullptr, roles);

@@ -40,6 +40,16 @@
 //    with the DSL's float labels (one_hot's meaning) and each example's
 //    loss gradient; the mean over the batch stays outside. A mesh that
 //    splits the classes puts collectives inside: it falls back.
+//  - embedding (one_hot(ids) @ table, no one-hot made): a gather and the
+//    deterministic scatter-add of its gradient,
+//      y = embedding_lookup(table, ids)           y [..., E] in the dot's dtype
+//      dtable = embedding_grad(dy, ids[, prior])  f32 [V, E], ints = {prior, bf16}
+//    with ids the DSL's f32 labels or i32, and the table f32. The kernel
+//    nodes carry the mesh axes that split the vocabulary (axes): a device
+//    holds rows [block start, + V) and a token outside them picks zeros, so
+//    a 'model'-split vocabulary keeps its partial sums' all-reduce after the
+//    lookup. prior is the gradient the table's other uses gave first (a
+//    tied LM head); bf16 rounds the sum through bf16, as the bf16 dot did.
 //  - global_norm: the gradients' norm and, with clipping, the clip factor,
 //      norm = global_norm(g0, g1, ...)          ints = {tensors}
 //      factor = kernel_output(norm)             scalar = max_norm

@@ -32,6 +32,11 @@ struct TensorChunk {
 
 constexpr int64_t kTensorChunk = 65536;  // elements per block at most
 
+// An embedding_grad block (kernels.cuh): the table rows it owns, and its
+// threads, one per column.
+constexpr int kEmbeddingGradRows = 32;
+constexpr int kEmbeddingGradThreads = 256;
+
 struct AdamWHyper {
   float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
   const float* lr = nullptr;          // device scalar: this step's learning rate

@@ -208,6 +208,28 @@ class LaunchingKernels : public KernelSet {
     });
   }
 
+  void embedding_lookup(const EmbeddingLookup& a) override {
+    if (a.tokens == 0 || a.cols == 0) return;
+    with_activation_type(a.dtype, "embedding_lookup", [&](auto tag) {
+      using T = decltype(tag);
+      launch("embedding_lookup", embedding_lookup_kernel<T>, Dim3{static_cast<unsigned>(a.tokens)},
+             Dim3{std::min(blocks_for(a.cols, kWarpSize), 8u) * kWarpSize}, 0, stream(), static_cast<T*>(a.out),
+             a.table, a.float_ids, a.ids, a.cols, a.first, a.vocab);
+    });
+  }
+
+  void embedding_grad(const EmbeddingGrad& a) override {
+    if (a.vocab == 0 || a.cols == 0) return;
+    with_activation_type(a.dtype, "embedding_grad", [&](auto tag) {
+      using T = decltype(tag);
+      launch("embedding_grad", embedding_grad_kernel<T>,
+             Dim3{blocks_for(a.vocab, kEmbeddingGradRows), blocks_for(a.cols, kEmbeddingGradThreads)},
+             Dim3{kEmbeddingGradThreads}, kEmbeddingGradShared, stream(), a.dtable,
+             static_cast<const T*>(a.dout), a.float_ids, a.ids, a.tokens, a.cols, a.first, a.vocab,
+             a.round_bf16, a.accumulate);
+    });
+  }
+
   void global_norm(const GlobalNorm& a) override {
     if (a.num_chunks > 0)
       launch("sum_squares", sum_squares_kernel, Dim3{static_cast<unsigned>(a.num_chunks)},

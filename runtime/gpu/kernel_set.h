@@ -157,6 +157,35 @@ struct EmbeddingBackward {
   int batch = 0, seq = 0, cols = 0, vocab = 0;  // tokens outside [0, vocab) are skipped
 };
 
+// The embedding lookup of generated programs (one_hot(ids) @ table, without
+// the one-hot): out[n] = dtype(table[id(n) - first]) where first <= id(n) <
+// first + vocab (this device's rows), else zeros. Ids are the DSL's float
+// labels (float_ids) or int32 (ids): exactly one is set.
+struct EmbeddingLookup {
+  DType dtype = DType::kF32;    // out's
+  void* out = nullptr;          // [tokens, cols]
+  const float* table = nullptr; // [vocab, cols]
+  const float* float_ids = nullptr;
+  const int32_t* ids = nullptr;
+  int64_t tokens = 0, first = 0, vocab = 0;
+  int cols = 0;
+};
+
+// Its gradient: dtable[v] = (dtable[v] +, with accumulate) the sum of dout
+// over the tokens whose id is first + v, added in token order (the same on
+// every run; no atomics, no host work). round_bf16 rounds each sum through
+// bf16 first, as the bf16 GEMM the kernel replaces would.
+struct EmbeddingGrad {
+  DType dtype = DType::kF32;  // dout's
+  float* dtable = nullptr;    // [vocab, cols]
+  const void* dout = nullptr; // [tokens, cols]
+  const float* float_ids = nullptr;
+  const int32_t* ids = nullptr;
+  int64_t tokens = 0, first = 0, vocab = 0;
+  int cols = 0;
+  bool round_bf16 = false, accumulate = false;
+};
+
 // norm = sqrt(sum of squares of every tensor); clip_factor (nullable) =
 // min(1, max_norm / max(norm, 1e-30)), optax's clip_by_global_norm. Device
 // arrays: tensors, chunks (tensor_chunks()), partial (num_chunks floats).
@@ -247,6 +276,8 @@ class KernelSet {
   virtual void cross_entropy(const CrossEntropy& a) = 0;
   virtual void embedding_forward(const Embedding& a) = 0;
   virtual void embedding_backward(const EmbeddingBackward& a) = 0;
+  virtual void embedding_lookup(const EmbeddingLookup& a) = 0;
+  virtual void embedding_grad(const EmbeddingGrad& a) = 0;
   virtual void global_norm(const GlobalNorm& a) = 0;
   virtual void bias_grad(const BiasGrad& a) = 0;
   virtual void attention_forward(const Attention& a) = 0;

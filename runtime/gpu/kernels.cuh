@@ -457,6 +457,96 @@ SHARC_KERNEL void embedding_backward_wpe_kernel(float* dwpe, const T* dout, int 
 }
 
 // ---------------------------------------------------------------------------
+// The embedding as generated programs trace it (dsl/transformer.h,
+// Embedding: one_hot(ids) @ table), without the one-hot: a device's rows of
+// the table are [first, first + vocab) of the whole (the mesh may split the
+// vocabulary), and a token outside them, or a float label that is no class
+// index, picks nothing (a zero row), as one_hot's equality does. Token ids
+// are the DSL's float labels or int32.
+
+// The row of `first`'s table that token n picks, or -1.
+SHARC_DEVICE int64_t table_row(const float* float_ids, const int32_t* ids, int64_t n, int64_t first,
+                               int64_t vocab) {
+  int64_t id = -1;
+  if (float_ids) {
+    const float f = float_ids[n];
+    if (f >= 0.0f && f < 16777216.0f && static_cast<float>(static_cast<int64_t>(f)) == f)
+      id = static_cast<int64_t>(f);  // exact: an f32 holds every integer below 2^24
+  } else {
+    id = ids[n];
+  }
+  const int64_t row = id - first;
+  return id >= 0 && row >= 0 && row < vocab ? row : -1;
+}
+
+// out[n] = T(table[row(n)]) or zeros; one block per token.
+template <class T>
+SHARC_KERNEL void embedding_lookup_kernel(T* out, const float* table, const float* float_ids,
+                                          const int32_t* ids, int cols, int64_t first,
+                                          int64_t vocab) {
+  const int64_t n = block_x();
+  const int64_t row = table_row(float_ids, ids, n, first, vocab);
+  for (int c = static_cast<int>(thread_x()); c < cols; c += static_cast<int>(block_dim_x()))
+    out[n * cols + c] = from_f32<T>(row >= 0 ? table[row * cols + c] : 0.0f);
+}
+
+// The table's gradient, dtable[v] (+)= the sum of dout over the tokens that
+// pick row v, added in token order, so the result is the same on every run
+// without atomics (and with none of the host's help that
+// embedding_backward_wte_kernel needs). A block owns kEmbeddingGradRows rows
+// of the table and kEmbeddingGradThreads of its columns (one per thread),
+// keeping their sums in shared memory while it reads every token's id once,
+// kEmbeddingGradThreads at a time: the tokens of its rows in a chunk are
+// compacted in order by a prefix sum, then each thread adds their dout
+// values in its column (kEmbeddingGradRows and kEmbeddingGradThreads are in
+// kernel_args.h, for the cost model). round_bf16: the sum is rounded through bf16 before
+// it is stored (or added), as a bf16 GEMM's result would be.
+constexpr size_t kEmbeddingGradShared =
+    (kEmbeddingGradRows + 2) * kEmbeddingGradThreads * sizeof(float);
+
+template <class T>
+SHARC_KERNEL void embedding_grad_kernel(float* dtable, const T* dout, const float* float_ids,
+                                        const int32_t* ids, int64_t tokens, int cols, int64_t first,
+                                        int64_t vocab, bool round_bf16, bool accumulate) {
+  constexpr int kThreads = kEmbeddingGradThreads, kRows = kEmbeddingGradRows;
+  float* sums = shared_memory<float>();                           // [kRows][kThreads]
+  int* scan = reinterpret_cast<int*>(sums + kRows * kThreads);    // [kThreads]
+  int* picked = scan + kThreads;                                  // [kThreads]: t * kRows + row
+  const int t = static_cast<int>(thread_x());
+  const int64_t r0 = static_cast<int64_t>(block_x()) * kRows;
+  const int c = static_cast<int>(block_y()) * kThreads + t;
+  for (int r = 0; r < kRows; ++r) sums[r * kThreads + t] = 0.0f;
+  for (int64_t n0 = 0; n0 < tokens; n0 += kThreads) {
+    int64_t row = n0 + t < tokens ? table_row(float_ids, ids, n0 + t, first, vocab) - r0 : -1;
+    if (row >= kRows) row = -1;
+    scan[t] = row >= 0;
+    sync_block();
+    for (int off = 1; off < kThreads; off *= 2) {  // inclusive prefix sum of the flags
+      const int before = t >= off ? scan[t - off] : 0;
+      sync_block();
+      scan[t] += before;
+      sync_block();
+    }
+    const int count = scan[kThreads - 1];
+    if (row >= 0) picked[scan[t] - 1] = t * kRows + static_cast<int>(row);
+    sync_block();
+    if (c < cols)
+      for (int i = 0; i < count; ++i) {
+        const int p = picked[i];
+        sums[(p % kRows) * kThreads + t] += to_f32(dout[(n0 + p / kRows) * cols + c]);
+      }
+    sync_block();  // scan and picked are rewritten next
+  }
+  if (c >= cols) return;
+  for (int r = 0; r < kRows && r0 + r < vocab; ++r) {
+    float s = sums[r * kThreads + t];
+    if (round_bf16) s = to_f32(from_f32<bf16>(s));
+    float& d = dtable[(r0 + r) * cols + c];
+    d = accumulate ? d + s : s;
+  }
+}
+
+// ---------------------------------------------------------------------------
 // The global norm of many tensors (the gradients), and optax's
 // clip_by_global_norm factor min(1, max_norm / max(norm, 1e-30)), without a
 // host synchronisation: per-chunk sums of squares, then one block adds them

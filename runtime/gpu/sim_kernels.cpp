@@ -195,6 +195,8 @@ class DeferredSimKernels final : public SimKernels {
   SHARC_DEFERRED(cross_entropy, CrossEntropy)
   SHARC_DEFERRED(embedding_forward, Embedding)
   SHARC_DEFERRED(embedding_backward, EmbeddingBackward)
+  SHARC_DEFERRED(embedding_lookup, EmbeddingLookup)
+  SHARC_DEFERRED(embedding_grad, EmbeddingGrad)
   SHARC_DEFERRED(global_norm, GlobalNorm)
   SHARC_DEFERRED(bias_grad, BiasGrad)
   SHARC_DEFERRED(attention_forward, Attention)

@@ -340,6 +340,115 @@ TEST_P(GpuKernelsByType, EmbeddingForwardAndBackwardMatchTheReference) {
   expect_close(to_host(g.dwpe, dwpe.size()), dwpe, 1e-5, "dwpe");
 }
 
+// The generated programs' embedding (one_hot(ids) @ table): this device
+// holds rows [first, first + vocab) of the table; a token outside them, or
+// a float label that is no class index, picks a zero row and adds nothing
+// to the gradient. 300 tokens and 300 columns make two chunks of ids and
+// two column blocks; 37 rows two row blocks of the gradient.
+TEST_P(GpuKernelsByType, EmbeddingLookupAndGradFollowOneHot) {
+  const DType t = GetParam();
+  const int tokens = 300, cols = 300, vocab = 37, first = 40;
+  std::mt19937 rng(23);
+  std::vector<float> labels(tokens);
+  for (auto& l : labels) l = static_cast<float>(30 + rng() % 55);  // some below first, some past the rows
+  labels[3] = 40.5f;      // no class index
+  labels[4] = -1.0f;
+  labels[7] = first;      // the first and the last row
+  labels[8] = first + vocab - 1;
+  const auto table = random_values(vocab * cols, 24);
+  auto row_of = [&](int n) {
+    const float l = labels[n];
+    const int k = static_cast<int>(l);
+    return static_cast<float>(k) == l && k >= first && k < first + vocab ? k - first : -1;
+  };
+  EmbeddingLookup e;
+  e.dtype = t;
+  e.out = alloc(tokens * cols * rt::dtype_size(t));
+  e.table = f32(table);
+  e.float_ids = f32(labels);
+  e.tokens = tokens;
+  e.first = first;
+  e.vocab = vocab;
+  e.cols = cols;
+  k_->embedding_lookup(e);
+  std::vector<double> out(tokens * cols, 0.0);
+  for (int n = 0; n < tokens; ++n)
+    if (row_of(n) >= 0)
+      for (int c = 0; c < cols; ++c) out[n * cols + c] = table[row_of(n) * cols + c];
+  expect_close(to_host(e.out, out.size(), t), out, bound_for(t), "out");
+
+  // The gradient, added to a prior one (a tied head's), rounded through
+  // bf16 as a bf16 GEMM's result is.
+  const auto dout = random_values(tokens * cols, 25);
+  const auto ds = as_stored(dout, t);
+  const auto prior = random_values(vocab * cols, 26);
+  std::vector<double> sums(vocab * cols, 0.0);
+  for (int n = 0; n < tokens; ++n)
+    if (row_of(n) >= 0)
+      for (int c = 0; c < cols; ++c) sums[row_of(n) * cols + c] += ds[n * cols + c];
+  std::vector<double> dtable(vocab * cols);
+  for (size_t i = 0; i < dtable.size(); ++i)
+    dtable[i] = prior[i] + (t == DType::kBF16 ? rt::round_to_bf16(static_cast<float>(sums[i])) : sums[i]);
+  EmbeddingGrad g;
+  g.dtype = t;
+  g.dtable = f32(prior);
+  g.dout = to_device(dout, t);
+  g.float_ids = e.float_ids;
+  g.tokens = tokens;
+  g.first = first;
+  g.vocab = vocab;
+  g.cols = cols;
+  g.round_bf16 = t == DType::kBF16;
+  g.accumulate = true;
+  k_->embedding_grad(g);
+  const std::vector<float> got = to_host(g.dtable, dtable.size());
+  expect_close(got, dtable, t == DType::kBF16 ? bound_for(t, 8.0) : 1e-5, "dtable");
+  // The same sums on every run: no atomics.
+  k_->upload(g.dtable, prior.data(), prior.size() * 4);
+  k_->embedding_grad(g);
+  EXPECT_EQ(to_host(g.dtable, dtable.size()), got);
+}
+
+// Int32 ids, the whole table on the device (first 0): an id past the table
+// picks zeros; without accumulate the gradient overwrites.
+TEST_F(GpuKernels, EmbeddingLookupAndGradReadInt32Ids) {
+  const int cols = 5, vocab = 4;
+  const std::vector<int32_t> ids = {2, 0, 2, 9, -3, 3};
+  const int tokens = static_cast<int>(ids.size());
+  const auto table = random_values(vocab * cols, 27);
+  EmbeddingLookup e;
+  e.out = alloc(tokens * cols * 4);
+  e.table = f32(table);
+  e.ids = static_cast<const int32_t*>(to_device(ids));
+  e.tokens = tokens;
+  e.vocab = vocab;
+  e.cols = cols;
+  k_->embedding_lookup(e);
+  const std::vector<float> out = to_host(e.out, tokens * cols);
+  for (int n = 0; n < tokens; ++n)
+    for (int c = 0; c < cols; ++c)
+      EXPECT_EQ(out[n * cols + c], ids[n] >= 0 && ids[n] < vocab ? table[ids[n] * cols + c] : 0.0f)
+          << "token " << n << " column " << c;
+  std::vector<float> dout(tokens * cols);
+  for (int i = 0; i < tokens * cols; ++i) dout[i] = static_cast<float>(i % 7 + 1);
+  EmbeddingGrad g;
+  g.dtable = f32(std::vector<float>(vocab * cols, 99.0f));  // overwritten
+  g.dout = to_device(dout);
+  g.ids = e.ids;
+  g.tokens = tokens;
+  g.vocab = vocab;
+  g.cols = cols;
+  k_->embedding_grad(g);
+  const std::vector<float> d = to_host(g.dtable, vocab * cols);
+  for (int v = 0; v < vocab; ++v)
+    for (int c = 0; c < cols; ++c) {
+      float s = 0.0f;
+      for (int n = 0; n < tokens; ++n)
+        if (ids[n] == v) s += dout[n * cols + c];
+      EXPECT_EQ(d[v * cols + c], s) << "row " << v << " column " << c;
+    }
+}
+
 TEST(EmbeddingBuckets, GroupPositionsByTokenInOrder) {
   const std::vector<int32_t> ids = {4, 1, 4, 0, 1, 4};
   const EmbeddingBuckets b = embedding_buckets(ids.data(), 6);
