@@ -354,31 +354,32 @@ TEST(GpuKernels, DataParallelRunsTheGptsRegionsAsKernels) {
 // scatter-add, with no one-hot made. On data=2,model=4 the vocabulary is
 // split over 'model': each device looks up its rows (a token outside them
 // gives zeros) and the partial sums' reduce-scatter and all-gather follow
-// the lookup. On data=8 the gradient's all-reduce over 'data' comes before
-// the tied head's gradient is added, so that add stays a generated kernel.
+// the lookup. Where 'data' splits the batch, the gradient's all-reduce comes
+// before the tied head's gradient is added, so that add stays a generated
+// kernel; on one device the scatter-add adds to that gradient itself.
 TEST(GpuKernels, TheEmbeddingIsAGatherAndItsGradientAScatterAdd) {
-  for (const std::string mesh : {"data=2,model=4", "data=8"}) {
+  for (const std::string mesh : {"data=2,model=4", "data=8", "data=1"}) {
     SCOPED_TRACE(mesh);
     GPTConfig cfg = config(64, 4, 0.0);
     cfg.scan = true;
     const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
       gpt2::build_train(b, cfg, /*batch=*/8, adamw(Schedule::constant(1e-3), 1e-2), gpt2::train_options(cfg));
     });
-    const Lowered l = lowered_for_gpu(g, mesh, 8);
+    const Lowered l = lowered_for_gpu(g, mesh, mesh == "data=1" ? 1 : 8);
     const ir::Graph& p = l.partitioned;
-    const bool model = mesh == "data=2,model=4";
+    const bool model = mesh == "data=2,model=4", one = mesh == "data=1";
     const ir::Shape table = {model ? 4 : 16, 64};  // 16 tokens, 4 per device on 'model'
     int lookups = 0, grads = 0;
     for (const ir::Node& n : p.nodes) {
       if (n.op != ir::Op::kKernel || n.kernel.rfind("embedding_", 0) != 0) continue;
       EXPECT_EQ(n.axes, model ? std::vector<std::string>{"model"} : std::vector<std::string>{}) << n.kernel;
       const ir::Node& ids = p.nodes[n.args[1]];
-      EXPECT_EQ(ids.op, ir::Op::kInput) << n.kernel;  // the i32 tokens themselves
-      EXPECT_EQ(ids.dtype, ir::DType::kI32);
+      EXPECT_EQ(ids.op, ir::Op::kInput) << n.kernel;  // the tokens themselves, the DSL's float labels
+      EXPECT_EQ(ids.dtype, ir::DType::kF32);
       if (n.kernel == "embedding_lookup") {
         ++lookups;
         EXPECT_EQ(p.nodes[n.args[0]].shape, table);
-        EXPECT_EQ(n.shape, (ir::Shape{model ? 4 : 1, 8, 64}));
+        EXPECT_EQ(n.shape, (ir::Shape{model ? 4 : one ? 8 : 1, 8, 64}));
         // The partial sums over the split vocabulary, summed after it.
         int collectives = 0;
         for (const ir::Node& u : p.nodes)
@@ -390,17 +391,18 @@ TEST(GpuKernels, TheEmbeddingIsAGatherAndItsGradientAScatterAdd) {
       EXPECT_EQ(n.shape, table);
       EXPECT_EQ(n.dtype, ir::DType::kF32);
       // ints = {prior added in the kernel, rounded through bf16}.
-      EXPECT_EQ(n.ints, (std::vector<int>{model ? 1 : 0, 0}));
-      EXPECT_EQ(n.args.size(), model ? 3u : 2u);
+      EXPECT_EQ(n.ints, (std::vector<int>{one ? 1 : 0, 0}));
+      EXPECT_EQ(n.args.size(), one ? 3u : 2u);
     }
     EXPECT_EQ(lookups, 1);
     EXPECT_EQ(grads, 1);
     // No one-hot is left: nothing compares tokens with the classes.
-    for (const ir::Node& n : p.nodes)
-      if (n.composite >= 0 && p.composites[n.composite].kind == ir::CompositeKind::kEmbedding)
-        EXPECT_TRUE(n.op == ir::Op::kKernel || ir::is_collective(n.op) || n.op == ir::Op::kAdd ||
-                    ir::is_source(n.op))
-            << ir::op_name(n.op);
+    for (const ir::Node& n : p.nodes) {
+      if (n.composite < 0 || p.composites[n.composite].kind != ir::CompositeKind::kEmbedding) continue;
+      EXPECT_TRUE(n.op == ir::Op::kKernel || ir::is_collective(n.op) || (n.op == ir::Op::kAdd && !one) ||
+                  ir::is_source(n.op))
+          << ir::op_name(n.op);
+    }
   }
 }
 
