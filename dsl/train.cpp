@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <optional>
+#include <sstream>
 
 #include "ir/autodiff.h"
 
@@ -72,6 +73,14 @@ bool glob_match(const std::string& pattern, const std::string& path) {
   return p == pattern.size();
 }
 
+// The parameters' paths, for an error message: the first 12 and the count.
+std::string parameter_list(const ir::Graph& g, const std::vector<int>& params) {
+  std::string names;
+  for (size_t p = 0; p < params.size() && p < 12; ++p) names += (p ? ", " : "") + g.nodes[params[p]].name;
+  if (params.size() > 12) names += ", ... (" + std::to_string(params.size()) + " in all)";
+  return names;
+}
+
 // Which of `params` AdamW decays under `mask`; a pattern that matches no
 // parameter is an error at `loc`.
 std::vector<bool> decayed(const ir::Graph& g, const std::vector<int>& params, const DecayMask& mask,
@@ -90,15 +99,42 @@ std::vector<bool> decayed(const ir::Graph& g, const std::vector<int>& params, co
       if (r.scan && n.name.rfind(r.name + "/", 0) == 0) --rank;
     decays[p] = !excluded && rank >= mask.min_rank;
   }
-  for (size_t k = 0; k < mask.exclude.size(); ++k) {
-    if (used[k]) continue;
-    std::string names;
-    for (size_t p = 0; p < params.size() && p < 12; ++p) names += (p ? ", " : "") + g.nodes[params[p]].name;
-    if (params.size() > 12) names += ", ... (" + std::to_string(params.size()) + " in all)";
-    user_error(loc, "train_step: the weight decay mask's pattern '" + mask.exclude[k] +
-                        "' matches no parameter; the parameters are " + names);
-  }
+  for (size_t k = 0; k < mask.exclude.size(); ++k)
+    if (!used[k])
+      user_error(loc, "train_step: the weight decay mask's pattern '" + mask.exclude[k] +
+                          "' matches no parameter; the parameters are " + parameter_list(g, params));
   return decays;
+}
+
+// Each of `params`' learning-rate group (an index into `groups`, or -1 for
+// the schedule's own); a pattern that matches no parameter, or a scale that
+// is not positive and finite, is an error at `loc`.
+std::vector<int> lr_groups_of(const ir::Graph& g, const std::vector<int>& params, const std::vector<LrGroup>& groups,
+                              const SrcLoc& loc) {
+  std::vector<int> group(params.size(), -1);
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const LrGroup& lg = groups[k];
+    if (!(lg.scale > 0.0) || !std::isfinite(lg.scale)) {
+      std::ostringstream scale;
+      scale << lg.scale;
+      user_error(loc, "train_step: learning-rate group " + std::to_string(k) + "'s scale must be positive and finite, got " +
+                          scale.str());
+    }
+    if (lg.patterns.empty())
+      user_error(loc, "train_step: learning-rate group " + std::to_string(k) + " has no pattern");
+    for (const std::string& pattern : lg.patterns) {
+      bool used = false;
+      for (size_t p = 0; p < params.size(); ++p) {
+        if (!glob_match(pattern, g.nodes[params[p]].name)) continue;
+        used = true;
+        if (group[p] < 0) group[p] = static_cast<int>(k);
+      }
+      if (!used)
+        user_error(loc, "train_step: learning-rate group " + std::to_string(k) + "'s pattern '" + pattern +
+                            "' matches no parameter; the parameters are " + parameter_list(g, params));
+    }
+  }
+  return group;
 }
 
 }  // namespace
@@ -228,6 +264,11 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
   Tensor count = add(step, 1.0, loc);  // t in Adam's bias correction
   const bool adamw = opt.kind == Optimizer::Kind::kAdamW && opt.weight_decay != 0.0;
   const std::vector<bool> decays = adamw ? decayed(g, params, opt.decay_mask, loc) : std::vector<bool>(params.size());
+  // Each learning-rate group's rate, once per step (outside the update
+  // regions, so a GPU's AdamW kernel reads it as it reads the schedule's).
+  const std::vector<int> group_of = lr_groups_of(g, params, opt.lr_groups, loc);
+  std::vector<Tensor> group_lr;
+  for (const LrGroup& lg : opt.lr_groups) group_lr.push_back(mul(lr, lg.scale, loc));
 
   for (size_t p = 0; p < params.size(); ++p) {
     const int pid = params[p];
@@ -268,7 +309,7 @@ void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossF
       update = div(mhat, add(sqrt(vhat, loc), opt.eps, loc), loc);
       if (decays[p]) update = add(update, mul(w, opt.weight_decay, loc), loc);
     }
-    Tensor new_w = sub(w, mul(update, lr, loc), loc);
+    Tensor new_w = sub(w, mul(update, group_of[p] < 0 ? lr : group_lr[group_of[p]], loc), loc);
     adam_region.reset();
     g.updates.push_back({pid, new_w.id()});
   }

@@ -61,6 +61,24 @@ inline DecayMask decay_mask(int min_rank, std::vector<std::string> exclude = {})
   return DecayMask{min_rank, std::move(exclude)};
 }
 
+// Parameters with a learning rate of their own: the schedule's times
+// `scale` at every step (PyTorch's parameter groups, each with its own lr,
+// under one scheduler that scales them all alike; optax.multi_transform
+// with scaled schedules). Patterns are parameter paths with '*' as in a
+// DecayMask. A parameter takes the first group one of whose patterns it
+// matches; a parameter in no group, the schedule's lr. A pattern that
+// matches no parameter, or a scale that is not positive and finite, is an
+// error at the train_step call. Made by lr_group():
+//   Optimizer o = adamw(Schedule::constant(6e-4), 0.1);
+//   o.lr_groups = {lr_group({"wte/*", "wpe/*"}, 0.1)};  // embeddings at 6e-5
+struct LrGroup {
+  std::vector<std::string> patterns;  // the parameters' paths
+  double scale = 1.0;                 // times the schedule's lr
+};
+inline LrGroup lr_group(std::vector<std::string> patterns, double scale) {
+  return LrGroup{std::move(patterns), scale};
+}
+
 // An optimizer and its hyperparameters; made by sgd(), adam() or adamw().
 struct Optimizer {
   // The update rule (optax.sgd, optax.adam, optax.adamw).
@@ -73,6 +91,7 @@ struct Optimizer {
   double eps = 1e-8;      // adam: added to the second moment's root
   double weight_decay = 0.0;  // adamw
   DecayMask decay_mask = {};  // adamw: which parameters weight_decay applies to (all by default)
+  std::vector<LrGroup> lr_groups = {};  // learning rates of their own (none: the schedule's for all)
 };
 
 // optax.sgd(lr, momentum).
@@ -144,7 +163,8 @@ using LossFn = std::function<Tensor(const std::vector<Tensor>& micro_batch)>;
 // j+2k, ... of the batch, so a batch sharded over devices stays local), the
 // loss and its gradients; then clipping and the optimizer update. Adds the
 // outputs "loss" (mean over micro-batches), "grad_norm" (global norm before
-// clipping) and "lr" (the learning rate used), and records each parameter's
+// clipping) and "lr" (the schedule's learning rate; an LrGroup's parameters
+// use it times the group's scale), and records each parameter's
 // gradient (as the optimizer reads it) in ir::Graph::gradients.
 void train_step(ProgramBuilder& b, const std::vector<Tensor>& batch, const LossFn& loss_fn,
                 const Optimizer& optimizer, const TrainOptions& options = {},

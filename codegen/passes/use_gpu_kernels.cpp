@@ -963,7 +963,9 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
   std::vector<Replacement> reps;
   std::vector<std::vector<size_t>> reps_of;  // per region replaced: its choices
   // The Adam(W) updates, grouped into multi-tensor launches.
-  using AdamKey = std::tuple<double, double, double, double, int, int>;
+  // (b1, b2, eps, weight decay, micro-batch, pipeline region, learning rate):
+  // one launch per key.
+  using AdamKey = std::tuple<double, double, double, double, int, int, int>;
   struct AdamPart {
     AdamRoles roles;
     std::vector<int> nodes;
@@ -983,10 +985,11 @@ ir::Graph use_gpu_kernels(const ir::Graph& g, std::vector<KernelChoice>* choices
         fall_back(f, why);
         continue;
       }
-      // One launch for the updates of one hyper-parameter set; in a
+      // One launch for the updates of one hyper-parameter set (an LrGroup
+      // has a learning rate of its own, so a launch of its own); in a
       // pipeline, one per parameter, since each stage updates its own.
       const Node& first = g[nodes.front()];
-      AdamKey k{c.b1, c.b2, c.eps, c.weight_decay, first.micro_batch, g.pipeline ? key.first : -1};
+      AdamKey k{c.b1, c.b2, c.eps, c.weight_decay, first.micro_batch, g.pipeline ? key.first : -1, roles.lr};
       adams[k].push_back({roles, nodes, i});
       continue;
     }

@@ -20,7 +20,8 @@
 //    forward kernel writes, not the forward's intermediate values, so when
 //    one part falls back, both do. The kernels read and write f32 here (a
 //    bf16 input falls back).
-//  - adam: every parameter's Adam(W) update of one hyper-parameter set as
+//  - adam: every parameter's Adam(W) update of one hyper-parameter set
+//    (betas, eps, weight decay, and learning rate: an LrGroup's is its own) as
 //    ONE multi-tensor launch,
 //      w', m', v' (per tensor) = adamw(lr, t, w0, g0, m0, v0, w1, g1, ...)
 //    ints = {tensors}; the kernel node is tensor 0's w', each other new value

@@ -454,6 +454,29 @@ TEST(GpuKernels, AdamWWithADecayMaskIsOneLaunchPerDecay) {
     }
 }
 
+// A learning-rate group has a rate of its own, so its parameters' AdamW
+// updates are a launch of their own: the kernel reads one rate per launch.
+TEST(GpuKernels, AdamWWithALearningRateGroupIsOneLaunchPerRate) {
+  GPTConfig cfg = config(64, 4, 0.0);
+  cfg.scan = true;
+  Optimizer o = adamw(Schedule::constant(1e-3), 1e-2);
+  o.lr_groups = {lr_group({"wte/*", "wpe/*"}, 0.1)};
+  const ir::Graph g = trace("gpt2_train", [&](ProgramBuilder& b) {
+    gpt2::build_train(b, cfg, /*batch=*/8, o, gpt2::train_options(cfg));
+  });
+  const Lowered l = lowered_for_gpu(g, "data=8", 8);
+  std::vector<int> tensors, rates;
+  for (const ir::Node& n : l.partitioned.nodes)
+    if (n.op == ir::Op::kKernel && n.kernel == "adamw") {
+      tensors.push_back(n.ints.at(0));
+      rates.push_back(n.args.at(0));
+    }
+  ASSERT_EQ(tensors.size(), 2u);
+  EXPECT_NE(rates[0], rates[1]);
+  std::sort(tensors.begin(), tensors.end());
+  EXPECT_EQ(tensors.front(), 2);  // the embeddings
+}
+
 // Where 'model' splits the classes the loss needs the devices' partial
 // sums: collectives inside the region, so generated kernels compute it;
 // a remat policy that computes attention twice keeps generated kernels too.

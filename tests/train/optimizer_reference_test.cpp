@@ -49,6 +49,7 @@ struct Reference {
   int64_t count = 0;                  // steps taken
   std::vector<bool> decays = {true, true};  // adamw's mask, per tensor
   ClipForm clip_form = ClipForm::kOptax;
+  std::vector<double> lr_scales = {1.0, 1.0};  // each tensor's group's scale (PyTorch's param groups)
 
   struct Step {
     double grad_norm, lr;
@@ -93,7 +94,7 @@ struct Reference {
           // optax.adamw's mask: only where it is true.
           if (opt.kind == Optimizer::Kind::kAdamW && decays[t]) u += opt.weight_decay * params[t][i];
         }
-        params[t][i] -= rate * u;
+        params[t][i] -= rate * lr_scales[t] * u;
       }
     ++count;
     return {norm, rate};
@@ -184,9 +185,9 @@ struct Expect {
 // side; returns the oracle's final state.
 HostValues run_and_compare(const Optimizer& opt, const TrainOptions& options,
                            const std::function<double(int64_t)>& schedule, Expect expect = {},
-                           std::vector<bool> decays = {true, true}) {
+                           std::vector<bool> decays = {true, true}, std::vector<double> lr_scales = {1.0, 1.0}) {
   const ir::Graph g = program(opt, options);
-  Reference ref{opt, options.clip_global_norm, schedule, {}, {}, 0, decays, options.clip_form};
+  Reference ref{opt, options.clip_global_norm, schedule, {}, {}, 0, decays, options.clip_form, lr_scales};
   std::vector<Vec> w = initial_params();
   HostValues state = {{"w1", w[0]}, {"w2", w[1]}};
   int clipped = 0;
@@ -276,6 +277,23 @@ TEST(OptimizerReference, AdamWDecaysOnlyWhatItsMaskSelectsByRank) {
 TEST(OptimizerReference, AdamWDecaysOnlyWhatItsMaskSelectsByPath) {
   run_and_compare(adamw(Schedule::constant(0.05), 0.1, decay_mask(0, {"w*1"})), {}, constant(0.05), {},
                   {false, true});
+}
+
+// PyTorch's parameter groups with their own lr under one scheduler: w2 at
+// a quarter of the schedule's rate, w1 at the rate itself; "lr" is still the
+// schedule's. Adam's update is ~lr per step whatever the gradient, so a
+// group at the wrong rate is off by far more than kRel.
+TEST(OptimizerReference, LearningRateGroupsScaleTheSchedule) {
+  Optimizer o = adamw(Schedule::warmup_cosine(0.05, 3, 8, 0.005), 0.1, decay_mask(2));
+  o.lr_groups = {lr_group({"w2"}, 0.25)};
+  run_and_compare(o, {}, warmup_cosine(0.05, 0.005), {}, {true, false}, {1.0, 0.25});
+}
+
+// A parameter takes the first group that matches it: w2 matches both.
+TEST(OptimizerReference, AParameterTakesTheFirstLearningRateGroupItMatches) {
+  Optimizer o = sgd(Schedule::constant(0.1), 0.9);
+  o.lr_groups = {lr_group({"w*"}, 3.0), lr_group({"w2"}, 0.5)};
+  run_and_compare(o, {}, constant(0.1), {}, {true, true}, {3.0, 3.0});
 }
 
 // The gradients have norm ~4-6 (17 elements of magnitude ~1-2): a max norm of

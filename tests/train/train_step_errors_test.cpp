@@ -120,5 +120,26 @@ TEST(TrainStepErrors, DecayMaskPatternMatchingNoParameter) {
                              "parameters are w, bias"));
 }
 
+// A learning-rate group's pattern that matches nothing would leave its
+// parameters at the schedule's rate without a word; a scale of zero or
+// below, or not finite, is no learning rate.
+TEST(TrainStepErrors, LearningRateGroupThatMatchesNothingOrHasNoScale) {
+  for (const auto& [group, want] : std::vector<std::pair<LrGroup, std::string>>{
+           {lr_group({"w", "bais"}, 0.1),
+            "train_step: learning-rate group 0's pattern 'bais' matches no parameter; the parameters are w, bias"},
+           {lr_group({"w"}, 0.0), "train_step: learning-rate group 0's scale must be positive and finite, got 0"},
+           {lr_group({"w"}, -2.0), "train_step: learning-rate group 0's scale must be positive and finite, got -2"},
+           {lr_group({}, 0.5), "train_step: learning-rate group 0 has no pattern"}}) {
+    Traced t;
+    Tensor w = t.b.scope().param("w", {3}, zeros());
+    Tensor bias = t.b.scope().param("bias", {3}, zeros());
+    Optimizer opt = adamw(Schedule::constant(0.1), 0.1);
+    opt.lr_groups = {group};
+    const int line = __LINE__ + 1;
+    const std::string msg = error_at(line, [&] { train_step(t.b, {t.b.input("x", {12, 3})}, quadratic(add(w, bias)), opt); });
+    EXPECT_THAT(msg, HasSubstr(want));
+  }
+}
+
 }  // namespace
 }  // namespace sharc
