@@ -316,16 +316,17 @@ SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
   const bool chunks = vocab % kPer == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(dlogits) % 16 == 0;
   const int per = chunks ? kPer : 1, step = per * static_cast<int>(block_dim_x());
-  auto load = [&](T (&x)[kPer], int c0) {  // the per logits at c0
+  // Each loop loads its logits itself: with the load shared as a lambda
+  // taking x by reference, nvcc kept x in local memory (a 16-byte stack
+  // frame for bf16), and the kernel took 2.63 ms instead of 1.66 on an H100
+  // (bench_gpu_kernels, batch 16).
+  MaxSum acc{-INFINITY, 0.0f};
+  for (int c0 = tid * per; c0 < vocab; c0 += step) {
+    alignas(16) T x[kPer];
     if (chunks)
       copy_16_bytes(x, logits + base + c0);
     else
       x[0] = logits[base + c0];
-  };
-  MaxSum acc{-INFINITY, 0.0f};
-  for (int c0 = tid * per; c0 < vocab; c0 += step) {
-    alignas(16) T x[kPer];
-    load(x, c0);
     float mx = acc.max;
     for (int k = 0; k < per; ++k) mx = fmaxf(mx, to_f32(x[k]));
     float sum = mx == -INFINITY ? 0.0f : acc.sum * exp_f(acc.max - mx);
@@ -348,7 +349,10 @@ SHARC_KERNEL void cross_entropy_kernel(float* loss, T* dlogits, const T* logits,
   if (!dlogits) return;
   for (int c0 = tid * per; c0 < vocab; c0 += step) {
     alignas(16) T x[kPer];
-    load(x, c0);
+    if (chunks)
+      copy_16_bytes(x, logits + base + c0);
+    else
+      x[0] = logits[base + c0];
     for (int k = 0; k < per; ++k) {
       const float p = exp_f(to_f32(x[k]) - lse);
       x[k] = from_f32<T>(valid ? (p - (c0 + k == target ? 1.0f : 0.0f)) * dloss : NAN);
