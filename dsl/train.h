@@ -75,6 +75,7 @@ struct LrGroup {
   std::vector<std::string> patterns;  // the parameters' paths
   double scale = 1.0;                 // times the schedule's lr
 };
+// The parameters matching `patterns` at `scale` times the schedule's lr.
 inline LrGroup lr_group(std::vector<std::string> patterns, double scale) {
   return LrGroup{std::move(patterns), scale};
 }
