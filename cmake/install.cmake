@@ -25,7 +25,7 @@ set(SHARC_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sharc")
 set(SHARC_INSTALL_TEMPLATESDIR "${CMAKE_INSTALL_DATADIR}/sharc/templates")
 
 set(_sharc_libraries sharc_runtime sharc_ir sharc_dsl sharc_codegen sharc_generator_main)
-foreach(optional sharc_checkpoint sharc_mpi)
+foreach(optional sharc_checkpoint sharc_interop sharc_mpi)
   if(TARGET ${optional})
     list(APPEND _sharc_libraries ${optional})
   endif()

@@ -4,7 +4,8 @@
 #
 #   sharc_add_program(NAME SOURCE model.cpp [PROGRAM registered-name]
 #                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR]
-#                     [CPP_FILES n] [OPTIONS name=value...] [BACKEND cpu|cuda])
+#                     [CPP_FILES n] [OPTIONS name=value...] [BACKEND cpu|cuda]
+#                     [HF_CONFIG config.json])
 #
 #  0. when SOURCE marks functions SHARC_ELEMENTWISE (dsl/lift.h), or LIFT is
 #     given (for marked functions in a header SOURCE includes), runs sharc-lift
@@ -53,7 +54,10 @@
 # same model file at 12 layers. A value that is not an integer stops
 # configuring; an option the program does not read fails the build at the
 # program's SHARC_PROGRAM line, naming those it does and this call's
-# CMakeLists.txt line. DUMP_IR also writes the IR after every pass
+# CMakeLists.txt line. HF_CONFIG names a Hugging Face config.json (relative
+# to the calling directory) that the model reads with b.hf_config(), e.g.
+# GPTConfig::from_hf(b.hf_config()): the program is generated for that
+# checkpoint's sizes, and again when the file changes. DUMP_IR also writes the IR after every pass
 # (00_traced.ir, 01_after_rematerialize.ir, ...) to
 # <build>/sharc_generated/NAME/ir/. A mistake in the model fails the build with
 # the model's file:line, and no generated files are left behind.
@@ -213,7 +217,7 @@ endfunction()
 
 function(sharc_add_program NAME)
   set(options DUMP_IR LIFT)
-  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND)
+  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND HF_CONFIG)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "OPTIONS")
   set(keywords "${one_value};OPTIONS;${options}")
   string(REPLACE ";" ", " keywords "${keywords}")
@@ -299,6 +303,20 @@ function(sharc_add_program NAME)
     endif()
     list(APPEND option_args --option ${option})
   endforeach()
+  set(hf_config "")
+  if(DEFINED ARG_HF_CONFIG)
+    cmake_path(ABSOLUTE_PATH ARG_HF_CONFIG BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} NORMALIZE
+               OUTPUT_VARIABLE hf_config)
+    if(NOT EXISTS "${hf_config}" OR IS_DIRECTORY "${hf_config}")
+      _sharc_fail(${NAME} "HF_CONFIG '${ARG_HF_CONFIG}' does not exist (looked for ${hf_config}); it names a "
+                          "Hugging Face config.json, e.g. HF_CONFIG gpt2/config.json")
+    endif()
+    if(hf_config MATCHES ",")
+      _sharc_fail(${NAME} "HF_CONFIG '${hf_config}': the path has a comma, which generation-time options "
+                          "cannot carry; move or link the file to a path without one")
+    endif()
+    list(APPEND option_args --option hf_config=${hf_config})
+  endif()
   if(NOT ARG_NAMESPACE MATCHES "^[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*$")
     _sharc_fail(${NAME} "NAMESPACE \"${ARG_NAMESPACE}\" is not a C++ namespace, e.g. my_models::mlp")
   endif()
@@ -381,7 +399,7 @@ function(sharc_add_program NAME)
   add_custom_command(
     OUTPUT ${outputs} ${out_dir}/${NAME}_explain.txt
     COMMAND ${generator} ${args}
-    DEPENDS ${generator} ${templates}
+    DEPENDS ${generator} ${templates} ${hf_config}
     COMMENT "sharc: generating ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     VERBATIM)
 

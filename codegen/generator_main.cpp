@@ -207,7 +207,18 @@ int run(const Args& a) {
   eo.cpp_namespace = a.cpp_namespace;
   eo.header_name = a.name + ".h";
   eo.model_file = where.file;
-  eo.options = option_text;
+  // As the header's first line shows them: a file an option names (HF_CONFIG's
+  // config.json) relative to the top project, so the text is the same in
+  // every checkout.
+  std::string shown_options;
+  for (std::string o : a.options) {
+    for (const std::string& root : a.source_roots) {
+      const std::string prefix = "=" + (root.ends_with('/') ? root : root + "/");
+      if (const size_t at = o.find(prefix); at != std::string::npos) o = o.substr(0, at + 1) + o.substr(at + prefix.size());
+    }
+    shown_options += (shown_options.empty() ? "" : ",") + o;
+  }
+  eo.options = shown_options;
   eo.files = a.cpp_files;
   eo.backend = a.backend;
   eo.templates = sharc::load_templates(a.templates);

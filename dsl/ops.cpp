@@ -293,7 +293,10 @@ Tensor one_hot(Tensor labels, int64_t num_classes, SrcLoc loc) {
   return equal(t.add(std::move(n)), classes, loc);
 }
 
-Tensor softmax_cross_entropy(Tensor logits, Tensor labels, SrcLoc loc) {
+namespace {
+
+// -log softmax(logits)[label] per position: (B..., C), (B...) -> (B...).
+Tensor cross_entropy_per_example(Tensor logits, Tensor labels, SrcLoc loc) {
   tracer_of(logits, loc);
   tracer_of(labels, loc);
   Shape batch = logits.shape();
@@ -303,22 +306,51 @@ Tensor softmax_cross_entropy(Tensor logits, Tensor labels, SrcLoc loc) {
     user_error(loc, "softmax_cross_entropy: labels " + labels.describe() + " must have the batch shape " +
                         ir::shape_str(batch) + " of logits " + logits.describe());
   const int c = static_cast<int>(logits.rank()) - 1;
-  Tensor per_example;
-  {
-    // The per-example losses (and, through autodiff, their gradient) are one
-    // composite region, a cross_entropy kernel's work on a GPU; the mean
-    // over the batch is not (it crosses the devices of a batch axis).
-    CompositeScope region(tracer_of(logits, loc), ir::make_composite(ir::CompositeKind::kSoftmaxCrossEntropy, loc));
-    logits = astype(logits, DType::kF32, loc);  // the loss is f32 (mixed precision)
-    // logsumexp(x) - x[label], with the max subtracted for stability.
-    Tensor m = max(logits, {c}, /*keepdims=*/true, loc);
-    Tensor lse = add(log(sum(exp(sub(logits, m, loc), loc), {c}, false, loc), loc), reshape(m, batch, loc), loc);
-    Tensor picked = sum(mul(logits, one_hot(labels, logits.dim(-1), loc), loc), {c}, false, loc);
-    per_example = sub(lse, picked, loc);
-  }
+  // The per-example losses (and, through autodiff, their gradient) are one
+  // composite region, a cross_entropy kernel's work on a GPU; the mean
+  // over the batch is not (it crosses the devices of a batch axis).
+  CompositeScope region(tracer_of(logits, loc), ir::make_composite(ir::CompositeKind::kSoftmaxCrossEntropy, loc));
+  logits = astype(logits, DType::kF32, loc);  // the loss is f32 (mixed precision)
+  // logsumexp(x) - x[label], with the max subtracted for stability.
+  Tensor m = max(logits, {c}, /*keepdims=*/true, loc);
+  Tensor lse = add(log(sum(exp(sub(logits, m, loc), loc), {c}, false, loc), loc), reshape(m, batch, loc), loc);
+  Tensor picked = sum(mul(logits, one_hot(labels, logits.dim(-1), loc), loc), {c}, false, loc);
+  return sub(lse, picked, loc);
+}
+
+std::vector<int> all_dims(const Tensor& t) {
   std::vector<int> all;
-  for (int i = 0; i < static_cast<int>(batch.size()); ++i) all.push_back(i);
-  return all.empty() ? per_example : mean(per_example, all, false, loc);
+  for (int i = 0; i < static_cast<int>(t.rank()); ++i) all.push_back(i);
+  return all;
+}
+
+}  // namespace
+
+Tensor softmax_cross_entropy(Tensor logits, Tensor labels, SrcLoc loc) {
+  const Tensor per_example = cross_entropy_per_example(logits, labels, loc);
+  return per_example.rank() == 0 ? per_example : mean(per_example, all_dims(per_example), false, loc);
+}
+
+Tensor softmax_cross_entropy(Tensor logits, Tensor labels, IgnoreLabel ignore, SrcLoc loc) {
+  tracer_of(logits, loc);
+  const double classes = logits.rank() > 0 ? static_cast<double>(logits.dim(-1)) : 0.0;
+  if (!std::isfinite(ignore.value))
+    user_error(loc, "softmax_cross_entropy: the IgnoreLabel is not a finite number; labels are floats, "
+                    "so mark padding with one that is no class index, such as -100");
+  if (ignore.value >= 0 && ignore.value < classes && ignore.value == std::floor(ignore.value))
+    user_error(loc, "softmax_cross_entropy: IgnoreLabel{" + std::to_string(static_cast<int64_t>(ignore.value)) +
+                        "} is a class index of the " + std::to_string(static_cast<int64_t>(classes)) +
+                        " classes, so positions of that class would be ignored; use a value that is none, "
+                        "such as -100");
+  const Tensor per_example = cross_entropy_per_example(logits, labels, loc);
+  if (per_example.rank() == 0)
+    user_error(loc, "softmax_cross_entropy: IgnoreLabel needs labels with a batch dimension, got " + labels.describe());
+  // 1 where the position has a target, 0 where its label is the ignored one.
+  const Tensor valid = add(neg(equal(labels, full({}, ignore.value, loc), loc), loc), 1.0, loc);
+  const std::vector<int> dims = all_dims(per_example);
+  const Tensor total = sum(mul(per_example, valid, loc), dims, false, loc);
+  const Tensor count = sum(valid, dims, false, loc);
+  return div(total, maximum(count, full({}, 1.0, loc), loc), loc);
 }
 
 Tensor mean_squared_error(Tensor prediction, Tensor target, SrcLoc loc) {

@@ -124,6 +124,17 @@ Tensor layer_norm(Tensor x, Tensor scale, Tensor bias, double eps = 1e-6,
 Tensor one_hot(Tensor labels, int64_t num_classes, SrcLoc loc = Here::current());
 // Mean over the batch of -log softmax(logits)[label]; logits (B..., C), labels (B...).
 Tensor softmax_cross_entropy(Tensor logits, Tensor labels, SrcLoc loc = Here::current());
+// The label that marks a position with no target, such as padding
+// (PyTorch's ignore_index and Hugging Face's -100).
+struct IgnoreLabel {
+  double value = -100;  // any value that is not a class index
+};
+// The mean of -log softmax(logits)[label] over the positions whose label is
+// not `ignore.value` (0 when all are), as torch's cross_entropy with
+// ignore_index computes it; those positions get no gradient. A value of
+// `ignore` that is a class index is an error at this line.
+//   Tensor loss = softmax_cross_entropy(logits, targets, IgnoreLabel{-100});
+Tensor softmax_cross_entropy(Tensor logits, Tensor labels, IgnoreLabel ignore, SrcLoc loc = Here::current());
 // Mean squared error over all elements.
 Tensor mean_squared_error(Tensor prediction, Tensor target, SrcLoc loc = Here::current());
 // Inverted dropout: zeroes each element with probability `rate` and scales the

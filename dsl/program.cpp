@@ -82,6 +82,15 @@ int64_t ProgramBuilder::option(const std::string& name, int64_t fallback, SrcLoc
   return static_cast<int64_t>(v);
 }
 
+std::string ProgramBuilder::hf_config(SrcLoc loc) {
+  options_read_.insert("hf_config");
+  auto it = options_.find("hf_config");
+  if (it == options_.end() || it->second.empty())
+    user_error(loc, "this program reads a Hugging Face config.json, but none was given: "
+                    "sharc_add_program(... HF_CONFIG path/to/config.json)");
+  return it->second;
+}
+
 ProgramOptions parse_program_options(const std::string& text) {
   ProgramOptions options;
   size_t at = 0;

@@ -98,6 +98,11 @@ class ProgramBuilder {
   //   const int64_t layers = b.option("layers", 2);
   // A value that is not an integer is an error at this line.
   int64_t option(const std::string& name, int64_t fallback, SrcLoc loc = Here::current());
+  // The Hugging Face config.json that sharc_add_program's HF_CONFIG names
+  // (the option "hf_config"), for GPTConfig::from_hf; an error at this
+  // line when the call gave none.
+  //   const GPTConfig c = GPTConfig::from_hf(b.hf_config());
+  std::string hf_config(SrcLoc loc = Here::current());
   // The options given, and the names option() was asked for (trace() checks
   // that every option given was read).
   //@{

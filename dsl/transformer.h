@@ -51,6 +51,15 @@ struct GPTConfig {
   // one set per block under "h0/...", "h1/...". Same numbers either way.
   bool scan = false;
   std::string layer_axis;  // scanned: the mesh axis the stacked layer dimension is split over, or none
+
+  // The GPT of a Hugging Face GPT-2 checkpoint: its config.json, or the
+  // folder holding it (n_embd, n_head, n_layer, n_positions, vocab_size,
+  // n_inner, layer_norm_epsilon, tie_word_embeddings, the dropout rates).
+  // Blocks unrolled; set scan after. A file that cannot be read, another
+  // architecture, or a setting sharc computes differently (an activation
+  // other than tanh GELU, embd_pdrop unlike resid_pdrop) is an error at
+  // this line naming the file and the key.
+  static GPTConfig from_hf(const std::string& path, SrcLoc loc = Here::current());
 };
 
 // The logical-to-mesh rules for the modules below (Flax sharding_rules):

@@ -142,10 +142,16 @@ std::map<std::vector<int64_t>, std::vector<int>> distinct_blocks(const Checkpoin
   return blocks;
 }
 
-// Every process's part of a collective step, through target.exchange: its
-// result text, or its error as "error: <what>". When any process failed,
-// all of them throw rather than wait: a process its own exception, the
-// others a CheckpointError with the first failing process's message.
+// The index's own CRC-32: of its compact JSON without the "crc32" key (keys
+// sorted, as nlohmann-json keeps them), so any change to a value shows.
+uint32_t index_crc(json index) {
+  index.erase("crc32");
+  const std::string text = index.dump();
+  return crc32_of(text);
+}
+
+}  // namespace
+
 std::vector<std::string> exchange_or_fail(const CheckpointTarget& target, const std::function<std::string()>& part) {
   std::string mine;
   std::exception_ptr own;
@@ -161,16 +167,6 @@ std::vector<std::string> exchange_or_fail(const CheckpointTarget& target, const 
     if (all[p].rfind("error: ", 0) == 0) fail(all[p].substr(7) + " (on process " + std::to_string(p) + ")");
   return all;
 }
-
-// The index's own CRC-32: of its compact JSON without the "crc32" key (keys
-// sorted, as nlohmann-json keeps them), so any change to a value shows.
-uint32_t index_crc(json index) {
-  index.erase("crc32");
-  const std::string text = index.dump();
-  return crc32_of(text);
-}
-
-}  // namespace
 
 fs::path save_checkpoint(const CheckpointTarget& target, const fs::path& dir, const SaveOptions& options) {
   if (options.step < 0) fail("save_checkpoint: negative step " + std::to_string(options.step));

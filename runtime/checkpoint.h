@@ -107,6 +107,14 @@ CheckpointTarget checkpoint_target(Program& p) {
   return t;
 }
 
+// Every process's part of a collective step, through target.exchange: its
+// result text, or its error as "error: <what>". When any process failed,
+// all of them throw rather than wait: a process its own exception, the
+// others a CheckpointError with the first failing process's message. Returns
+// every process's text, in process order. (Saving, restoring and
+// interop.h's import and export agree this way.)
+std::vector<std::string> exchange_or_fail(const CheckpointTarget& target, const std::function<std::string()>& part);
+
 struct SaveOptions {
   int64_t step = 0;  // names the checkpoint: step-<8 digits>
   int keep = 3;      // checkpoints kept after this one is written (0: all)

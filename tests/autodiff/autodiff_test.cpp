@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "codegen/interpret.h"
+#include "dsl/llama.h"
 #include "dsl/sharc.h"
 #include "tests/common/expect_error.h"
 
@@ -638,6 +639,75 @@ TEST(Autodiff, SoftmaxCrossEntropy) {
         b.output("loss", softmax_cross_entropy(mul(logits, 2.0), b.input("labels", {4})));
       },
       {.inputs = {{"labels", {0, 3, 4, 1}}}});
+}
+
+// PyTorch's ignore_index: positions labelled -100 count for nothing, in the
+// loss (the mean over the other positions, checked against the plain loss
+// of those positions alone) and in the gradient (their rows exactly zero).
+TEST(Autodiff, SoftmaxCrossEntropyIgnoringPadding) {
+  const Result r = check_gradients(
+      [](ProgramBuilder& b) {
+        Param logits = b.scope().param("logits", {4, 5}, zeros());
+        b.output("loss", softmax_cross_entropy(mul(logits, 2.0), b.input("labels", {4}), IgnoreLabel{-100}));
+      },
+      {.inputs = {{"labels", {0, -100, 4, -100}}}});
+  for (size_t e = 0; e < 20; ++e)
+    if (e / 5 == 1 || e / 5 == 3) {
+      EXPECT_EQ(r.values.at("logits")[e], 0.0) << "element " << e << " of an ignored row";
+    }
+
+  // The value: the mean of the plain loss of rows 0 and 2, each alone.
+  const Graph g = trace("masked", [](ProgramBuilder& b) {
+    Param logits = b.scope().param("logits", {4, 5}, zeros());
+    Tensor labels = b.input("labels", {4});
+    b.output("loss", softmax_cross_entropy(logits, labels, IgnoreLabel{-100}));
+    b.output("row0", softmax_cross_entropy(slice(logits, 0, 0, 1), slice(labels, 0, 0, 1)));
+    b.output("row2", softmax_cross_entropy(slice(logits, 0, 2, 1), slice(labels, 0, 2, 1)));
+  });
+  HostValues state = {{"logits", fill("logits", 20)}};
+  const HostValues out = interpret(g, {{"labels", {0, -100, 4, -100}}}, kSeed, &state);
+  EXPECT_NEAR(out.at("loss")[0], 0.5 * (out.at("row0")[0] + out.at("row2")[0]), 1e-14);
+  EXPECT_GT(out.at("loss")[0], 0.1);
+  // Every position ignored: 0, not 0/0.
+  HostValues state2 = state;
+  EXPECT_EQ(interpret(g, {{"labels", {-100, -100, -100, -100}}}, kSeed, &state2).at("loss")[0], 0.0);
+}
+
+// Llama's pieces (dsl/llama.h), compositions of the ops above: each
+// against finite differences of the oracle.
+TEST(Autodiff, RmsNorm) {
+  check_gradients([](ProgramBuilder& b) {
+    Param x = b.scope().param("x", {3, 8}, zeros());
+    RMSNorm norm(b.scope() / "norm", 8, 1e-6);
+    b.output("loss", weighted_sum(b, norm(x)));
+  });
+}
+
+TEST(Autodiff, RotaryEmbedding) {
+  check_gradients([](ProgramBuilder& b) {
+    Param x = b.scope().param("x", {2, 4, 2, 6}, zeros());
+    b.output("loss", weighted_sum(b, rotary_embedding(x, 10000.0)));
+  });
+}
+
+TEST(Autodiff, SwiGLU) {
+  check_gradients([](ProgramBuilder& b) {
+    Param x = b.scope().param("x", {3, 4}, zeros());
+    SwiGLU mlp(b.scope() / "mlp", 4, 6);
+    b.output("loss", weighted_sum(b, mlp(x)));
+  });
+}
+
+TEST(Autodiff, GroupedQueryAttention) {
+  check_gradients([](ProgramBuilder& b) {
+    LlamaConfig c;
+    c.embed = 8;
+    c.heads = 4;
+    c.kv_heads = 2;
+    Param x = b.scope().param("x", {2, 3, 8}, zeros());
+    GroupedQueryAttention attn(b.scope() / "attn", c);
+    b.output("loss", weighted_sum(b, attn(x)));
+  });
 }
 
 TEST(Autodiff, MeanSquaredError) {

@@ -11,6 +11,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <fstream>
 #include <functional>
 #include <string>
@@ -135,6 +137,19 @@ TEST(OpErrors, IncompatibleBroadcast) {
   const std::string msg = error_at(line, [&] { add(a, b); });
   EXPECT_THAT(msg, HasSubstr("incompatible broadcast: input 'a' f32[8,16] and input 'b' "
                              "f32[8,12]: dimension 1 of the result would be both 16 and 12"));
+}
+
+TEST(OpErrors, AnIgnoredLabelThatIsAClassIndex) {
+  Traced t;
+  Tensor logits = t.b.input("logits", {8, 10});
+  Tensor labels = t.b.input("labels", {8});
+  const int line = __LINE__ + 1;
+  const std::string msg = error_at(line, [&] { softmax_cross_entropy(logits, labels, IgnoreLabel{3}); });
+  EXPECT_THAT(msg, HasSubstr("softmax_cross_entropy: IgnoreLabel{3} is a class index of the 10 classes, so "
+                             "positions of that class would be ignored; use a value that is none, such as -100"));
+  const int line2 = __LINE__ + 1;
+  const std::string msg2 = error_at(line2, [&] { softmax_cross_entropy(logits, labels, IgnoreLabel{NAN}); });
+  EXPECT_THAT(msg2, HasSubstr("the IgnoreLabel is not a finite number"));
 }
 
 TEST(LogicalErrors, NameWithNoRuleInParamRules) {
