@@ -9,7 +9,10 @@
 //
 // Importing into and exporting from a program are library calls
 // (interop::import_hf, export_hf), since they need the generated program.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 #include <string>
 
 #include "codegen/cli.h"
@@ -39,10 +42,17 @@ int main(int argc, char** argv) {
       std::printf("no problems: it imports into a program generated from its config.json (HF_CONFIG)\n");
       return 0;
     }
-    std::printf("%-28s %-24s %-6s %s\n", "checkpoint tensor", "sharc parameter", "shape", "layout");
     const bool gpt2 = architecture == "gpt2";
-    for (const TensorRule& r : tensor_rules(gpt2 ? Architecture::kGpt2 : Architecture::kLlama))
-      std::printf("%-28s %-24s %-6s %s\n", r.hf, r.sharc, r.shape,
+    const std::vector<TensorRule> rules = tensor_rules(gpt2 ? Architecture::kGpt2 : Architecture::kLlama);
+    int hf_width = 17, sharc_width = 15;  // the headings'
+    for (const TensorRule& r : rules) {
+      hf_width = std::max(hf_width, static_cast<int>(std::strlen(r.hf)));
+      sharc_width = std::max(sharc_width, static_cast<int>(std::strlen(r.sharc)));
+    }
+    std::printf("%-*s  %-*s  %-5s  %s\n", hf_width, "checkpoint tensor", sharc_width, "sharc parameter", "shape",
+                "layout");
+    for (const TensorRule& r : rules)
+      std::printf("%-*s  %-*s  %-5s  %s\n", hf_width, r.hf, sharc_width, r.sharc, r.shape,
                   r.layout == Layout::kSame ? "same" : r.layout == Layout::kTransposed ? "transposed" : "qkv by head");
     if (gpt2)
       std::printf("\n{i}: the layer. Shapes: V vocab_size, T n_positions, E n_embd, M n_inner (4 E when null).\n");

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "dsl/program.h"
-#include "runtime/hf_config.h"
 
 namespace sharc {
 
@@ -39,33 +38,6 @@ LinearOptions projection(const char* in, const char* out) {
 }
 
 }  // namespace
-
-LlamaConfig LlamaConfig::from_hf(const std::string& path, SrcLoc loc) {
-  interop::HfConfig hf;
-  try {
-    hf = interop::read_hf_config(path);
-  } catch (const interop::InteropError& e) {
-    user_error(loc, e.what());
-  }
-  if (hf.architecture != interop::Architecture::kLlama)
-    user_error(loc, hf.file.string() + ": the model is " + interop::architecture_name(hf.architecture) +
-                        ", but LlamaConfig::from_hf reads Llama configs (model_type \"llama\")");
-  if (hf.attention_dropout != 0.0)
-    user_error(loc, hf.file.string() + ": \"attention_dropout\" is " + std::to_string(hf.attention_dropout) +
-                        ", but sharc's Llama has no dropout");
-  LlamaConfig c;
-  c.vocab = hf.vocab;
-  c.context = hf.context;
-  c.embed = hf.embed;
-  c.heads = hf.heads;
-  c.kv_heads = hf.kv_heads;
-  c.layers = hf.layers;
-  c.mlp_hidden = hf.mlp_hidden;
-  c.epsilon = hf.epsilon;
-  c.rope_theta = hf.rope_theta;
-  c.tie_embeddings = hf.tie_embeddings;
-  return c;
-}
 
 // ---- RMSNorm
 

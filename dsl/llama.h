@@ -91,7 +91,10 @@ class GroupedQueryAttention : public Module {
   GroupedQueryAttention(Scope s, const LlamaConfig& c, SrcLoc loc = Here::current());
   // (B, T, embed) -> (B, T, embed).
   Tensor operator()(Tensor x, SrcLoc loc = Here::current()) const;
-  Linear q, k, v, o;
+  Linear q;  // (embed, heads * head_dim)
+  Linear k;  // (embed, kv_heads * head_dim)
+  Linear v;  // (embed, kv_heads * head_dim)
+  Linear o;  // (heads * head_dim, embed)
 
  private:
   std::string path_;

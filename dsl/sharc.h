@@ -7,7 +7,8 @@
 // Embedding/PositionalEmbedding/CausalSelfAttention/MLPBlock/
 // TransformerBlock/GPT and their logical rules (transformer.h), shard_map and
 // its per-device collectives (shard_map.h), TPDense/TPAsyncDense (tp_dense.h),
-// SHARC_ELEMENTWISE and the lifted functions' runtime (lift.h).
+// SHARC_ELEMENTWISE and the lifted functions' runtime (lift.h),
+// RMSNorm/rotary_embedding/SwiGLU/GroupedQueryAttention/Llama (llama.h).
 #pragma once
 
 #include "ir/error.h"
@@ -15,6 +16,7 @@
 #include "ir/mesh.h"
 #include "dsl/layers.h"
 #include "dsl/lift.h"
+#include "dsl/llama.h"
 #include "dsl/module.h"
 #include "dsl/ops.h"
 #include "ir/partition_spec.h"

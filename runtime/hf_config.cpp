@@ -60,6 +60,19 @@ class Keys {
   std::string file_;
 };
 
+// `file` parsed; `missing` says what a file that cannot be read should be.
+json parse_json_file(const std::filesystem::path& file, const std::string& missing) {
+  std::ifstream in(file);
+  if (!in) throw InteropError(file.string() + ": cannot be read (" + missing + ")");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    throw InteropError(file.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
 void read_gpt2(const Keys& k, HfConfig& c) {
   c.architecture = Architecture::kGpt2;
   c.vocab = k.positive("vocab_size");
@@ -128,16 +141,7 @@ HfConfig read_hf_config(const std::filesystem::path& path) {
   // A folder, or anything not named *.json, is a model folder.
   const std::filesystem::path file =
       std::filesystem::is_directory(path) || path.extension() != ".json" ? path / "config.json" : path;
-  std::ifstream in(file);
-  if (!in) throw InteropError(file.string() + ": cannot be read (a Hugging Face model folder holds config.json)");
-  std::stringstream text;
-  text << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    throw InteropError(file.string() + ": not valid JSON (" + e.what() + ")");
-  }
+  const json j = parse_json_file(file, "a Hugging Face model folder holds config.json");
   if (!j.is_object()) throw InteropError(file.string() + ": not a JSON object");
   const Keys k(j, file.string());
   std::string type = k.text("model_type", "");
@@ -160,6 +164,20 @@ HfConfig read_hf_config(const std::filesystem::path& path) {
                        std::to_string(c.heads) + " heads");
   c.file = file;
   return c;
+}
+
+std::map<std::string, std::string> read_weight_map(const std::filesystem::path& index) {
+  const json j = parse_json_file(index, "a sharded checkpoint's index");
+  if (!j.is_object() || !j.contains("weight_map") || !j.at("weight_map").is_object())
+    throw InteropError(index.string() + ": no \"weight_map\" object (tensor name -> file)");
+  std::map<std::string, std::string> map;
+  for (const auto& [name, file] : j.at("weight_map").items()) {
+    if (!file.is_string() || file.get<std::string>().empty() || file.get<std::string>().find('/') != std::string::npos)
+      throw InteropError(index.string() + ": tensor \"" + name + "\" maps to " + file.dump() +
+                         ", not a file in the folder");
+    map[name] = file.get<std::string>();
+  }
+  return map;
 }
 
 std::string hf_config_json(const HfConfig& c) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -56,6 +57,11 @@ struct HfConfig {
 // naming the file and the key for a missing or malformed key, an unknown
 // model_type, or a configuration sharc does not compute.
 HfConfig read_hf_config(const std::filesystem::path& path);
+
+// The weight map of a sharded checkpoint's model.safetensors.index.json:
+// tensor name -> file (in the index's folder). Throws InteropError naming
+// the file, and the tensor whose entry is not a file name.
+std::map<std::string, std::string> read_weight_map(const std::filesystem::path& index);
 
 // config.json's text for `c`: the keys transformers needs to build the
 // model, sorted, two-space indented; the same text for the same config.

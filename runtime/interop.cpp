@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -20,7 +18,6 @@
 namespace sharc::interop {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using rt::CheckpointTarget;
 using rt::SafetensorsFile;
 using rt::SafetensorsTensor;
@@ -341,27 +338,15 @@ class Checkpoint {
     if (fs::exists(single)) {
       files_.push_back(std::make_unique<SafetensorsFile>(single));
     } else if (fs::exists(index)) {
-      std::ifstream in(index);
-      std::stringstream text;
-      text << in.rdbuf();
-      json j;
-      try {
-        j = json::parse(text.str());
-      } catch (const json::parse_error& e) {
-        fail(index.string() + ": not valid JSON (" + e.what() + ")");
-      }
-      if (!j.is_object() || !j.contains("weight_map") || !j.at("weight_map").is_object())
-        fail(index.string() + ": no \"weight_map\" object (tensor name -> file)");
       std::map<std::string, size_t> opened;
-      for (const auto& [name, file] : j.at("weight_map").items()) {
-        if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-          fail(index.string() + ": tensor \"" + name + "\" maps to " + file.dump() + ", not a file in the folder");
-        const std::string f = file.get<std::string>();
-        if (!opened.count(f)) {
-          opened[f] = files_.size();
-          files_.push_back(std::make_unique<SafetensorsFile>(folder / f));
+      for (const auto& [name, file] : read_weight_map(index)) {
+        if (!opened.count(file) && !fs::exists(folder / file))
+          fail(index.string() + ": tensor \"" + name + "\" is in " + file + ", which is not in the folder");
+        if (!opened.count(file)) {
+          opened[file] = files_.size();
+          files_.push_back(std::make_unique<SafetensorsFile>(folder / file));
         }
-        indexed_[name] = opened[f];
+        indexed_[name] = opened[file];
       }
     } else {
       fail(folder.string() + ": no model.safetensors or model.safetensors.index.json (sharc reads safetensors; "

@@ -1,5 +1,5 @@
 # Two build trees, one source: configures sharc's source once more into TREE
-# (another folder, at another depth than the build running this test) with
+# (another folder, beside the build running this test) with
 # the samples on and the tests and benchmarks off, builds only the sample
 # programs' generated files there (headers, sources and _explain.txt), and checks
 # that each is byte for byte the first build's. What the generators read from their build
@@ -7,14 +7,19 @@
 # not reach generated code.
 #
 # The second tree compiles the same sources with the same flags, so ccache
-# (when the build uses it) serves it; CCACHE_NOHASHDIR lets it ignore that
-# the working directory differs, which only changes debug information.
+# (when the build uses it) serves it: with CCACHE_BASEDIR the source root
+# (scripts/build.sh's) a tree at the same depth compiles the same relative
+# paths, and CCACHE_NOHASHDIR lets ccache ignore that the working directory
+# differs, which only changes debug information. (At another depth the
+# relative paths and CMakeLists.txt's relative prefix map differ, and every
+# compile missed: nine minutes of CI.)
 #   cmake -DLIST=<file> -DSOURCE=<sharc source dir> -DTREE=<dir>
 #         -DCACHE_ARGS=<-Dk=v,...> -P this
 include("${CMAKE_CURRENT_LIST_DIR}/generated_files.cmake")
 sharc_read_program_list()
 file(REMOVE_RECURSE "${TREE}")
 set(ENV{CCACHE_NOHASHDIR} 1)
+set(ENV{CCACHE_BASEDIR} "${SOURCE}")
 string(REPLACE "," ";" cache_args "${CACHE_ARGS}")
 execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE}" -B "${TREE}" -G Ninja
                         -DSHARC_BUILD_TESTS=OFF -DSHARC_BUILD_BENCH=OFF -DSHARC_BUILD_SAMPLES=ON

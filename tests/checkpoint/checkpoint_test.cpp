@@ -52,22 +52,10 @@ namespace sharc::rt {
 namespace {
 
 namespace fs = std::filesystem;
-using sharc::testing::log_error_message;
 
 // `expr` throws `Type` whose message contains `text`; the message is logged
 // for docs/guide/troubleshooting.md, its test folder shown as DIR.
-#define EXPECT_ERROR_CONTAINS(expr, Type, text)                                   \
-  do {                                                                            \
-    std::string what_;                                                            \
-    try {                                                                         \
-      expr;                                                                       \
-      ADD_FAILURE() << #expr " did not throw";                                    \
-    } catch (const Type& e) {                                                     \
-      what_ = e.what();                                                           \
-      log_error_message(what_, {{test_root().string() + "/", "DIR/"}});           \
-    }                                                                             \
-    EXPECT_NE(what_.find(text), std::string::npos) << "the message: " << what_; \
-  } while (0)
+#define EXPECT_ERROR_CONTAINS(expr, Type, text) SHARC_EXPECT_ERROR_CONTAINS(expr, Type, text, log_replacements())
 
 namespace base = sharc_gen::mlp_train_data4_model2;
 
@@ -77,6 +65,8 @@ constexpr uint64_t kSeed = 7;
 fs::path test_root() {
   return fs::temp_directory_path() / ("sharc_checkpoint_test_" + std::to_string(::getpid()));
 }
+
+std::vector<std::pair<std::string, std::string>> log_replacements() { return {{test_root().string() + "/", "DIR/"}}; }
 
 // A fresh folder under the test's temporary directory.
 fs::path fresh_dir(const std::string& name) {

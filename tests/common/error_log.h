@@ -22,3 +22,19 @@ inline std::string log_error_message(const std::string& what,
 }
 
 }  // namespace sharc::testing
+
+// `expr` throws `Type` whose message contains `text`; the message is logged
+// (log_error_message) with `replace`, a vector of (from, to) pairs, applied
+// to the logged copy (a test's folders shown as DIR/).
+#define SHARC_EXPECT_ERROR_CONTAINS(expr, Type, text, replace)                 \
+  do {                                                                        \
+    std::string what_;                                                        \
+    try {                                                                     \
+      expr;                                                                   \
+      ADD_FAILURE() << #expr " did not throw";                                \
+    } catch (const Type& e) {                                                 \
+      what_ = e.what();                                                       \
+      ::sharc::testing::log_error_message(what_, replace);                    \
+    }                                                                         \
+    EXPECT_NE(what_.find(text), std::string::npos) << "the message: " << what_; \
+  } while (0)

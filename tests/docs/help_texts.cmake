@@ -18,8 +18,9 @@ set(_outputs
     "bad_matmul_error.txt|1|bad_model.generator|--program|bad_matmul|--mesh|data=2|--report|--source-root|${PROJECT_SOURCE_DIR}"
     # docs/guide/lift.md: what a function sharc-lift cannot lower gets.
     "lift_error.txt|1|sharc-lift|${PROJECT_SOURCE_DIR}/tests/lift/bad_functions.cpp|--ir|${CMAKE_BINARY_DIR}/help/bad_functions.ir|--|-I${PROJECT_SOURCE_DIR}"
-    # docs/guide/interop.md: the GPT-2 table.
-    "sharc_hf_table.txt|0|sharc-hf|table")
+    # docs/guide/interop.md: the GPT-2 and Llama tables.
+    "sharc_hf_table.txt|0|sharc-hf|table"
+    "sharc_hf_table_llama.txt|0|sharc-hf|table|llama")
 foreach(tool dot_relu_dot.generator sharc-lift dot_relu_dot_main mlp_classifier_main gpt2_main
              custom_activation_main bench_mlp_train bench_pipeline bench_ring_matmul bench_train bench_compile
              bench_lift bench_gpu_kernels bench_gpt2_gpu sharc-hf)

@@ -25,8 +25,9 @@ the user's code that caused it, says what is wrong in the model's terms
 (names, shapes, specs, never an IR node) and, where there is one, what to do.
 Errors about files name the file: a checkpoint that is corrupt, truncated or
 of another model (suites `CheckpointErrors`, `CheckpointIndex`,
-`Safetensors`), and the generator's own run as the build makes it
-(`GeneratorErrors`). A generated program's API names the tensor and the
+`Safetensors`), a Hugging Face folder that does not fit the program
+(`HfInterop`, `HfInteropErrors`), and the generator's own run as the build
+makes it (`GeneratorErrors`). A generated program's API names the tensor and the
 sizes (`ProgramApi`); a `BACKEND cuda` program refuses a world or a device it
 cannot run on (`CudaPrograms`); many processes name the rank and the process
 that failed or kept them waiting (`MpiWorld`). This page lists every such message that sharc's tests

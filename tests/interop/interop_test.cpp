@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <span>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -38,16 +40,16 @@
 #include "interop_gpt2_train_fsdp2_model2.h"
 #include "interop_llama_fsdp2_model2.h"
 #include "interop_llama_model4.h"
+#include "runtime/dtype.h"
 #include "runtime/safetensors.h"
 #include "runtime/thread_world.h"
-#include "tests/common/expect_error.h"
+#include "tests/common/error_log.h"
 
 namespace sharc::interop {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using sharc::testing::log_error_message;
 
 const fs::path kFixtures = SHARC_INTEROP_FIXTURES;
 const fs::path kGpt2 = kFixtures / "gpt2_tiny";
@@ -58,18 +60,10 @@ fs::path out_root() { return fs::path(SHARC_INTEROP_OUT) / std::to_string(::getp
 
 // `expr` throws `Type` whose message contains `text`; the message is logged
 // for docs/guide/troubleshooting.md with the folders shown as DIR/.
-#define EXPECT_ERROR_CONTAINS(expr, Type, text)                                                                \
-  do {                                                                                                         \
-    std::string what_;                                                                                         \
-    try {                                                                                                      \
-      expr;                                                                                                    \
-      ADD_FAILURE() << #expr " did not throw";                                                                 \
-    } catch (const Type& e) {                                                                                  \
-      what_ = e.what();                                                                                        \
-      log_error_message(what_, {{out_root().string() + "/", "DIR/"}, {kFixtures.string() + "/", "DIR/"}}); \
-    }                                                                                                          \
-    EXPECT_NE(what_.find(text), std::string::npos) << "the message: " << what_;                              \
-  } while (0)
+std::vector<std::pair<std::string, std::string>> log_replacements() {
+  return {{out_root().string() + "/", "DIR/"}, {kFixtures.string() + "/", "DIR/"}};
+}
+#define EXPECT_ERROR_CONTAINS(expr, Type, text) SHARC_EXPECT_ERROR_CONTAINS(expr, Type, text, log_replacements())
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
@@ -328,6 +322,89 @@ using Model4 = Loaded<sharc_gen::interop_gpt2_model4::Program>;
     EXPECT_EQ(l_.parameters(), before_) << "a failed import changed parameters";                  \
   } while (0)
 
+// A sharded checkpoint (model.safetensors.index.json and two files, as
+// save_pretrained writes large models): the same parameters as the single
+// file; an index naming a file that is not there, or a tensor a file does
+// not hold, is an error naming it.
+TEST(HfInterop, AShardedCheckpointImportsAsTheSingleFile) {
+  const fs::path d = out_root() / "sharded";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  fs::copy_file(kGpt2 / "hf" / "config.json", d / "config.json");
+  json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", json::object()}};
+  {
+    rt::SafetensorsFile f(kGpt2 / "hf" / "model.safetensors");
+    rt::SafetensorsWriter first, second;
+    std::vector<std::vector<std::byte>> keep;
+    for (const rt::SafetensorsTensor& t : f.tensors()) {
+      keep.push_back(f.read_tensor(t.name));
+      const bool layer1 = t.name.find(".h.1.") != std::string::npos;
+      (layer1 ? second : first).add(t.name, t.dtype, t.shape, keep.back());
+      index["weight_map"][t.name] = layer1 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    }
+    first.set_metadata("format", "pt");
+    second.set_metadata("format", "pt");
+    first.write(d / "model-00001-of-00002.safetensors");
+    second.write(d / "model-00002-of-00002.safetensors");
+  }
+  std::ofstream(d / "model.safetensors.index.json") << index.dump(2);
+  Model4 single;
+  Loaded<sharc_gen::interop_gpt2_model4::Program> sharded(d);
+  EXPECT_EQ(sharded.parameters(), single.parameters());
+  EXPECT_EQ(sharded.result.files.size(), 2u);
+  EXPECT_EQ(sharded.result.bytes_read, single.result.bytes_read);
+
+  index["weight_map"]["transformer.ln_f.bias"] = "model-00003-of-00002.safetensors";
+  std::ofstream(d / "model.safetensors.index.json") << index.dump(2);
+  EXPECT_IMPORT_FAILS(d, "model.safetensors.index.json: tensor \"transformer.ln_f.bias\" is in "
+                         "model-00003-of-00002.safetensors, which is not in the folder");
+  index["weight_map"]["transformer.ln_f.bias"] = "model-00002-of-00002.safetensors";
+  std::ofstream(d / "model.safetensors.index.json") << index.dump(2);
+  EXPECT_IMPORT_FAILS(d, "model-00002-of-00002.safetensors: no tensor \"transformer.ln_f.bias\", which the index puts "
+                         "there");
+  index["weight_map"]["transformer.ln_f.bias"] = "../model.safetensors";
+  std::ofstream(d / "model.safetensors.index.json") << index.dump(2);
+  EXPECT_IMPORT_FAILS(d, "model.safetensors.index.json: tensor \"transformer.ln_f.bias\" maps to "
+                         "\"../model.safetensors\", not a file in the folder");
+}
+
+// A BF16 checkpoint (as Llama checkpoints usually are): each value read as
+// the float it is.
+TEST(HfInterop, ABf16CheckpointImportsItsValues) {
+  const fs::path d = out_root() / "bf16";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  fs::copy_file(kGpt2 / "hf" / "config.json", d / "config.json");
+  {
+    rt::SafetensorsFile f(kGpt2 / "hf" / "model.safetensors");
+    rt::SafetensorsWriter w;
+    std::vector<std::vector<uint16_t>> keep;
+    for (const rt::SafetensorsTensor& t : f.tensors()) {
+      const std::vector<std::byte> bytes = f.read_tensor(t.name);
+      std::vector<float> values(bytes.size() / 4);
+      std::memcpy(values.data(), bytes.data(), bytes.size());
+      keep.emplace_back();
+      for (float v : values) keep.back().push_back(rt::bf16_bits_from_float(v));
+      w.add(t.name, "BF16", t.shape, std::as_bytes(std::span<const uint16_t>(keep.back())));
+    }
+    w.write(d / "model.safetensors");
+  }
+  Model4 f32;
+  Loaded<sharc_gen::interop_gpt2_model4::Program> bf16(d);
+  int64_t rounded = 0;
+  const auto all = bf16.parameters();
+  for (const auto& [name, values] : f32.parameters()) {
+    if (name.rfind("opt/", 0) == 0) continue;
+    const std::vector<float>& got = all.at(name);
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_EQ(got[i], rt::round_to_bf16(values[i])) << name << "[" << i << "]";
+      rounded += got[i] != values[i];
+    }
+  }
+  EXPECT_GT(rounded, 1000) << "the BF16 values must differ from the F32 ones";
+  EXPECT_EQ(bf16.result.bytes_read * 2, f32.result.bytes_read);
+}
+
 TEST(HfInteropErrors, AMissingTensorIsNamedWithTheParameterThatNeedsIt) {
   const fs::path d = folder_copy("missing");
   rewrite_tensors(d, [](std::string& name, auto&, auto&) { return name != "transformer.h.1.mlp.c_fc.weight"; });
@@ -404,21 +481,38 @@ TEST(HfInteropErrors, AnUnknownArchitectureIsNamed) {
                         "nowhere/config.json: cannot be read (a Hugging Face model folder holds config.json)");
 }
 
+// `f` throws a sharc::Error at this file's `line`; returns its message,
+// logged with the test's folders shown as DIR/ (expect_error.h's error_at
+// logs them whole, and they hold this process's id).
+std::string error_at_line(int line, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.loc().file, std::string(__FILE__));
+    EXPECT_EQ(e.loc().line, line);
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(std::string(__FILE__) + ":" + std::to_string(line) + ": error: ", 0), 0u) << what;
+    return sharc::testing::log_error_message(what, log_replacements());
+  }
+  ADD_FAILURE() << "expected sharc::Error, nothing was thrown";
+  return "";
+}
+
 TEST(HfInteropErrors, GptConfigFromHfErrorsAreAtTheCallersLine) {
   const fs::path d = folder_copy("from_hf_llama", [](json& c) {
     c = json{{"model_type", "llama"}, {"vocab_size", 64}, {"max_position_embeddings", 16}, {"hidden_size", 32},
              {"num_attention_heads", 4}, {"num_hidden_layers", 2}, {"intermediate_size", 80}};
   });
   const int line = __LINE__ + 1;
-  const std::string what = sharc::testing::error_at(__FILE__, line, [&] { GPTConfig::from_hf(d.string()); });
+  const std::string what = error_at_line(line, [&] { GPTConfig::from_hf(d.string()); });
   EXPECT_NE(what.find("config.json: the model is llama, but GPTConfig::from_hf reads GPT-2 configs"), std::string::npos)
       << what;
   const fs::path inner = folder_copy("from_hf_inner", [](json& c) { c["n_inner"] = 100; });
   const int line2 = __LINE__ + 1;
-  const std::string what2 = sharc::testing::error_at(__FILE__, line2, [&] { GPTConfig::from_hf(inner.string()); });
+  const std::string what2 = error_at_line(line2, [&] { GPTConfig::from_hf(inner.string()); });
   EXPECT_NE(what2.find("\"n_inner\" is 100, not a multiple of n_embd 32"), std::string::npos) << what2;
   const int line3 = __LINE__ + 1;
-  const std::string what3 = sharc::testing::error_at(__FILE__, line3, [&] { LlamaConfig::from_hf((kGpt2 / "hf").string()); });
+  const std::string what3 = error_at_line(line3, [&] { LlamaConfig::from_hf((kGpt2 / "hf").string()); });
   EXPECT_NE(what3.find("the model is gpt2, but LlamaConfig::from_hf reads Llama configs"), std::string::npos) << what3;
   const LlamaConfig l = LlamaConfig::from_hf((kLlama / "hf").string());
   EXPECT_EQ(l.heads, 8);
