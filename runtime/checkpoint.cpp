@@ -131,17 +131,6 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + "]";
 }
 
-// The distinct blocks of parameter `t` held by `ranks`: offset -> the ranks
-// holding that block, ascending (so the first is the lowest).
-std::map<std::vector<int64_t>, std::vector<int>> distinct_blocks(const CheckpointTarget& target, const TensorInfo& t,
-                                                                 const std::vector<int>& ranks) {
-  std::map<std::vector<int64_t>, std::vector<int>> blocks;
-  for (int r : ranks)
-    if (target.holds ? target.holds(r, t.name) : target.shard(r, t.name) != nullptr)
-      blocks[block_offset(t, target.mesh, r)].push_back(r);
-  return blocks;
-}
-
 // The index's own CRC-32: of its compact JSON without the "crc32" key (keys
 // sorted, as nlohmann-json keeps them), so any change to a value shows.
 uint32_t index_crc(json index) {
@@ -151,6 +140,15 @@ uint32_t index_crc(json index) {
 }
 
 }  // namespace
+
+std::map<std::vector<int64_t>, std::vector<int>> distinct_blocks(const CheckpointTarget& target, const TensorInfo& t,
+                                                                 const std::vector<int>& ranks) {
+  std::map<std::vector<int64_t>, std::vector<int>> blocks;
+  for (int r : ranks)
+    if (target.holds ? target.holds(r, t.name) : target.shard(r, t.name) != nullptr)
+      blocks[block_offset(t, target.mesh, r)].push_back(r);
+  return blocks;
+}
 
 std::vector<std::string> exchange_or_fail(const CheckpointTarget& target, const std::function<std::string()>& part) {
   std::string mine;

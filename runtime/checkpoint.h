@@ -107,6 +107,13 @@ CheckpointTarget checkpoint_target(Program& p) {
   return t;
 }
 
+// The distinct blocks of parameter `t` held by `ranks` (target.holds, or
+// a non-null target.shard): offset -> the ranks holding that block,
+// ascending (so the first is the lowest). What a process reads once for
+// all its devices that hold the same block (restore, interop.h's import).
+std::map<std::vector<int64_t>, std::vector<int>> distinct_blocks(const CheckpointTarget& target, const TensorInfo& t,
+                                                                 const std::vector<int>& ranks);
+
 // Every process's part of a collective step, through target.exchange: its
 // result text, or its error as "error: <what>". When any process failed,
 // all of them throw rather than wait: a process its own exception, the

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 
 #include "runtime/dtype.h"
@@ -433,14 +434,10 @@ void read_runs(const Source& src, std::vector<Run>& runs, std::span<float> block
 // needs: a buffer older files saved, or the head tied to the embedding.
 bool ignored_tensor(const std::string& name, const HfConfig& c) {
   if (c.tie_embeddings && name == "lm_head.weight") return true;
-  if (c.architecture == Architecture::kGpt2) {
-    for (const char* pattern : kGpt2Ignored)
-      if (match(pattern, name, false)) return true;
-  } else {
-    for (const char* pattern : kLlamaIgnored)
-      if (match(pattern, name, false)) return true;
-  }
-  return false;
+  const std::span<const char* const> patterns =
+      c.architecture == Architecture::kGpt2 ? std::span<const char* const>(kGpt2Ignored) : kLlamaIgnored;
+  return std::any_of(patterns.begin(), patterns.end(),
+                     [&](const char* pattern) { return match(pattern, name, false).has_value(); });
 }
 
 // The checkpoint tensor name of `m`'s layer `layer` (without the prefix).
@@ -499,11 +496,7 @@ ImportResult import_hf(const CheckpointTarget& target, const fs::path& folder, c
     // 2. This process's distinct blocks, read into staging.
     for (const Mapping& m : maps) {
       const TensorInfo& t = *m.param;
-      std::map<std::vector<int64_t>, std::vector<int>> blocks;
-      for (int r : target.local_ranks)
-        if (target.holds ? target.holds(r, t.name) : target.mutable_shard(r, t.name) != nullptr)
-          blocks[rt::block_offset(t, target.mesh, r)].push_back(r);
-      for (const auto& [offset, ranks] : blocks) {
+      for (const auto& [offset, ranks] : rt::distinct_blocks(target, t, target.local_ranks)) {
         Staged st{&t, ranks, std::vector<float>(static_cast<size_t>(t.local_elements()))};
         std::vector<int64_t> o = offset, s = t.local_shape;
         int64_t first_layer = 0, layer_count = 1, layer_elements = static_cast<int64_t>(st.values.size());
