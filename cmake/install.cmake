@@ -8,11 +8,12 @@
 #
 # Layout under the prefix:
 #   include/sharc/{runtime,ir,dsl,codegen,codegen/passes}/*.h  (included as "dsl/sharc.h")
-#   lib/libsharc_{runtime,ir,dsl,codegen,generator_main,checkpoint,mpi}.a
+#   lib/libsharc_{runtime,ir,dsl,codegen,generator_main,checkpoint,interop,tokenizer,mpi}.a
 #   lib/cmake/sharc/   sharcConfig.cmake, its version file, the exported
 #                      targets (sharc::runtime, sharc::ir, sharc::dsl,
 #                      sharc::codegen, sharc::generator_main and, when
-#                      built, sharc::checkpoint and sharc::mpi) and
+#                      built, sharc::checkpoint, sharc::interop,
+#                      sharc::tokenizer and sharc::mpi) and
 #                      sharc.cmake and sharc_golden.cmake
 #   share/sharc/templates/   what the generator fills in
 #   bin/sharc-lift           where Clang LibTooling was found (sharc::lift)
@@ -25,7 +26,7 @@ set(SHARC_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/sharc")
 set(SHARC_INSTALL_TEMPLATESDIR "${CMAKE_INSTALL_DATADIR}/sharc/templates")
 
 set(_sharc_libraries sharc_runtime sharc_ir sharc_dsl sharc_codegen sharc_generator_main)
-foreach(optional sharc_checkpoint sharc_interop sharc_mpi)
+foreach(optional sharc_checkpoint sharc_interop sharc_tokenizer sharc_mpi)
   if(TARGET ${optional})
     list(APPEND _sharc_libraries ${optional})
   endif()
@@ -56,7 +57,7 @@ endforeach()
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/templates/" DESTINATION ${SHARC_INSTALL_TEMPLATESDIR})
 install(EXPORT sharcTargets NAMESPACE sharc:: DESTINATION ${SHARC_INSTALL_CMAKEDIR})
 
-foreach(optional checkpoint mpi)
+foreach(optional checkpoint tokenizer mpi)
   string(TOUPPER ${optional} upper)
   if(TARGET sharc_${optional})
     set(SHARC_HAS_${upper} TRUE)

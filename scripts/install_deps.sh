@@ -12,7 +12,8 @@
 # (codegen/cli.h); doxygen builds the API reference (docs/api, ctest
 # docs_api_reference); libclang-14-dev (Clang's headers),
 # libclang-cpp14-dev and llvm-14-dev are Clang LibTooling, which sharc-lift
-# (lift/) is built on. python3 with pip runs the test that reads an export
+# (lift/) is built on. libicu-dev classifies characters for the GPT-2
+# tokenizer (runtime/tokenizer.h) that samples/finetune uses. python3 with pip runs the test that reads an export
 # with Python's safetensors package and the bench_smoke tests, whose peer is
 # JAX (CPU): safetensors, numpy and jax are installed from PyPI when missing.
 set -euo pipefail
@@ -21,7 +22,7 @@ have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok ins
 for p in cmake ninja-build g++ libgtest-dev libopenblas-dev ccache diffutils zlib1g-dev \
          dataset-fashion-mnist nlohmann-json3-dev clang-14 python3 python3-pip \
          libopenmpi-dev openmpi-bin libclang-cpp14-dev libclang-14-dev llvm-14-dev libxsmm-dev \
-         libboost-context-dev libcli11-dev doxygen; do
+         libboost-context-dev libcli11-dev doxygen libicu-dev; do
   have "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -6,7 +6,12 @@ against the files this script wrote, which are committed.
 
   make_fixtures.py make FIXTURES            writes FIXTURES/<model>/hf (the
       folder save_pretrained writes: config.json, model.safetensors) and
-      FIXTURES/<model>/reference.json (token ids and float64 logits)
+      FIXTURES/<model>/reference.json (token ids and float64 logits); a
+      byte-level BPE tokenizer trained with tokenizers on the GPL-3 in
+      FIXTURES/tokenizer (vocab.json, merges.txt) with the ids transformers
+      and GPT-2's own algorithm give for test strings (reference.json); and
+      samples/finetune/tiny-gpt2, a small GPT-2 with random weights and that
+      tokenizer, which the fine-tuning sample imports by default
   make_fixtures.py check-export FIXTURES EXPORTS   loads each sharc export
       EXPORTS/<model> with transformers, checks that every tensor is the
       original's bit for bit, then copies it to FIXTURES/<model>/export (the
@@ -24,6 +29,8 @@ import shutil
 import sys
 import tempfile
 
+import regex
+import tokenizers
 import torch
 import transformers
 
@@ -79,7 +86,126 @@ def train(model, vocab, context):
     return batches, losses
 
 
-def make(root):
+# The tokenizer: byte-level BPE trained on a text every Debian machine has.
+TOKENIZER_TEXT = "/usr/share/common-licenses/GPL-3"
+TOKENIZER_VOCAB = 512
+TOKENIZER_CASES = [
+    "Hello world",
+    "The GNU General Public License is a free, copyleft license.",
+    "don't I'll we've they're she's it'd I'm 'quoted' O'Neil ''s",
+    "  two spaces,   three, tabs\t\tand\nnew\n\nlines \n end  ",
+    "numbers 12345 3.14159 1,000,000 x2 ½ Ⅷ ٣٤",
+    "café naïve résumé Über Straße",
+    "Καλημέρα мир 中文字 日本語",
+    "emoji 😀🚀 and é (combining)  nbsp 　ideographic",
+    "punctuation!?... (brackets) [x] {y} <z> @#$%^&*_+=~`|\\/",
+    "a<|endoftext|>b <|endoftext|> c<|endoftext|>",
+    "",
+    " ",
+    "\n",
+    "trailing space ",
+]
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def bytes_to_unicode():
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    table, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+def gpt2_encode(text, vocab, ranks):
+    """GPT-2's algorithm as its paper's encoder describes it (the pattern,
+    byte-to-unicode, merges by rank), independent of tokenizers: a second
+    opinion on the ids transformers gives."""
+    table, eot = bytes_to_unicode(), "<|endoftext|>"
+    ids = []
+    for i, piece in enumerate(text.split(eot)):
+        if i:
+            ids.append(vocab[eot])
+        for word in regex.findall(GPT2_PATTERN, piece):
+            parts = [table[b] for b in word.encode("utf-8")]
+            while len(parts) > 1:
+                pairs = [(ranks.get((a, b), 1 << 30), k) for k, (a, b) in enumerate(zip(parts, parts[1:]))]
+                best, k = min(pairs)
+                if best == 1 << 30:
+                    break
+                left, right, merged, j = parts[k], parts[k + 1], [], 0
+                while j < len(parts):
+                    if j + 1 < len(parts) and parts[j] == left and parts[j + 1] == right:
+                        merged.append(left + right)
+                        j += 2
+                    else:
+                        merged.append(parts[j])
+                        j += 1
+                parts = merged
+            ids += [vocab[p] for p in parts]
+    return ids
+
+
+def make_tokenizer(root):
+    folder = os.path.join(root, "tokenizer")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    bpe = tokenizers.ByteLevelBPETokenizer()
+    bpe.train([TOKENIZER_TEXT], vocab_size=TOKENIZER_VOCAB, min_frequency=2, special_tokens=["<|endoftext|>"],
+              show_progress=False)
+    bpe.save_model(folder)
+    vocab_file, merges_file = os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")
+    fast = transformers.GPT2TokenizerFast.from_pretrained(folder)
+    with open(vocab_file) as f:
+        vocab = json.load(f)
+    with open(merges_file) as f:
+        ranks = {tuple(line.split()): k for k, line in enumerate(l for l in f.read().splitlines()[1:] if l)}
+    with open(TOKENIZER_TEXT, encoding="utf-8") as f:
+        text = f.read()
+    cases = []
+    for t in TOKENIZER_CASES + [text]:
+        ids = fast.encode(t)
+        if ids != gpt2_encode(t, vocab, ranks):
+            sys.exit(f"transformers and GPT-2's algorithm disagree on {t[:40]!r}")
+        if fast.decode(ids) != t:
+            sys.exit(f"transformers does not decode {t[:40]!r} back")
+        cases.append({"text": t, "ids": ids})
+    reference = {"tokenizers": tokenizers.__version__, "transformers": transformers.__version__,
+                 "trained_on": TOKENIZER_TEXT, "cases": cases}
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(reference, f, ensure_ascii=True)
+        f.write("\n")
+    print(f"tokenizer: {folder} ({len(vocab)} ids, {len(ranks)} merges; {len(cases)} cases, the GPL-3 as "
+          f"{len(cases[-1]['ids'])} ids)")
+    return folder
+
+
+def make_sample_model(tokenizer, folder):
+    """The fine-tuning sample's default model: GPT-2's layout at a size a CPU
+    trains in seconds, random weights (transformers' own initialisation),
+    the tokenizer above."""
+    with open(os.path.join(tokenizer, "vocab.json")) as f:
+        eot = json.load(f)["<|endoftext|>"]
+    torch.manual_seed(SEED)
+    config = transformers.GPT2Config(vocab_size=TOKENIZER_VOCAB, n_positions=64, n_embd=64, n_head=4, n_layer=2,
+                                     bos_token_id=eot, eos_token_id=eot)
+    model = transformers.GPT2LMHeadModel(config)
+    shutil.rmtree(folder, ignore_errors=True)
+    model.save_pretrained(folder)
+    for name in ["vocab.json", "merges.txt"]:
+        shutil.copy(os.path.join(tokenizer, name), folder)
+    print(f"sample model: {folder} ({sum(p.numel() for p in model.parameters())} parameters)")
+
+
+SAMPLE_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "samples", "finetune",
+                            "tiny-gpt2")
+
+
+def make(root, sample_model=SAMPLE_MODEL):
+    make_sample_model(make_tokenizer(root), sample_model)
     for name, (config_class, model_class, kwargs) in MODELS.items():
         torch.manual_seed(SEED)
         config = getattr(transformers, config_class)(**kwargs)
@@ -145,11 +271,17 @@ def check_export(root, exports):
 
 def check(root):
     with tempfile.TemporaryDirectory() as d:
-        make(d)
-        for name in MODELS:
-            for rel in ["hf/config.json", "hf/model.safetensors", "reference.json"]:
-                if not filecmp.cmp(os.path.join(d, name, rel), os.path.join(root, name, rel), shallow=False):
-                    sys.exit(f"{name}/{rel}: made again, it differs from the committed file")
+        make(d, os.path.join(d, "tiny-gpt2"))
+        files = [(os.path.join(d, name, rel), os.path.join(root, name, rel))
+                 for name in MODELS for rel in ["hf/config.json", "hf/model.safetensors", "reference.json"]]
+        files += [(os.path.join(d, "tokenizer", rel), os.path.join(root, "tokenizer", rel))
+                  for rel in ["vocab.json", "merges.txt", "reference.json"]]
+        files += [(os.path.join(d, "tiny-gpt2", rel), os.path.join(SAMPLE_MODEL, rel))
+                  for rel in ["config.json", "generation_config.json", "model.safetensors", "vocab.json",
+                              "merges.txt"]]
+        for made, committed in files:
+            if not filecmp.cmp(made, committed, shallow=False):
+                sys.exit(f"{committed}: made again, it differs from the committed file")
     print("the fixtures made again are the committed files, byte for byte")
 
 
