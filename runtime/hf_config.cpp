@@ -159,6 +159,8 @@ HfConfig read_hf_config(const std::filesystem::path& path) {
     throw InteropError(file.string() + ": unknown architecture " + (type.empty() ? "(no \"model_type\")" : "\"" + type + "\"") +
                        "; sharc reads \"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)");
   }
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (k.has(key)) c.token_ids[key] = j.at(key).dump();
   if (c.embed % c.heads != 0)
     throw InteropError(file.string() + ": the width " + std::to_string(c.embed) + " is not divisible by the " +
                        std::to_string(c.heads) + " heads");
@@ -182,6 +184,7 @@ std::map<std::string, std::string> read_weight_map(const std::filesystem::path& 
 
 std::string hf_config_json(const HfConfig& c) {
   json j;  // an object: keys come out sorted
+  for (const auto& [key, text] : c.token_ids) j[key] = json::parse(text);
   j["vocab_size"] = c.vocab;
   j["tie_word_embeddings"] = c.tie_embeddings;
   if (c.architecture == Architecture::kGpt2) {

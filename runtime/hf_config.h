@@ -50,6 +50,11 @@ struct HfConfig {
   // attention_dropout in attention_dropout, 0 elsewhere.
   double resid_dropout = 0.0, embed_dropout = 0.0, attention_dropout = 0.0;
   double rope_theta = 10000.0;  // Llama's rotary base
+  // Keys that do not change what the model computes but that generation
+  // reads (bos_token_id, eos_token_id, pad_token_id), as their JSON text,
+  // when given: an export writes them back, so a fine-tuned model stops
+  // where the original did.
+  std::map<std::string, std::string> token_ids;
   std::filesystem::path file;   // the config.json read (empty when made in code)
 };
 

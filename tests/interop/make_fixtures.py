@@ -249,6 +249,10 @@ def check_export(root, exports):
         problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
         if problems:
             sys.exit(f"{name}: transformers loads the export with {problems}")
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if getattr(original.config, key, None) != getattr(loaded.config, key, None):
+                sys.exit(f"{name}: the export's {key} is {getattr(loaded.config, key, None)}, "
+                         f"the original's {getattr(original.config, key, None)}")
         a, b = original.state_dict(), loaded.state_dict()
         if a.keys() != b.keys():
             sys.exit(f"{name}: the export's tensors {sorted(b.keys())} are not the original's {sorted(a.keys())}")
