@@ -175,14 +175,16 @@ std::string sample(Logits& logits, const Gpt2Tokenizer& tok, const Options& o, i
     Logits::Outputs res;
     res.logits = out.data();
     logits.forward(in, res);
+    // Only ids the tokenizer has (a model's vocab_size may be larger).
+    const int64_t n = std::min(vocab, tok.vocab_size());
     const float* row = out.data() + (len - 1) * vocab;
-    int64_t next = std::max_element(row, row + vocab) - row;
+    int64_t next = std::max_element(row, row + n) - row;
     if (o.temperature > 0) {
-      std::vector<double> p(vocab);
+      std::vector<double> p(n);
       double total = 0;
-      for (int64_t k = 0; k < vocab; ++k) total += p[k] = std::exp((row[k] - row[next]) / o.temperature);
+      for (int64_t k = 0; k < n; ++k) total += p[k] = std::exp((row[k] - row[next]) / o.temperature);
       double u = uniform(rng) * total;
-      for (next = 0; next < vocab - 1 && u >= p[next]; ++next) u -= p[next];
+      for (next = 0; next < n - 1 && u >= p[next]; ++next) u -= p[next];
     }
     if (tok.end_of_text() && next == *tok.end_of_text()) break;
     ids.push_back(static_cast<int32_t>(next));
@@ -275,7 +277,9 @@ int run(const Options& o) {
       double want = 0;
       if (o.check && step == 0) {
         const sharc::ir::Graph global = sharc::trace("finetune_train", [&](sharc::ProgramBuilder& b) {
-          finetune::build_train(b, sharc::GPTConfig::from_hf(FINETUNE_MODEL),
+          sharc::GPTConfig c = sharc::GPTConfig::from_hf(FINETUNE_MODEL);
+          c.scan = true;  // as model.cpp generates it (the same numbers either way)
+          finetune::build_train(b, c,
                                 {.batch = batch, .context = context, .steps = FINETUNE_STEPS,
                                  .peak_lr = FINETUNE_LR_MILLIONTHS * 1e-6});
         });
@@ -313,7 +317,8 @@ int run(const Options& o) {
       std::fflush(stdout);
     }
     if (o.steps > 0)
-      std::printf("trained %d steps: loss %.4f at the first, %.4f at the last\n", o.steps, first_loss, last_loss);
+      std::printf("trained %d step%s: loss %.4f at the first, %.4f at the last\n", o.steps, o.steps == 1 ? "" : "s",
+                  first_loss, last_loss);
 
     // 4. The fine-tuned weights in the logits program: held-out loss, sample.
     for (const sharc::rt::TensorInfo& p : Logits::parameters()) {
@@ -322,7 +327,7 @@ int run(const Options& o) {
       logits.set_parameter(p.name, value);
     }
     const double after = held_out_loss(logits, w, train_windows, w.count, vocab);
-    std::printf("held-out loss %.4f before, %.4f after: %s\n", before, after, after < before ? "lower" : "NOT LOWER");
+    std::printf("held-out loss %.6f before, %.6f after: %s\n", before, after, after < before ? "lower" : "NOT LOWER");
     if (o.sample > 0) {
       char how[64] = "greedy";
       if (o.temperature > 0) std::snprintf(how, sizeof how, "temperature %g", o.temperature);
@@ -337,7 +342,7 @@ int run(const Options& o) {
     std::printf("exported to %s (config.json, model.safetensors, vocab.json, merges.txt)\n", o.out.c_str());
     sharc::interop::import_hf(logits, o.out, generated_for);
     const double reloaded = held_out_loss(logits, w, train_windows, w.count, vocab);
-    std::printf("reloaded: held-out loss %.4f, %s\n", reloaded,
+    std::printf("reloaded: held-out loss %.6f, %s\n", reloaded,
                 reloaded == after ? "the same" : "NOT THE SAME as before the export");
     return reloaded == after ? 0 : 1;
   } catch (const std::exception& e) {

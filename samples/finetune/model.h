@@ -22,13 +22,28 @@ using namespace sharc;
 
 // The generation-time options (samples/finetune/CMakeLists.txt's cache
 // variables): windows per step, tokens per window (0: the model's
-// n_positions), the schedule's length and its peak learning rate.
+// n_positions), the schedule's length and its peak learning rate; and the
+// size of the mesh's 'model' axis (1 without one), which CMakeLists.txt
+// reads off the mesh.
 struct Recipe {
   int64_t batch = 8;
   int64_t context = 0;
   int64_t steps = 100;
   double peak_lr = 1e-3;
+  int64_t model_axis = 1;
 };
+
+// transformer_logical_rules, except that a vocabulary the 'model' axis does
+// not divide is replicated: GPT-2's 50257 tokens on model=2. Each device
+// then holds the whole embedding and computes every logit; the blocks are
+// still split.
+inline LogicalRules logical_rules(const GPTConfig& c, const Recipe& r) {
+  LogicalRules rules = transformer_logical_rules();
+  if (c.vocab % r.model_axis != 0)
+    for (LogicalRule& rule : rules)
+      if (rule.logical == "vocab") rule.mesh_axis = std::nullopt;
+  return rules;
+}
 
 // The label that counts for nothing: the padding of the last window.
 constexpr int64_t kIgnoredLabel = -100;
@@ -42,7 +57,7 @@ inline Optimizer optimizer(const Recipe& r) {
 // One AdamW step on "tokens" and their next tokens "labels" (batch, context),
 // "dropout_seed" drawing the dropout masks.
 inline void build_train(ProgramBuilder& b, const GPTConfig& c, const Recipe& r) {
-  b.set_logical_rules(transformer_logical_rules());
+  b.set_logical_rules(logical_rules(c, r));
   b.set_sharding_rules(transformer_sharding_rules());
   GPT model(b.scope(), c);
   const int64_t context = r.context > 0 ? r.context : c.context;

@@ -21,7 +21,7 @@ set(_outputs
     # docs/guide/interop.md: the GPT-2 and Llama tables.
     "sharc_hf_table.txt|0|sharc-hf|table"
     "sharc_hf_table_llama.txt|0|sharc-hf|table|llama")
-foreach(tool dot_relu_dot.generator sharc-lift dot_relu_dot_main mlp_classifier_main gpt2_main
+foreach(tool dot_relu_dot.generator sharc-lift dot_relu_dot_main mlp_classifier_main gpt2_main finetune_main
              custom_activation_main bench_mlp_train bench_pipeline bench_ring_matmul bench_train bench_compile
              bench_lift bench_gpu_kernels bench_gpt2_gpu sharc-hf)
   list(APPEND _outputs "${tool}.txt|0|${tool}|--help")
