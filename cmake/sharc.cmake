@@ -6,6 +6,8 @@
 #                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR]
 #                     [CPP_FILES n] [OPTIONS name=value...] [BACKEND cpu|cuda]
 #                     [HF_CONFIG config.json])
+#   sharc_add_program(NAME SOURCE model.cpp MESH auto DEVICES 8 [MEMORY 16GiB]
+#                     [MACHINE cpu] ...)
 #
 #  0. when SOURCE marks functions SHARC_ELEMENTWISE (dsl/lift.h), or LIFT is
 #     given (for marked functions in a header SOURCE includes), runs sharc-lift
@@ -47,6 +49,15 @@
 # (a gpu::SimGpuWorld runs it), and into NAME_device with nvcc for the GPU.
 # It needs sharc built with SHARC_ENABLE_CUDA (nvcc found); without it
 # configuring stops at the call. The API (NAME.h) is the CPU program's.
+#
+# MESH auto DEVICES n plans the mesh (codegen/plan.h): every split of the n
+# devices over the axes the program's rules and specs use is partitioned and
+# costed before anything runs (peak memory per device exactly, step time on
+# the MACHINE's cost model, default cpu), and the fastest whose peak fits
+# MEMORY (a budget per device: 16GiB, 512MiB, bytes; default none) is
+# generated; <build>/sharc_generated/NAME/NAME_plan.txt ranks every
+# candidate and says why each lost. Nothing fitting fails the build, naming
+# the smallest peak found and its mesh.
 #
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
 # when one axis is -1). OPTIONS are generation-time integers the model reads
@@ -217,7 +228,7 @@ endfunction()
 
 function(sharc_add_program NAME)
   set(options DUMP_IR LIFT)
-  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND HF_CONFIG)
+  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND HF_CONFIG MEMORY MACHINE)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "OPTIONS")
   set(keywords "${one_value};OPTIONS;${options}")
   string(REPLACE ";" ", " keywords "${keywords}")
@@ -252,7 +263,35 @@ function(sharc_add_program NAME)
   if(NOT EXISTS "${source}" OR IS_DIRECTORY "${source}")
     _sharc_fail(${NAME} "SOURCE '${ARG_SOURCE}' does not exist (looked for ${source})")
   endif()
-  _sharc_check_mesh(${NAME} "${ARG_MESH}" "${ARG_DEVICES}" devices)
+  set(plan_args "")
+  if(ARG_MESH STREQUAL "auto")
+    # The planner picks the mesh at build time (codegen/plan.h).
+    if(NOT DEFINED ARG_DEVICES OR NOT ARG_DEVICES MATCHES "^[1-9][0-9]*$")
+      _sharc_fail(${NAME} "MESH auto needs DEVICES, the device count to plan for, e.g. MESH auto DEVICES 8")
+    endif()
+    set(devices ${ARG_DEVICES})
+    if(DEFINED ARG_MEMORY)
+      if(NOT ARG_MEMORY MATCHES "^[0-9]+(\\.[0-9]+)?(B|KiB|MiB|GiB|TiB|KB|MB|GB)?$")
+        _sharc_fail(${NAME} "MEMORY ${ARG_MEMORY} is not a size: write the budget per device as 16GiB, "
+                            "512MiB or a byte count")
+      endif()
+      list(APPEND plan_args --memory ${ARG_MEMORY})
+    endif()
+    if(DEFINED ARG_MACHINE)
+      if(NOT ARG_MACHINE STREQUAL "cpu")
+        _sharc_fail(${NAME} "MACHINE ${ARG_MACHINE} is not a machine sharc knows: MACHINE cpu")
+      endif()
+      list(APPEND plan_args --machine ${ARG_MACHINE})
+    endif()
+  else()
+    foreach(planning MEMORY MACHINE)
+      if(DEFINED ARG_${planning})
+        _sharc_fail(${NAME} "${planning} is for MESH auto (the planner's budget and machine); "
+                            "MESH \"${ARG_MESH}\" is fixed")
+      endif()
+    endforeach()
+    _sharc_check_mesh(${NAME} "${ARG_MESH}" "${ARG_DEVICES}" devices)
+  endif()
   if(NOT DEFINED ARG_PROGRAM)
     set(ARG_PROGRAM ${NAME})
   endif()
@@ -389,15 +428,19 @@ function(sharc_add_program NAME)
     string(APPEND called_from ":${line}")
   endif()
   set(common_args --program ${ARG_PROGRAM} --mesh ${ARG_MESH} --devices ${devices}
-                  --name ${NAME} --source-root ${CMAKE_SOURCE_DIR} ${option_args}
+                  --name ${NAME} --source-root ${CMAKE_SOURCE_DIR} ${option_args} ${plan_args}
                   --called-from ${called_from})
   set(args ${common_args} --namespace ${ARG_NAMESPACE} --cpp-files ${ARG_CPP_FILES}
            --backend ${ARG_BACKEND} --out-dir ${out_dir} --templates ${templates_dir})
   if(ARG_DUMP_IR)
     list(APPEND args --dump-ir ${out_dir}/ir)
   endif()
+  set(plan_output "")
+  if(ARG_MESH STREQUAL "auto")
+    set(plan_output ${out_dir}/${NAME}_plan.txt)  # the planner's ranked table
+  endif()
   add_custom_command(
-    OUTPUT ${outputs} ${out_dir}/${NAME}_explain.txt
+    OUTPUT ${outputs} ${out_dir}/${NAME}_explain.txt ${plan_output}
     COMMAND ${generator} ${args}
     DEPENDS ${generator} ${templates} ${hf_config}
     COMMENT "sharc: generating ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"

@@ -9,6 +9,8 @@
 //                   [--backend cpu|cuda]
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --report
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --explain --templates DIR
+//   model.generator --program dot_relu_dot --mesh auto --devices 8 [--memory 16GiB]
+//                   [--machine cpu] [--plan] ...
 //
 // It traces the program, lowers it for the mesh and writes DIR/STEM.h (the
 // API), DIR/STEM_step.h (the private header of the sources), DIR/STEM.cpp and,
@@ -34,12 +36,18 @@
 // earlier run, so a failed build never compiles stale generated code.
 // --called-from names the sharc_add_program call that asked for this run
 // (its CMakeLists.txt and line): every error then ends with a note there.
+// --mesh auto plans the mesh (codegen/plan.h): every split of --devices
+// over the axes the program uses, costed on --machine, the fastest whose
+// peak memory per device fits --memory generated, and the ranked table
+// written to DIR/STEM_plan.txt; with --plan it prints the table and writes
+// nothing.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -48,6 +56,7 @@
 #include "codegen/emit_cpu.h"
 #include "codegen/explain.h"
 #include "codegen/pipeline.h"
+#include "codegen/plan.h"
 #include "codegen/report.h"
 #include "dsl/program.h"
 
@@ -66,6 +75,10 @@ struct Args {
   bool explain = false;  // print the model-line map instead of generating
   sharc::Backend backend = sharc::Backend::kCpu;  // --backend: the sources' kind (.cpp or .cu)
   std::string schedule_svg;  // with --report, a pipelined program's schedule picture goes here
+  // --mesh auto: the budget per device ("" none), the machine, and --plan
+  // (print the ranked table instead of generating).
+  std::string memory, machine = "cpu";
+  bool plan = false;
 };
 
 // The command line (codegen/cli.h). Returns -1 to go on with `a` filled, or
@@ -77,7 +90,7 @@ int parse_args(int argc, char** argv, Args& a) {
       "its predicted costs instead, --explain its model-line map.",
       fs::path(argv[0]).filename().string()};
   app.add_option("--program", a.program, "the SHARC_PROGRAM to generate")->required();
-  sharc::cli::add_mesh(app, a.mesh, "the device mesh")->required();
+  sharc::cli::add_mesh(app, a.mesh, "the device mesh, or auto: the planner picks it for --devices")->required();
   app.add_option("--out-dir", a.out_dir, "where the sources are written");
   app.add_option("--templates", a.templates, "sharc's templates/ folder");
   app.add_option("--devices", a.devices, "the device count (default: the mesh's product)")
@@ -98,7 +111,16 @@ int parse_args(int argc, char** argv, Args& a) {
   app.add_option("--schedule-svg", a.schedule_svg, "with --report: a pipelined program's schedule picture");
   CLI::Option* report = app.add_flag("--report", a.report, "print the predicted costs and write nothing");
   app.add_flag("--explain", a.explain, "print the model-line map and write nothing")->excludes(report);
+  app.add_option("--memory", a.memory, "with --mesh auto: the memory budget per device (16GiB, 512MiB, bytes)");
+  app.add_option("--machine", a.machine, "with --mesh auto: the machine model the plan is costed on")
+      ->capture_default_str();
+  app.add_flag("--plan", a.plan, "with --mesh auto: print the ranked plans and write nothing");
   if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+  if (a.mesh != "auto" && (a.plan || !a.memory.empty()))
+    return sharc::cli::fail(app, "--plan and --memory are for --mesh auto");
+  if (a.mesh == "auto" && a.devices == 0)
+    return sharc::cli::fail(app, "--mesh auto needs --devices: the device count to plan for");
+  if (a.plan) a.report = true;  // writes nothing either
   a.backend = backend == "cuda" ? sharc::Backend::kCuda : sharc::Backend::kCpu;
   if (a.out_dir.empty() && !a.report && !a.explain) return sharc::cli::fail(app, "--out-dir is required");
   if (a.templates.empty() && !a.report) return sharc::cli::fail(app, "--templates is required");
@@ -170,9 +192,6 @@ int run(const Args& a) {
                        "no program named '" + a.program +
                            "' is registered; this generator has: " + registered_programs());
   const sharc::SrcLoc where = sharc::ProgramRegistry::locations()[a.program];
-  // The mesh comes from the build, not from a DSL line: its errors carry no
-  // location and main() prefixes them with the command-line flag.
-  const sharc::Mesh mesh = sharc::Mesh::parse(a.mesh, a.devices, sharc::SrcLoc());
 
   if (!a.dump_ir.empty() && fs::is_directory(a.dump_ir))
     for (auto& e : fs::directory_iterator(a.dump_ir))  // dumps of an earlier pipeline
@@ -182,8 +201,38 @@ int run(const Args& a) {
   for (const std::string& o : a.options) option_text += (option_text.empty() ? "" : ",") + o;
   sharc::ir::Graph traced = sharc::trace(a.program, it->second, sharc::parse_program_options(option_text));
   sharc::PipelineOptions options;
-  options.dump_dir = a.dump_ir;
   options.gpu_kernels = a.backend == sharc::Backend::kCuda;
+  // The mesh comes from the build (or the planner), not from a DSL line: its
+  // errors carry no location and main() prefixes them with the flag.
+  std::string mesh_text = a.mesh, plan_text;
+  if (a.mesh == "auto") {
+    std::optional<uint64_t> budget = 0;
+    if (!a.memory.empty() && !(budget = sharc::parse_bytes(a.memory)))
+      throw sharc::Error(sharc::SrcLoc(), "MEMORY " + a.memory + " is not a size: write 16GiB, 512MiB or a byte count");
+    const std::optional<sharc::PlanMachine> machine = sharc::known_machine(a.machine);
+    if (!machine) throw sharc::Error(sharc::SrcLoc(), "unknown MACHINE '" + a.machine + "'; sharc knows: cpu");
+    const sharc::Plan plan = sharc::plan(a.program, traced, a.devices, *budget, *machine, options);
+    plan_text = sharc::format_plan(plan);
+    if (a.plan) {
+      std::cout << plan_text;
+      return 0;
+    }
+    if (plan.chosen < 0) {
+      const sharc::PlanCandidate* smallest = nullptr;
+      for (const sharc::PlanCandidate& c : plan.candidates)
+        if (c.partitions && (!smallest || c.peak_bytes < smallest->peak_bytes)) smallest = &c;
+      throw sharc::Error(sharc::SrcLoc(),
+                         smallest ? "no plan fits MEMORY " + a.memory + " per device: the smallest peak is " +
+                                        std::to_string(smallest->peak_bytes) + " bytes, on MESH \"" +
+                                        smallest->mesh + "\" (--plan shows every candidate)"
+                                  : "no split of " + std::to_string(a.devices) + " devices over the axes " +
+                                        "the program uses partitions it:\n" + plan_text);
+    }
+    mesh_text = plan.candidates[plan.chosen].mesh;
+    if (a.report) std::cout << plan_text << "\n";
+  }
+  const sharc::Mesh mesh = sharc::Mesh::parse(mesh_text, a.devices, sharc::SrcLoc());
+  options.dump_dir = a.dump_ir;
   sharc::Lowered lowered = sharc::lower(std::move(traced), mesh, options);
   if (a.report) {
     std::cout << sharc::format_report(sharc::predict(lowered));
@@ -195,7 +244,7 @@ int run(const Args& a) {
       const fs::path svg(a.schedule_svg);
       if (svg.has_parent_path()) fs::create_directories(svg.parent_path());
       std::ofstream file(svg);
-      file << sharc::schedule_svg(*lowered.stages, t, a.program + " on " + a.mesh);
+      file << sharc::schedule_svg(*lowered.stages, t, a.program + " on " + mesh_text);
       if (!file) throw std::runtime_error("cannot write " + a.schedule_svg);
       std::cout << "\nThe pipeline schedule, drawn: " << a.schedule_svg << "\n";
     }
@@ -236,6 +285,11 @@ int run(const Args& a) {
   texts.push_back(map);
   try {
     out.write(texts);
+    // The planner's table beside the sources it chose.
+    if (!plan_text.empty()) {
+      const fs::path plan_file = fs::path(a.out_dir) / (a.name + "_plan.txt");
+      if (!holds(plan_file, plan_text)) write_file(plan_file, plan_text);
+    }
   } catch (...) {
     out.discard();
     throw;

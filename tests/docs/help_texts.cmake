@@ -20,7 +20,11 @@ set(_outputs
     "lift_error.txt|1|sharc-lift|${PROJECT_SOURCE_DIR}/tests/lift/bad_functions.cpp|--ir|${CMAKE_BINARY_DIR}/help/bad_functions.ir|--|-I${PROJECT_SOURCE_DIR}"
     # docs/guide/interop.md: the GPT-2 and Llama tables.
     "sharc_hf_table.txt|0|sharc-hf|table"
-    "sharc_hf_table_llama.txt|0|sharc-hf|table|llama")
+    "sharc_hf_table_llama.txt|0|sharc-hf|table|llama"
+    # docs/guide/planning.md: MESH auto's table for the samples' programs.
+    "plan_gpt2_8.txt|0|gpt2_train_data8.generator|--program|gpt2_train|--mesh|auto|--devices|8|--plan"
+    "plan_gpt2_pipelined_8.txt|0|gpt2_train_data8.generator|--program|gpt2_train_pipelined|--mesh|auto|--devices|8|--plan"
+    "plan_mlp_8_2mib.txt|0|mlp_train_data8.generator|--program|mlp_train|--mesh|auto|--devices|8|--memory|2MiB|--plan")
 foreach(tool dot_relu_dot.generator sharc-lift dot_relu_dot_main mlp_classifier_main gpt2_main finetune_main
              custom_activation_main bench_mlp_train bench_pipeline bench_ring_matmul bench_train bench_compile
              bench_lift bench_gpu_kernels bench_gpt2_gpu sharc-hf)
