@@ -17,6 +17,7 @@
 #include "dsl/program.h"
 #include "plan_mlp_auto.h"
 #include "plan_mlp_auto_2mib.h"
+#include "tests/common/mlp_step.h"
 
 namespace sharc {
 namespace {
@@ -33,29 +34,6 @@ Plan mlp_plan(uint64_t budget) {
   return plan("mlp_train", trace("mlp_train", it->second), 8, budget, PlanMachine{});
 }
 
-// One training step; returns every device's peak.
-template <class Program>
-std::vector<uint64_t> step_peaks(rt::ThreadWorld& world) {
-  Program prog(world);
-  prog.init(0);
-  world.reset_stats();
-  std::vector<float> images(128 * 784), labels(128);
-  for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i % 17) / 17.0f;
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<float>(i % 10);
-  float loss = 0, accuracy = 0, grad_norm = 0, lr = 0;
-  typename Program::Inputs in;
-  in.images = images.data();
-  in.labels = labels.data();
-  typename Program::Outputs out;
-  out.loss = &loss;
-  out.accuracy = &accuracy;
-  out.grad_norm = &grad_norm;
-  out.lr = &lr;
-  prog.step(in, out);
-  EXPECT_TRUE(std::isfinite(loss));
-  return measure(world).peak_bytes;
-}
-
 template <class Program>
 void expect_the_plans_choice(const std::string& name, uint64_t budget) {
   const Plan p = mlp_plan(budget);
@@ -64,7 +42,9 @@ void expect_the_plans_choice(const std::string& name, uint64_t budget) {
   EXPECT_EQ(Program::mesh_shape().to_string(), Mesh::parse(chosen.mesh).str()) << chosen.mesh;
   EXPECT_EQ(read(std::string(SHARC_PLAN_DIR) + "/" + name + "/" + name + "_plan.txt"), format_plan(p));
   rt::ThreadWorld world(Program::mesh_shape());
-  const std::vector<uint64_t> peaks = step_peaks<Program>(world);
+  const testing::MlpStep step = testing::mlp_train_step<Program>(world);
+  EXPECT_TRUE(std::isfinite(step.loss));
+  const std::vector<uint64_t>& peaks = step.measured.peak_bytes;
   EXPECT_EQ(*std::max_element(peaks.begin(), peaks.end()), chosen.peak_bytes) << chosen.mesh;
   if (budget) {
     EXPECT_LE(chosen.peak_bytes, budget);

@@ -19,6 +19,7 @@
 #include "report_dot_relu_dot_2x4.h"
 #include "report_mlp_train_4x2.h"
 #include "report_mlp_train_fsdp8.h"
+#include "tests/common/mlp_step.h"
 #ifdef SHARC_REPORT_GPT
 #include "report_gpt2_train_2x4.h"
 #endif
@@ -30,14 +31,6 @@ Report predicted(const std::string& program, const std::string& mesh) {
   auto it = ProgramRegistry::all().find(program);
   if (it == ProgramRegistry::all().end()) throw std::runtime_error("no program " + program);
   return predict(lower(trace(program, it->second), Mesh::parse(mesh)).partitioned);
-}
-
-// Deterministic inputs: values in [-1, 1), or class indices for labels.
-std::vector<float> values(size_t n, int salt) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i)
-    v[i] = static_cast<float>(static_cast<int>((i * 2654435761u + salt) % 2001) - 1000) / 1000.0f;
-  return v;
 }
 
 template <class Array>
@@ -56,35 +49,13 @@ Measured run_dot_relu_dot() {
   gen::Program prog(world);
   prog.init(0);
   world.reset_stats();
-  const std::vector<float> x = values(count(gen::kInput_x_shape), 1);
+  const std::vector<float> x = testing::fixed_values(count(gen::kInput_x_shape), 1);
   std::vector<float> y(count(gen::kOutput_y_shape));
   typename gen::Program::Inputs in;
   in.x = x.data();
   typename gen::Program::Outputs out;
   out.y = y.data();
   prog.forward(in, out);
-  return measure(world);
-}
-
-// One training step of a generated MLP classifier program.
-template <class Program>
-Measured run_mlp_train(rt::ThreadWorld& world, size_t image_count, size_t label_count) {
-  Program prog(world);
-  prog.init(0);
-  world.reset_stats();
-  const std::vector<float> images = values(image_count, 2);
-  std::vector<float> labels(label_count);
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<float>(i % 10);
-  float loss = 0, accuracy = 0, grad_norm = 0, lr = 0;
-  typename Program::Inputs in;
-  in.images = images.data();
-  in.labels = labels.data();
-  typename Program::Outputs out;
-  out.loss = &loss;
-  out.accuracy = &accuracy;
-  out.grad_norm = &grad_norm;
-  out.lr = &lr;
-  prog.step(in, out);
   return measure(world);
 }
 
@@ -143,8 +114,7 @@ TEST(Report, MlpTrainOnDataFourModelTwoIsExact) {
   namespace gen = sharc_gen::report_mlp_train_4x2;
   const Report r = predicted("mlp_train", "data=4,model=2");
   rt::ThreadWorld world(gen::mesh_shape());
-  const Measured m = run_mlp_train<gen::Program>(world, count(gen::kInput_images_shape),
-                                                 count(gen::kInput_labels_shape));
+  const Measured m = testing::mlp_train_step<gen::Program>(world).measured;
   expect_exact(r, m);
   // Gradients are all-reduced over 'data' (bucketed): uneven chunks included.
   EXPECT_GT(r.bytes[0][static_cast<int>(rt::CollectiveKind::kAllReduce)], 0u);
@@ -155,8 +125,7 @@ TEST(Report, MlpTrainOnFsdpEightIsExact) {
   namespace gen = sharc_gen::report_mlp_train_fsdp8;
   const Report r = predicted("mlp_train", "fsdp=8");
   rt::ThreadWorld world(gen::mesh_shape());
-  const Measured m = run_mlp_train<gen::Program>(world, count(gen::kInput_images_shape),
-                                                 count(gen::kInput_labels_shape));
+  const Measured m = testing::mlp_train_step<gen::Program>(world).measured;
   expect_exact(r, m);
   // ZeRO-3: weights gathered, gradients reduce-scattered.
   EXPECT_GT(r.bytes[0][static_cast<int>(rt::CollectiveKind::kAllGather)], 0u);
