@@ -218,9 +218,10 @@ int run(const Args& a) {
       return 0;
     }
     if (plan.chosen < 0) {
-      const sharc::PlanCandidate* smallest = nullptr;
-      for (const sharc::PlanCandidate& c : plan.candidates)
-        if (c.partitions && (!smallest || c.peak_bytes < smallest->peak_bytes)) smallest = &c;
+      // Nothing fits: the first candidate is the one of the smallest peak,
+      // unless none partitions (plan.h).
+      const sharc::PlanCandidate* smallest =
+          plan.candidates.front().partitions ? &plan.candidates.front() : nullptr;
       throw sharc::Error(sharc::SrcLoc(),
                          smallest ? "no plan fits MEMORY " + a.memory + " per device: the smallest peak is " +
                                         std::to_string(smallest->peak_bytes) + " bytes, on MESH \"" +

@@ -69,8 +69,11 @@ struct Plan {
   uint64_t budget_bytes = 0;  // 0: no budget
   PlanMachine machine;
   std::vector<std::string> axes;         // the axes searched, major to minor
-  std::vector<PlanCandidate> candidates;  // ranked: the chosen first
-  int chosen = -1;                        // index into candidates; -1: none fits
+  // Ranked: those that fit by step time (the chosen first), then those
+  // over the budget by peak (so with none fitting, the smallest peak is
+  // first), then those that do not partition.
+  std::vector<PlanCandidate> candidates;
+  int chosen = -1;  // index into candidates; -1: none fits
 };
 
 // The mesh axes `traced` can use, major to minor (pipe, data, fsdp, the
