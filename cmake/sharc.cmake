@@ -7,7 +7,7 @@
 #                     [CPP_FILES n] [OPTIONS name=value...] [BACKEND cpu|cuda]
 #                     [HF_CONFIG config.json])
 #   sharc_add_program(NAME SOURCE model.cpp MESH auto DEVICES 8 [MEMORY 16GiB]
-#                     [MACHINE cpu] ...)
+#                     [MACHINE cpu|h100-nvlink|h100-ib|file.json] ...)
 #
 #  0. when SOURCE marks functions SHARC_ELEMENTWISE (dsl/lift.h), or LIFT is
 #     given (for marked functions in a header SOURCE includes), runs sharc-lift
@@ -264,6 +264,7 @@ function(sharc_add_program NAME)
     _sharc_fail(${NAME} "SOURCE '${ARG_SOURCE}' does not exist (looked for ${source})")
   endif()
   set(plan_args "")
+  set(plan_depends "")
   if(ARG_MESH STREQUAL "auto")
     # The planner picks the mesh at build time (codegen/plan.h).
     if(NOT DEFINED ARG_DEVICES OR NOT ARG_DEVICES MATCHES "^[1-9][0-9]*$")
@@ -278,10 +279,23 @@ function(sharc_add_program NAME)
       list(APPEND plan_args --memory ${ARG_MEMORY})
     endif()
     if(DEFINED ARG_MACHINE)
-      if(NOT ARG_MACHINE STREQUAL "cpu")
-        _sharc_fail(${NAME} "MACHINE ${ARG_MACHINE} is not a machine sharc knows: MACHINE cpu")
+      # A machine sharc knows (codegen/machines/*.json; a test checks the
+      # list against the generator's), or a machine file.
+      set(_sharc_machines cpu h100-ib h100-nvlink)
+      if(ARG_MACHINE MATCHES "\\.json$")
+        get_filename_component(machine_file "${ARG_MACHINE}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+        if(NOT EXISTS "${machine_file}" OR IS_DIRECTORY "${machine_file}")
+          _sharc_fail(${NAME} "MACHINE file '${ARG_MACHINE}' does not exist (looked for ${machine_file})")
+        endif()
+        list(APPEND plan_args --machine ${machine_file})
+        set(plan_depends ${machine_file})
+      elseif(NOT ARG_MACHINE IN_LIST _sharc_machines)
+        string(JOIN ", " known ${_sharc_machines})
+        _sharc_fail(${NAME} "MACHINE ${ARG_MACHINE} is not a machine sharc knows (${known}) nor a machine "
+                            "file (a path ending in .json)")
+      else()
+        list(APPEND plan_args --machine ${ARG_MACHINE})
       endif()
-      list(APPEND plan_args --machine ${ARG_MACHINE})
     endif()
   else()
     foreach(planning MEMORY MACHINE)
@@ -442,7 +456,7 @@ function(sharc_add_program NAME)
   add_custom_command(
     OUTPUT ${outputs} ${out_dir}/${NAME}_explain.txt ${plan_output}
     COMMAND ${generator} ${args}
-    DEPENDS ${generator} ${templates} ${hf_config}
+    DEPENDS ${generator} ${templates} ${hf_config} ${plan_depends}
     COMMENT "sharc: generating ${NAME} (${ARG_PROGRAM} on mesh ${ARG_MESH})"
     VERBATIM)
 

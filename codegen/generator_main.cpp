@@ -10,7 +10,7 @@
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --report
 //   model.generator --program dot_relu_dot --mesh data=2,model=4 --explain --templates DIR
 //   model.generator --program dot_relu_dot --mesh auto --devices 8 [--memory 16GiB]
-//                   [--machine cpu] [--plan] ...
+//                   [--machine cpu|h100-nvlink|h100-ib|FILE.json] [--plan] ...
 //
 // It traces the program, lowers it for the mesh and writes DIR/STEM.h (the
 // API), DIR/STEM_step.h (the private header of the sources), DIR/STEM.cpp and,
@@ -37,10 +37,11 @@
 // --called-from names the sharc_add_program call that asked for this run
 // (its CMakeLists.txt and line): every error then ends with a note there.
 // --mesh auto plans the mesh (codegen/plan.h): every split of --devices
-// over the axes the program uses, costed on --machine, the fastest whose
-// peak memory per device fits --memory generated, and the ranked table
-// written to DIR/STEM_plan.txt; with --plan it prints the table and writes
-// nothing.
+// over the axes the program uses (with its schedule, micro-batch count,
+// remat and rings), costed on --machine (codegen/machine.h), the fastest
+// whose peak memory per device fits --memory generated, and the ranked
+// table written to DIR/STEM_plan.txt; with --plan it prints the table and
+// writes nothing.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -112,7 +113,8 @@ int parse_args(int argc, char** argv, Args& a) {
   CLI::Option* report = app.add_flag("--report", a.report, "print the predicted costs and write nothing");
   app.add_flag("--explain", a.explain, "print the model-line map and write nothing")->excludes(report);
   app.add_option("--memory", a.memory, "with --mesh auto: the memory budget per device (16GiB, 512MiB, bytes)");
-  app.add_option("--machine", a.machine, "with --mesh auto: the machine model the plan is costed on")
+  app.add_option("--machine", a.machine,
+                 "with --mesh auto: the machine the plan is costed on (cpu, h100-nvlink, h100-ib, or a .json file)")
       ->capture_default_str();
   app.add_flag("--plan", a.plan, "with --mesh auto: print the ranked plans and write nothing");
   if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
@@ -199,19 +201,36 @@ int run(const Args& a) {
 
   std::string option_text;
   for (const std::string& o : a.options) option_text += (option_text.empty() ? "" : ",") + o;
-  sharc::ir::Graph traced = sharc::trace(a.program, it->second, sharc::parse_program_options(option_text));
+  const sharc::ProgramOptions given = sharc::parse_program_options(option_text);
+  bool reads_microbatches = false;  // the program reads the option "microbatches"
+  sharc::ir::Graph traced = sharc::trace(
+      a.program,
+      [&](sharc::ProgramBuilder& b) {
+        it->second(b);
+        reads_microbatches = b.options_read().contains("microbatches");
+      },
+      given);
+  // --mesh auto chooses the micro-batch count too when the program reads it
+  // and the build did not give it (plan.h, Retrace).
+  sharc::Retrace retrace;
+  if (a.mesh == "auto" && reads_microbatches && !given.contains("microbatches"))
+    retrace = [&](int microbatches) {
+      sharc::ProgramOptions o = given;
+      o["microbatches"] = std::to_string(microbatches);
+      return sharc::trace(a.program, it->second, o);
+    };
   sharc::PipelineOptions options;
   options.gpu_kernels = a.backend == sharc::Backend::kCuda;
   // The mesh comes from the build (or the planner), not from a DSL line: its
   // errors carry no location and main() prefixes them with the flag.
   std::string mesh_text = a.mesh, plan_text;
+  std::optional<sharc::PlanCandidate> chosen;  // --mesh auto: the plan's choice
   if (a.mesh == "auto") {
     std::optional<uint64_t> budget = 0;
     if (!a.memory.empty() && !(budget = sharc::parse_bytes(a.memory)))
       throw sharc::Error(sharc::SrcLoc(), "MEMORY " + a.memory + " is not a size: write 16GiB, 512MiB or a byte count");
-    const std::optional<sharc::PlanMachine> machine = sharc::known_machine(a.machine);
-    if (!machine) throw sharc::Error(sharc::SrcLoc(), "unknown MACHINE '" + a.machine + "'; sharc knows: cpu");
-    const sharc::Plan plan = sharc::plan(a.program, traced, a.devices, *budget, *machine, options);
+    const sharc::PlanMachine machine = sharc::load_machine(a.machine);
+    const sharc::Plan plan = sharc::plan(a.program, traced, a.devices, *budget, machine, options, retrace);
     plan_text = sharc::format_plan(plan);
     if (a.plan) {
       std::cout << plan_text;
@@ -229,12 +248,17 @@ int run(const Args& a) {
                                   : "no split of " + std::to_string(a.devices) + " devices over the axes " +
                                         "the program uses partitions it:\n" + plan_text);
     }
-    mesh_text = plan.candidates[plan.chosen].mesh;
+    chosen = plan.candidates[plan.chosen];
+    mesh_text = chosen->mesh;
     if (a.report) std::cout << plan_text << "\n";
   }
   const sharc::Mesh mesh = sharc::Mesh::parse(mesh_text, a.devices, sharc::SrcLoc());
   options.dump_dir = a.dump_ir;
-  sharc::Lowered lowered = sharc::lower(std::move(traced), mesh, options);
+  // The planner's choice is lowered as it was planned (its schedule, remat
+  // and rings on top of the options).
+  if (chosen && chosen->microbatches > 0) traced = retrace(chosen->microbatches);
+  sharc::Lowered lowered = chosen ? sharc::lower_candidate(traced, *chosen, a.devices, options)
+                                  : sharc::lower(std::move(traced), mesh, options);
   if (a.report) {
     std::cout << sharc::format_report(sharc::predict(lowered));
     if (lowered.stages && !a.schedule_svg.empty()) {

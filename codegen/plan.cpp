@@ -6,17 +6,23 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
+#include "codegen/buffer_plan.h"
 #include "codegen/op_cost.h"
 #include "codegen/report.h"
+#include "codegen/ring_plan.h"
 #include "codegen/stage_plan.h"
 #include "dsl/sharding_rules.h"
 
 namespace sharc {
 
 namespace {
+
+// The most micro-batches gradient accumulation is tried with.
+constexpr int kMaxAccumulation = 64;
 
 void add_axis(std::vector<std::string>& axes, const std::string& a) {
   if (std::find(axes.begin(), axes.end(), a) == axes.end()) axes.push_back(a);
@@ -50,69 +56,134 @@ std::string bytes_str(uint64_t b) {
 }
 
 // One collective on one device, as the runtime's ring algorithms run it
-// (runtime/ring_comm.cpp) on the link model: a ring step waits for its
-// message (the latency, and its bytes at the link's rate, one step after
-// another); an all-to-all posts every block at once on links of their own;
-// a reducing ring adds each arriving chunk into its own (one flop, and two
-// reads and a write, per element, on the compute model; f32 assumed).
-double collective_seconds(const CollectiveReport& col, uint64_t sent, const PlanMachine& m) {
+// (runtime/ring_comm.cpp) on `link`: a ring step waits for its message (the
+// latency, and its bytes at the link's rate, one step after another); an
+// all-to-all posts every block at once on links of their own; a reducing
+// ring adds each arriving chunk into its own (one flop, and two reads and a
+// write, per element, on the compute model; f32 assumed).
+double collective_seconds(const CollectiveReport& col, uint64_t sent, const LinkLevel& link,
+                          const PlanMachine& m) {
   const int g = col.group_size;
   if (g <= 1 || sent == 0) return 0;
   const double bytes = static_cast<double>(sent);
-  const double rate = m.link.bytes_per_s > 0 ? m.link.bytes_per_s : INFINITY;
+  const double rate = link.bytes_per_s > 0 ? link.bytes_per_s : INFINITY;
   const double calls = static_cast<double>(std::max<uint64_t>(col.calls, 1));
   double reduced = 0;  // bytes added into the device's own
   double t = 0;
   switch (col.kind) {
     case rt::CollectiveKind::kAllReduce:
-      t = calls * 2 * (g - 1) * m.link.latency_s + bytes / rate;
+      t = calls * 2 * (g - 1) * link.latency_s + bytes / rate;
       reduced = bytes / 2;
       break;
     case rt::CollectiveKind::kReduceScatter:
-      t = calls * (g - 1) * m.link.latency_s + bytes / rate;
+      t = calls * (g - 1) * link.latency_s + bytes / rate;
       reduced = bytes;
       break;
     case rt::CollectiveKind::kAllGather:
-      t = calls * (g - 1) * m.link.latency_s + bytes / rate;
+      t = calls * (g - 1) * link.latency_s + bytes / rate;
       break;
     case rt::CollectiveKind::kAllToAll:
-      t = calls * m.link.latency_s + bytes / (g - 1) / rate;
+      t = calls * link.latency_s + bytes / (g - 1) / rate;
       break;
     case rt::CollectiveKind::kPPermute:
     case rt::CollectiveKind::kSendRecv:
-      t = calls * m.link.latency_s + bytes / rate;
+      t = calls * link.latency_s + bytes / rate;
       break;
   }
   if (reduced > 0) t += m.compute.seconds(rt::OpCost{reduced / 4, 3 * reduced});
   return t;
 }
 
+// A RingDot on one device (ring_plan.h): each step's GEMMs (one statement
+// for its halves) hide the transfer of the block the next step multiplies,
+// so a step after the first takes the longer of the two; a scatter ring
+// then adds the arriving sum into each half.
+double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m) {
+  const int ring = g.mesh.size(n.axes);
+  if (ring <= 1) return 0;
+  const RingPlan p = ring_plan(n, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, ring);
+  const RingStepCost step = ring_step_cost(g, n, ring);
+  const rt::MachineModel compute = m.compute_for(n.dtype);
+  const double gemm = compute.seconds(step.gemm);
+  const double add = p.gather ? 0.0 : p.halves * compute.seconds(step.add);
+  const double piece = static_cast<double>(ir::dtype_size(n.dtype)) *
+                       static_cast<double>(p.gather ? p.step_operand_count(p.moving) : p.step_result_count());
+  const LinkLevel& link = m.link_for(g.mesh, n.axes);
+  const double transfer = link.latency_s + (link.bytes_per_s > 0 ? piece / link.bytes_per_s : 0.0);
+  return gemm + (ring - 1) * (std::max(gemm, transfer) + add);
+}
+
+// Per node of `g`: the seconds its statement takes on `m` (statement_cost at
+// its dtype's rates; a RingDot with its transfers; 0 for communication and
+// for nodes that are no statement of their own).
+std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m) {
+  std::vector<double> seconds(g.nodes.size(), 0.0);
+  for (const BufferPlan::Stmt& st : plan_buffers(g).stmts) {
+    const ir::Node& n = g.nodes[st.node];
+    if (n.op == ir::Op::kRingDot && st.bucket.empty())
+      seconds[st.node] = ring_dot_seconds(g, n, m);
+    else if (!is_comm_statement(g, st))
+      seconds[st.node] = m.compute_for(n.dtype).seconds(statement_cost(g, st));
+  }
+  return seconds;
+}
+
+int count_ring_dots(const Lowered& l) {
+  int n = 0;
+  auto count = [&](const ir::Graph& g) {
+    for (const ir::Node& x : g.nodes) n += x.op == ir::Op::kRingDot;
+  };
+  if (l.stage_graphs.empty()) count(l.partitioned);
+  for (const ir::Graph& g : l.stage_graphs) count(g);
+  return n;
+}
+
 // The candidate's numbers from its lowered program.
 void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
   const Report r = predict(l);
+  const Mesh& mesh = l.partitioned.mesh;
+  std::map<std::vector<std::string>, const LinkLevel*> links;  // by the collective's axes
   for (uint64_t p : r.peak_bytes) c.peak_bytes = std::max(c.peak_bytes, p);
   for (int d = 0; d < r.num_devices; ++d) {
     uint64_t sent = 0;
     for (uint64_t b : r.bytes[d]) sent += b;
     c.sent_bytes = std::max(c.sent_bytes, sent);
     double comm = 0;
-    for (const CollectiveReport& col : r.collectives)
-      if (!col.bytes.empty()) comm += collective_seconds(col, col.bytes[d], m);
+    for (const CollectiveReport& col : r.collectives) {
+      if (col.bytes.empty() || col.ring_dot) continue;  // a ring dot's transfers are in its time
+      const LinkLevel*& link = links[col.axes];
+      if (!link) link = &m.link_for(mesh, col.axes);
+      comm += collective_seconds(col, col.bytes[d], *link, m);
+    }
     c.comm_s = std::max(c.comm_s, comm);
   }
   if (l.stages) {
     // The stages through their schedule, each step its statement's cost.
     std::vector<std::vector<double>> seconds;
-    for (const ir::Graph& g : l.stage_graphs) seconds.push_back(statement_seconds(g, m.compute));
+    for (const ir::Graph& g : l.stage_graphs) seconds.push_back(step_seconds(g, m));
     const StageTimeline t = simulate_stage_steps(
         *l.stages, l.partitioned, [&](int stage, int step) { return seconds[stage][step]; },
         [](int) { return 0.0; });
     c.compute_s = t.makespan;
     c.bubble = t.bubble_fraction();
   } else {
-    for (double s : statement_seconds(l.partitioned, m.compute)) c.compute_s += s;
+    for (double s : step_seconds(l.partitioned, m)) c.compute_s += s;
   }
   c.step_s = c.compute_s + c.comm_s;
+}
+
+// Every repeated block of `g` under `policy`: a scanned Layers is one block
+// ("h"), an unrolled one a block per layer ("h0", "h1", ...).
+std::vector<ir::RematRule> remat_rules(const ir::Graph& g, ir::RematPolicy policy) {
+  std::vector<ir::RematRule> rules;
+  for (const ir::Repeat& r : g.repeats) {
+    if (r.scan)
+      rules.push_back({.block = r.name, .policy = policy, .loc = r.loc});
+    else
+      for (int i = 0; i < r.length; ++i)
+        rules.push_back({.block = r.name + std::to_string(i), .policy = policy, .loc = r.loc});
+  }
+  return rules;
 }
 
 std::string share(double f) {
@@ -130,19 +201,6 @@ std::string percent(double a, double b) {
 }
 
 }  // namespace
-
-std::string PlanMachine::str() const {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s (%.3g flop/s, %.3g B/s memory, %.3g us a statement; link %.3g us + %.3g B/s)",
-                name.c_str(), compute.flops_per_s, compute.bytes_per_s, compute.overhead_s * 1e6,
-                link.latency_s * 1e6, link.bytes_per_s);
-  return buf;
-}
-
-std::optional<PlanMachine> known_machine(const std::string& name) {
-  if (name == "cpu") return PlanMachine{};
-  return std::nullopt;
-}
 
 PlanAxes plan_axes(const ir::Graph& traced) {
   PlanAxes out;
@@ -213,7 +271,7 @@ std::vector<std::string> plan_meshes(const PlanAxes& axes, int devices) {
 }
 
 Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint64_t budget_bytes,
-          const PlanMachine& machine, const PipelineOptions& options) {
+          const PlanMachine& machine, const PipelineOptions& options, const Retrace& retrace) {
   Plan p;
   p.program = program;
   p.devices = devices;
@@ -225,25 +283,210 @@ Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint
     throw Error(SrcLoc(), "program '" + program + "' names no mesh axis (no logical rule maps to one, no spec "
                           "names one), so there is nothing to split " + std::to_string(devices) +
                           " devices over; give a MESH");
-  for (const std::string& mesh : plan_meshes(axes, devices)) {
-    PlanCandidate c;
-    c.mesh = mesh;
-    try {
-      const Lowered l = lower(traced, Mesh::parse(mesh, devices, SrcLoc()), options);
-      cost(l, machine, c);
-      c.partitions = true;
-      c.fits = budget_bytes == 0 || c.peak_bytes <= budget_bytes;
-    } catch (const Error& e) {
-      c.verdict = "does not partition: " + std::string(e.what());
+  if (machine.max_devices() > 0 && devices > machine.max_devices())
+    throw Error(SrcLoc(), "machine " + machine.name + " has " + std::to_string(machine.max_devices()) +
+                              " devices, fewer than DEVICES " + std::to_string(devices) +
+                              " (a machine with a level across nodes has no limit: h100-ib)");
+  // The choices beyond the mesh (plan.h).
+  const bool training =
+      std::any_of(traced.nodes.begin(), traced.nodes.end(), [](const ir::Node& n) { return n.backward; });
+  std::vector<std::optional<ir::RematPolicy>> remats{std::nullopt};
+  if (training && !traced.repeats.empty())
+    remats = {ir::RematPolicy::kSaveAll, ir::RematPolicy::kSaveDots, ir::RematPolicy::kRecomputeAll};
+  p.program_remat = !traced.remat.empty();
+  if (remats.size() > 1)
+    for (const ir::Repeat& r : traced.repeats)
+      p.remat_blocks += (p.remat_blocks.empty() ? "" : ", ") +
+                        (r.scan || r.length == 1 ? "\"" + r.name + (r.scan ? "" : "0") + "\""
+                                                 : "\"" + r.name + "0\" to \"" + r.name +
+                                                       std::to_string(r.length - 1) + "\"");
+  // The program traced again for each micro-batch count the search tries
+  // (nullptr: the count does not trace, e.g. it does not divide the batch).
+  std::map<int, std::optional<ir::Graph>> retraced;
+  std::map<int, std::string> retrace_error;
+  auto graph_for = [&](int k) -> const ir::Graph* {
+    if (k == 0) return &traced;
+    auto it = retraced.find(k);
+    if (it == retraced.end()) {
+      std::optional<ir::Graph> g;
+      try {
+        g = retrace(k);
+      } catch (const Error& e) {
+        retrace_error[k] = e.what();
+      }
+      it = retraced.emplace(k, std::move(g)).first;
     }
-    p.candidates.push_back(std::move(c));
+    return it->second ? &*it->second : nullptr;
+  };
+  p.microbatch_search = static_cast<bool>(retrace);
+  // One variant of a mesh, lowered and costed; nullopt when it does not
+  // trace or partition (`why` says why).
+  auto evaluate = [&](const std::string& mesh_text, const PlanCandidate& v, int* rings,
+                      std::string& why) -> std::optional<PlanCandidate> {
+    const ir::Graph* g = graph_for(v.microbatches);
+    if (!g) {
+      why = retrace_error[v.microbatches];
+      return std::nullopt;
+    }
+    PlanCandidate c = v;
+    c.mesh = mesh_text;
+    c.pipeline_microbatches = g->pipeline ? g->pipeline->microbatches : 0;
+    try {
+      // The verifier after every pass is left to the chosen plan, which
+      // the generator lowers again (it is a tenth of a lowering's time).
+      PipelineOptions quick = options;
+      quick.verify_each = false;
+      const Lowered l = lower_candidate(*g, c, devices, quick);
+      if (rings) *rings = count_ring_dots(l);
+      cost(l, machine, c);
+    } catch (const Error& e) {
+      why = e.what();
+      return std::nullopt;
+    }
+    c.partitions = true;
+    c.fits = budget_bytes == 0 || c.peak_bytes <= budget_bytes;
+    return c;
+  };
+  // Each mesh's variants (plan.h): schedules, then rings, then micro-batch
+  // counts, then remat policies.
+  struct MeshSearch {
+    std::string mesh;
+    std::vector<std::pair<std::optional<ir::PipelineSchedule>, int>> schedules{{std::nullopt, 1}};
+    std::vector<int> counts{0};  // 0: the program's own
+    bool rings = false;          // ring variants change the program
+    std::vector<PlanCandidate> made;
+    std::string refused;         // the first variant's reason, when none partitions
+    double bound = INFINITY;     // no variant of the mesh is faster
+  };
+  std::vector<MeshSearch> searches;
+  for (const std::string& mesh_text : plan_meshes(axes, devices)) {
+    MeshSearch m;
+    m.mesh = mesh_text;
+    const Mesh mesh = Mesh::parse(mesh_text, devices, SrcLoc());
+    const int stages =
+        traced.pipeline && mesh.has(traced.pipeline->axis) ? mesh.size(traced.pipeline->axis) : 1;
+    if (stages > 1)
+      m.schedules = {{traced.pipeline->schedule, traced.pipeline->virtual_stages}};
+    for (const auto& alt : std::vector<std::pair<ir::PipelineSchedule, int>>{
+             {ir::PipelineSchedule::kGPipe, 1}, {ir::PipelineSchedule::k1F1B, 1}, {ir::PipelineSchedule::kInterleaved, 2}})
+      if (stages > 1 && alt != std::pair(m.schedules[0].first.value(), m.schedules[0].second))
+        m.schedules.push_back(alt);
+    // Micro-batch counts: a pipeline's stages, twice and four times that
+    // (a smaller bubble against smaller steps: all tried); gradient
+    // accumulation's 1, 2, 4, ... while the one before does not fit (more
+    // is only slower).
+    if (retrace && traced.pipeline) {
+      m.counts = {stages, 2 * stages, 4 * stages};
+    } else if (retrace) {
+      m.counts.clear();
+      for (int k = 1; k <= kMaxAccumulation; k *= 2) m.counts.push_back(k);
+    }
+    // The first variant, with and without rings: a bound on every variant.
+    // Accumulating more and recomputing more only add statements; other
+    // schedules and more micro-batches change a pipeline's idle time, not
+    // its work, so its busy time and communication bound them.
+    bool tensor = false;
+    for (const MeshAxis& a : mesh.axes()) tensor |= (a.name == "model" || a.name == "tensor") && a.size > 1;
+    int base_rings = -1;
+    for (bool ring : tensor ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      PlanCandidate v;
+      v.schedule = m.schedules[0].first;
+      v.virtual_stages = m.schedules[0].second;
+      v.microbatches = m.counts[0];
+      v.remat = remats[0];
+      v.ring = ring;
+      int rings = 0;
+      std::string why;
+      std::optional<PlanCandidate> c = evaluate(m.mesh, v, &rings, why);
+      if (!c) {
+        if (m.refused.empty()) m.refused = why;
+        break;
+      }
+      if (!ring) base_rings = rings;
+      if (ring && rings == base_rings) break;  // rings nothing more: the same program
+      m.rings |= ring;
+      m.bound = std::min(m.bound, stages > 1 ? c->compute_s * (1 - c->bubble) + c->comm_s : c->step_s);
+      m.made.push_back(std::move(*c));
+    }
+    searches.push_back(std::move(m));
+  }
+  // The rest of each mesh's variants, meshes by their bound, while the
+  // bound is below the fastest fitting candidate found.
+  double best = INFINITY;
+  for (const MeshSearch& m : searches)
+    for (const PlanCandidate& c : m.made)
+      if (c.fits) best = std::min(best, c.step_s);
+  std::vector<MeshSearch*> order;
+  for (MeshSearch& m : searches) order.push_back(&m);
+  std::stable_sort(order.begin(), order.end(), [](const MeshSearch* a, const MeshSearch* b) { return a->bound < b->bound; });
+  for (MeshSearch* m : order) {
+    if (m->made.empty()) continue;  // does not partition
+    if (m->bound >= best) {
+      const bool more = m->schedules.size() > 1 || m->counts.size() > 1 || remats.size() > 1;
+      p.pruned += more && std::none_of(m->made.begin(), m->made.end(), [](const PlanCandidate& c) { return c.fits; });
+      continue;
+    }
+    const bool pipelined = m->schedules[0].first.has_value();
+    for (const auto& [schedule, chunks] : m->schedules)
+      for (bool ring : m->rings ? std::vector<bool>{false, true} : std::vector<bool>{false})
+        for (int k : m->counts) {
+          bool fits_saving_all = false, refused = false, slow_first = false;
+          for (const std::optional<ir::RematPolicy>& remat : remats) {
+            PlanCandidate v;
+            v.schedule = schedule;
+            v.virtual_stages = chunks;
+            v.microbatches = k;
+            v.remat = remat;
+            v.ring = ring;
+            const auto same = [&](const PlanCandidate& c) {
+              return c.schedule == v.schedule && c.virtual_stages == v.virtual_stages && c.microbatches == k &&
+                     c.remat == remat && c.ring == ring;
+            };
+            const auto done = std::find_if(m->made.begin(), m->made.end(), same);
+            std::optional<PlanCandidate> c;
+            if (done != m->made.end()) {
+              c = *done;
+            } else {
+              std::string why;
+              c = evaluate(m->mesh, v, nullptr, why);
+              if (!c) {
+                refused = true;  // more recomputing does not make it partition, nor larger counts trace
+                break;
+              }
+              m->made.push_back(*c);
+              if (c->fits) best = std::min(best, c->step_s);
+            }
+            if (c->fits) {
+              fits_saving_all = !remat || *remat == ir::RematPolicy::kSaveAll;
+              break;  // more recomputing is only slower
+            }
+            if (c->step_s >= best) {
+              // More recomputing is only slower; without a pipeline, so are
+              // more micro-batches when this is the first policy.
+              slow_first = !remat || *remat == remats.front();
+              break;
+            }
+          }
+          if (refused || ((fits_saving_all || slow_first) && !pipelined)) break;  // more accumulation is only slower
+        }
+  }
+  for (MeshSearch& m : searches) {
+    if (m.made.empty()) {
+      PlanCandidate c;
+      c.mesh = m.mesh;
+      c.verdict = "does not partition: " + m.refused;
+      m.made.push_back(std::move(c));
+    }
+    for (PlanCandidate& c : m.made) p.candidates.push_back(std::move(c));
   }
   // Fitting candidates by step time, then those over the budget by peak,
   // then those that do not partition, each in a fixed order.
   auto group = [](const PlanCandidate& c) { return !c.partitions ? 2 : c.fits ? 0 : 1; };
   std::stable_sort(p.candidates.begin(), p.candidates.end(), [&](const PlanCandidate& a, const PlanCandidate& b) {
     if (group(a) != group(b)) return group(a) < group(b);
-    if (group(a) == 0 && a.step_s != b.step_s) return a.step_s < b.step_s;
+    // Step times a rounding apart are a tie (gpipe and 1f1b often are).
+    if (group(a) == 0 && std::abs(a.step_s - b.step_s) > 1e-9 * std::max(a.step_s, b.step_s))
+      return a.step_s < b.step_s;
     if (group(a) != 2 && a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
     return false;
   });
@@ -270,6 +513,32 @@ Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint
   return p;
 }
 
+std::string PlanCandidate::schedule_str() const {
+  if (!schedule) return "";
+  std::string s = ir::schedule_name(*schedule);
+  if (*schedule == ir::PipelineSchedule::kInterleaved) s += "/" + std::to_string(virtual_stages);
+  return s + " x" + std::to_string(pipeline_microbatches);
+}
+
+std::string PlanCandidate::remat_str() const {
+  return remat ? ir::remat_policy_name(*remat) : "";
+}
+
+Lowered lower_candidate(const ir::Graph& traced, const PlanCandidate& c, int devices,
+                        const PipelineOptions& options) {
+  PipelineOptions o = options;
+  if (c.schedule) {
+    o.schedule = c.schedule;
+    o.virtual_stages = c.virtual_stages;
+  }
+  if (c.ring) o.collective_matmul = CollectiveMatmul::kAlways;
+  const Mesh mesh = Mesh::parse(c.mesh, devices, SrcLoc());
+  if (!c.remat) return lower(traced, mesh, o);
+  ir::Graph g = traced;
+  g.remat = remat_rules(traced, *c.remat);
+  return lower(std::move(g), mesh, o);
+}
+
 std::string format_plan(const Plan& p) {
   std::ostringstream o;
   o << "sharc plan: " << p.program << " on " << p.devices << " devices";
@@ -278,28 +547,96 @@ std::string format_plan(const Plan& p) {
   o << "axes searched: ";
   for (size_t i = 0; i < p.axes.size(); ++i) o << (i ? ", " : "") << p.axes[i];
   o << " (" << p.candidates.size() << " candidates)\n\n";
-  size_t width = 4;
-  for (const PlanCandidate& c : p.candidates) width = std::max(width, c.mesh.size());
+  // The columns of the choices some candidate makes.
+  bool schedules = false, remats = false, rings = false;
+  size_t width = 4, schedule_width = 8;
+  for (const PlanCandidate& c : p.candidates) {
+    width = std::max(width, c.mesh.size());
+    schedules |= c.schedule.has_value();
+    schedule_width = std::max(schedule_width, c.schedule_str().size());
+    remats |= c.remat.has_value();
+    rings |= c.ring;
+  }
+  const bool micro = p.microbatch_search;
+  auto choices = [&](const std::string& schedule, const std::string& k, const std::string& remat,
+                     const std::string& tp) {
+    char buf[96];
+    std::string s;
+    if (micro) {
+      std::snprintf(buf, sizeof buf, "  %5s", k.c_str());
+      s += buf;
+    }
+    if (schedules) {
+      std::snprintf(buf, sizeof buf, "  %-*s", static_cast<int>(schedule_width), schedule.c_str());
+      s += buf;
+    }
+    if (remats) {
+      std::snprintf(buf, sizeof buf, "  %-13s", remat.c_str());
+      s += buf;
+    }
+    if (rings) {
+      std::snprintf(buf, sizeof buf, "  %-4s", tp.c_str());
+      s += buf;
+    }
+    return s;
+  };
   char row[256];
-  std::snprintf(row, sizeof row, "%4s  %-*s  %11s  %11s  %11s  %12s  %12s  %s\n", "rank", static_cast<int>(width),
-                "mesh", "step", "compute", "comm", "peak/device", "sent/device", "verdict");
+  std::snprintf(row, sizeof row, "%4s  %-*s", "rank", static_cast<int>(width), "mesh");
+  o << row << choices("schedule", "micro", "remat", "tp");
+  std::snprintf(row, sizeof row, "  %11s  %11s  %11s  %12s  %12s  %s\n", "step", "compute", "comm", "peak/device",
+                "sent/device", "verdict");
   o << row;
   int rank = 0;
   for (const PlanCandidate& c : p.candidates) {
     const std::string r = c.partitions ? std::to_string(++rank) : "-";
-    if (c.partitions)
-      std::snprintf(row, sizeof row, "%4s  %-*s  %11s  %11s  %11s  %12s  %12s  ", r.c_str(), static_cast<int>(width),
-                    c.mesh.c_str(), seconds_str(c.step_s).c_str(), seconds_str(c.compute_s).c_str(),
-                    seconds_str(c.comm_s).c_str(), bytes_str(c.peak_bytes).c_str(), bytes_str(c.sent_bytes).c_str());
-    else
-      std::snprintf(row, sizeof row, "%4s  %-*s  %11s  %11s  %11s  %12s  %12s  ", r.c_str(), static_cast<int>(width),
-                    c.mesh.c_str(), "-", "-", "-", "-", "-");
+    std::snprintf(row, sizeof row, "%4s  %-*s", r.c_str(), static_cast<int>(width), c.mesh.c_str());
+    o << row;
+    if (c.partitions) {
+      o << choices(c.schedule ? c.schedule_str() : "-", c.microbatches ? std::to_string(c.microbatches) : "-",
+                   c.remat ? c.remat_str() : "-", c.ring ? "ring" : "auto");
+      std::snprintf(row, sizeof row, "  %11s  %11s  %11s  %12s  %12s  ", seconds_str(c.step_s).c_str(),
+                    seconds_str(c.compute_s).c_str(), seconds_str(c.comm_s).c_str(), bytes_str(c.peak_bytes).c_str(),
+                    bytes_str(c.sent_bytes).c_str());
+    } else {
+      o << choices("-", "-", "-", "-");
+      std::snprintf(row, sizeof row, "  %11s  %11s  %11s  %12s  %12s  ", "-", "-", "-", "-", "-");
+    }
     o << row << c.verdict << "\n";
   }
+  if (p.pruned > 0)
+    o << "\n" << p.pruned << (p.pruned == 1 ? " mesh" : " meshes")
+      << " over the budget searched no further (micro-batches, remat, schedules): none of their variants can "
+         "be faster than a plan that fits\n";
   if (p.chosen >= 0) {
-    o << "\nchosen: " << p.candidates[p.chosen].mesh << ", as you would write it:\n";
-    o << "  sharc_add_program(NAME SOURCE ... PROGRAM " << p.program << " MESH \"" << p.candidates[p.chosen].mesh
-      << "\")\n";
+    const PlanCandidate& c = p.candidates[p.chosen];
+    o << "\nchosen: " << c.mesh;
+    std::vector<std::string> also;
+    if (c.microbatches) also.push_back(std::to_string(c.microbatches) + (c.microbatches == 1 ? " micro-batch" : " micro-batches"));
+    if (c.schedule) also.push_back(c.schedule_str());
+    if (c.remat && (*c.remat != ir::RematPolicy::kSaveAll || p.program_remat))
+      also.push_back("remat " + c.remat_str());
+    if (c.ring) also.push_back("ring tensor parallelism");
+    for (size_t i = 0; i < also.size(); ++i) o << (i ? ", " : " with ") << also[i];
+    o << "; as you would write it:\n";
+    o << "  sharc_add_program(NAME SOURCE ... PROGRAM " << p.program << " MESH \"" << c.mesh << "\""
+      << (c.microbatches ? " OPTIONS microbatches=" + std::to_string(c.microbatches) : std::string()) << ")\n";
+    // Saving every activation is what a program without remat rules does.
+    const bool remat = c.remat && (*c.remat != ir::RematPolicy::kSaveAll || p.program_remat);
+    if (c.schedule || remat || c.ring) o << "and in the program:\n";
+    if (c.schedule) {
+      o << "  b.set_pipeline({.microbatches = " << c.pipeline_microbatches << ", .schedule = \""
+        << ir::schedule_name(*c.schedule) << "\"";
+      if (c.virtual_stages > 1) o << ", .virtual_stages = " << c.virtual_stages;
+      o << "});\n";
+    }
+    if (c.ring) o << "  b.set_collective_matmul(sharc::CollectiveMatmul::kAlways);\n";
+    if (remat && *c.remat == ir::RematPolicy::kSaveAll) {
+      o << "  TrainOptions::remat: none (every activation saved)\n";
+    } else if (remat) {
+      static const char* kPolicy[] = {"kSaveAll", "kRecomputeAll", "kSaveDots"};
+      o << "  TrainOptions::remat: sharc::remat(BLOCK, sharc::RematPolicy::" << kPolicy[static_cast<int>(*c.remat)]
+        << ") for BLOCK in " << p.remat_blocks << "\n";
+    }
   } else {
     o << "\nnothing fits the budget\n";
   }

@@ -8,13 +8,14 @@
 //    buffer plan replayed; exact (the report tests assert it equal to what
 //    the runtime measures);
 //  - bytes sent per device: the report's collectives, exact as well;
-//  - step time, predicted on a machine model: every statement's cost
-//    (op_cost.h statement_seconds: flops at the compute rate, bytes at the
-//    memory rate, an overhead per statement) plus every collective's time
-//    on the link (a latency per runtime call, its bytes at the link's
-//    rate), nothing overlapped; a pipelined program's stages run through
-//    their schedule (simulate_stage_steps), so the bubble counts. The
-//    slowest device sets the time.
+//  - step time, predicted on a machine model (machine.h): every statement's
+//    cost (op_cost.h statement_cost: flops at its dtype's compute rate,
+//    bytes at the memory rate, an overhead per statement) plus every
+//    collective's time on the link it crosses (a latency per ring step, its
+//    bytes at the link's rate), nothing overlapped but a ring dot's
+//    transfers, which its GEMMs hide; a pipelined program's stages run
+//    through their schedule (simulate_stage_steps), so the bubble counts.
+//    The slowest device sets the time.
 //
 // The axes come from the program: the mesh axes its logical rules map to,
 // the axes its sharding rules name (an FSDP rule's), names in its specs
@@ -26,33 +27,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "codegen/machine.h"
 #include "codegen/pipeline.h"
 #include "ir/ir.h"
-#include "runtime/thread_world.h"
-#include "runtime/trace.h"
 
 namespace sharc {
 
-// What the planner costs time on: the statement cost model's rates and the
-// link every collective call crosses.
-struct PlanMachine {
-  std::string name = "cpu";
-  rt::MachineModel compute;  // flops/s, memory bytes/s, overhead per statement
-  rt::LinkModel link{.latency_s = 20e-6, .bytes_per_s = 2e9};
-  // "cpu (1e+11 flop/s, 2e+10 B/s memory; link 20 us + 2e+09 B/s)".
-  std::string str() const;
-};
-
-// The machines sharc knows by name: "cpu" (the runtime's default rates on
-// the thread world's modelled link). Nullopt for another name.
-std::optional<PlanMachine> known_machine(const std::string& name);
-
 struct PlanCandidate {
   std::string mesh;            // "data=2,model=4": the MESH spelling
+  // What else the candidate chooses; unset: the program's own.
+  std::optional<ir::PipelineSchedule> schedule;  // pipelined programs
+  int virtual_stages = 1;                        // with kInterleaved
+  int microbatches = 0;        // the option "microbatches" the planner chose; 0: the program's own
+  int pipeline_microbatches = 0;                 // pipelined: the count traced
+  std::optional<ir::RematPolicy> remat;          // every repeated block's policy
+  bool ring = false;           // every tensor-parallel dot that can, as a ring (CollectiveMatmul::kAlways)
   bool partitions = false;     // false: `rejected` is the partitioner's error
   uint64_t peak_bytes = 0;     // per device, the largest
   uint64_t sent_bytes = 0;     // per device per step, the largest
@@ -61,6 +55,11 @@ struct PlanCandidate {
   double bubble = 0;           // pipelined: the schedule's idle share
   bool fits = false;           // peak_bytes <= the budget
   std::string verdict;         // "chosen", or why it lost
+
+  // "1f1b x8", "interleaved/2 x8", "" (not pipelined).
+  std::string schedule_str() const;
+  // "save_dots", "" (the program's own).
+  std::string remat_str() const;
 };
 
 struct Plan {
@@ -69,6 +68,14 @@ struct Plan {
   uint64_t budget_bytes = 0;  // 0: no budget
   PlanMachine machine;
   std::vector<std::string> axes;         // the axes searched, major to minor
+  // The repeated blocks a remat choice covers, as TrainOptions::remat names
+  // them: "\"h\"" (scanned), "\"h0\" to \"h11\"" (unrolled); "" none.
+  std::string remat_blocks;
+  bool program_remat = false;  // the program has remat rules of its own
+  bool microbatch_search = false;  // plan() was given a Retrace
+  // Meshes whose first variants bound every other variant of theirs above
+  // a candidate that fits: searched no further.
+  int pruned = 0;
   // Ranked: those that fit by step time (the chosen first), then those
   // over the budget by peak (so with none fitting, the smallest peak is
   // first), then those that do not partition.
@@ -91,10 +98,35 @@ std::vector<std::string> plan_meshes(const PlanAxes& axes, int devices);
 
 // Plans `traced` (sharc::trace's global program) on `devices` devices.
 // budget_bytes 0: no budget. `options` is what every candidate is lowered
-// with (the backend's). Throws Error (no location) when no axis split can
-// use the devices.
+// with (the backend's), the candidate's choices on top (lower_candidate).
+// Throws Error (no location) when no axis split can use the devices, or
+// when the machine has fewer devices than asked for.
+//
+// Beyond the mesh, each candidate chooses (when the program has them):
+//  - a pipelined program's schedule: gpipe, 1f1b, and interleaved with two
+//    chunks per stage where the layers divide;
+//  - the rematerialisation of its repeated blocks (Layers): save_all,
+//    save_dots, recompute_all, tried in that order and only while the one
+//    before does not fit (recomputing only ever adds statements, so it is
+//    never faster);
+//  - tensor-parallel dots as rings or not, on meshes with a model or
+//    tensor axis where a ring changes anything.
+//  - with a Retrace, the micro-batch count (the program's option
+//    "microbatches": gradient accumulation, or a pipeline's micro-batches).
+//
+// A Retrace traces the program again with the option "microbatches" set
+// to its argument (throwing Error when the count does not trace); the
+// generator gives one when the program reads that option and the build
+// did not set it.
+using Retrace = std::function<ir::Graph(int microbatches)>;
 Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint64_t budget_bytes,
-          const PlanMachine& machine, const PipelineOptions& options = {});
+          const PlanMachine& machine, const PipelineOptions& options = {}, const Retrace& retrace = {});
+
+// The candidate as the pipeline lowers it: `traced` (the program traced
+// with the candidate's micro-batch count) with its remat rules, `options`
+// with its schedule and collective matmul, on its mesh.
+Lowered lower_candidate(const ir::Graph& traced, const PlanCandidate& c, int devices,
+                        const PipelineOptions& options = {});
 
 // NAME_plan.txt: the ranked table (mesh, predicted step time and its
 // compute and communication parts, peak memory and bytes sent per device,

@@ -219,6 +219,7 @@ Report predict(const ir::Graph& g) {
           const int64_t piece =
               p.gather ? p.step_operand_count(p.moving) : p.step_result_count();
           c.kind = CollectiveKind::kPPermute;
+          c.ring_dot = true;
           c.what = std::string("ring_dot") + axes + (p.gather ? " gather" : " scatter") +
                    (p.halves == 2 ? ", bidirectional" : "") + " (ppermutes)";
           c.elements = piece * p.halves;

@@ -52,6 +52,7 @@ struct CollectiveReport {
   int64_t elements = 0;            // elements per device handed to the collective
   int group_size = 1;
   uint64_t calls = 0;              // runtime calls per device (a ring_dot: its ppermutes)
+  bool ring_dot = false;           // a RingDot's transfers, which its GEMMs overlap
   std::vector<uint64_t> bytes;     // bytes sent, per device (rank)
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string>
@@ -771,14 +772,26 @@ Rewrite rewrite(const ir::Graph& g, const std::vector<Replacement>& reps) {
     if (a.old >= 0) return remap[a.old];
     return a.index < static_cast<int>(made[a.replacement].size()) ? made[a.replacement][a.index] : -1;
   };
+  // The replacements not placed whose first removed node has been reached,
+  // in index order (a set: a large graph has thousands of replacements,
+  // and every node visits only these).
+  std::vector<size_t> by_first(reps.size());
+  std::iota(by_first.begin(), by_first.end(), size_t{0});
+  std::stable_sort(by_first.begin(), by_first.end(), [&](size_t a, size_t b) { return first[a] < first[b]; });
+  size_t next = 0;
+  std::set<size_t> pending;
   auto place_ready = [&](int reached) {
-    for (size_t k = 0; k < reps.size(); ++k) {
-      if (placed[k] || first[k] > reached) continue;
+    while (next < by_first.size() && first[by_first[next]] <= reached) pending.insert(by_first[next++]);
+    for (auto it = pending.begin(); it != pending.end();) {
+      const size_t k = *it;
       bool ready = true;
       for (const NewNode& nn : reps[k].nodes)
         for (const Arg& a : nn.args)
           ready = ready && (resolve(a) >= 0 || (a.replacement == static_cast<int>(k)));
-      if (!ready) continue;
+      if (!ready) {
+        ++it;
+        continue;
+      }
       for (const NewNode& nn : reps[k].nodes) {
         Node node = nn.node;
         for (const Arg& a : nn.args) node.args.push_back(resolve(a));
@@ -788,6 +801,7 @@ Rewrite rewrite(const ir::Graph& g, const std::vector<Replacement>& reps) {
         if (nn.replaces >= 0) remap[nn.replaces] = id;
       }
       placed[k] = true;
+      it = pending.erase(it);
     }
   };
   for (int id = 0; id < n; ++id) {

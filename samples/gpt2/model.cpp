@@ -41,3 +41,29 @@ SHARC_PROGRAM(gpt2_124m_train, b) {
 SHARC_PROGRAM(gpt2_logits, b) {
   gpt2::build_logits(b, gpt2::config(b.option("layers", gpt2::kLayers), b.option("scan", 1)), gpt2::kSampleBatch);
 }
+
+// A GPT of any size, for the planner (MESH auto; docs/guide/planning.md plans
+// GPT-2 124M, 1.3B and 7B with it on 8 to 512 H100s). Options: "layers",
+// "embed", "heads", "context" (default GPT-2 124M's 12, 768, 12, 1024),
+// "vocab" (default 50304), "batch" (windows per step, default 512),
+// "microbatches" (gradient accumulation, or the pipeline's micro-batches;
+// default 1), "bf16" (default 1: bf16 compute on f32 master weights) and
+// "pipelined" (default 0; 1: the blocks unrolled and pipelined over 'pipe').
+// Blocks scanned unless pipelined; no dropout.
+SHARC_PROGRAM(gpt_sized_train, b) {
+  if (b.option("bf16", 1) != 0) b.set_dtype(sharc::DType::kBF16);
+  const int64_t microbatches = b.option("microbatches", 1);
+  const bool pipelined = b.option("pipelined", 0) != 0;
+  gpt2::GPTConfig c = gpt2::config_124m(b.option("layers", 12), 1);
+  c.context = b.option("context", 1024);
+  c.embed = b.option("embed", 768);
+  c.heads = b.option("heads", 12);
+  c.vocab = b.option("vocab", gpt2::k124MVocab);
+  c.scan = !pipelined;
+  sharc::TrainOptions o{.clip_global_norm = 1.0};
+  if (pipelined)
+    b.set_pipeline({.axis = "pipe", .microbatches = static_cast<int>(microbatches), .schedule = "1f1b"});
+  else
+    o.accumulate_steps = static_cast<int>(microbatches);
+  gpt2::build_train(b, c, b.option("batch", 512), gpt2::optimizer_124m(), o);
+}

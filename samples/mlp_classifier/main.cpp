@@ -35,6 +35,7 @@
 #include "mlp_eval_fsdp8.h"
 #include "mlp_eval_model8.h"
 #include "mlp_eval_pipe2.h"
+#include "mlp_train_auto.h"
 #include "mlp_train_bf16_fsdp4_model2.h"
 #include "mlp_train_data4_model2.h"
 #include "mlp_train_data8.h"
@@ -179,8 +180,10 @@ int train_and_evaluate(const Options& o, const Data& data, const char* descripti
   Train train(world);
   train.init(o.seed);
   // Evaluation has its own world, so the training world's bytes and peak
-  // memory are training's alone.
-  rt::ThreadWorld eval_world(layout.mesh);
+  // memory are training's alone; on its own mesh (the same as training's,
+  // but for the planner's choice, evaluated on data=8), as it takes whole
+  // parameters.
+  rt::ThreadWorld eval_world(Eval::mesh_shape());
   Eval eval(eval_world);
 
   fashion_mnist::Batcher batcher(data.train, kTrainBatch, o.seed);
@@ -295,6 +298,8 @@ const Strategy kStrategies[] = {
                              "FSDP x tensor parallel in bf16 mixed precision"),
     SHARC_MLP_STRATEGY("pipe=2", pipe2,
                        "pipeline parallel (2 stages: one hidden layer each, 1F1B over 4 micro-batches)"),
+    SHARC_MLP_STRATEGY_TYPED("auto", "f32", mlp_train_auto, mlp_eval_data8,
+                             "the planner's choice for 8 devices (MESH auto; mlp_train_auto_plan.txt)"),
 };
 
 // --backend cuda: the BACKEND cuda training programs, evaluated by the CPU's

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -81,16 +83,17 @@ void expect_predictions_hold(const std::string& program, int classes) {
   int ran = 0;
   for (const PlanCandidate& c : p.candidates) {
     if (!c.partitions) continue;
-    const Lowered l = lower(g, Mesh::parse(c.mesh, 8));
+    const Lowered l = lower_candidate(g, c, 8);
     const Report r = predict(l);
-    EXPECT_EQ(c.peak_bytes, *std::max_element(r.peak_bytes.begin(), r.peak_bytes.end())) << c.mesh;
-    const ExecResult e =
-        execute(l, in, 0, nullptr, {.link = machine.link, .virtual_clock = true, .machine = machine.compute});
+    const std::string what = c.mesh + " " + c.schedule_str() + (c.ring ? " ring" : "");
+    EXPECT_EQ(c.peak_bytes, *std::max_element(r.peak_bytes.begin(), r.peak_bytes.end())) << what;
+    const ExecResult e = execute(l, in, 0, nullptr,
+                                 {.link = machine.thread_link(), .virtual_clock = true, .machine = machine.compute});
     double measured = 0;
     for (const rt::DeviceTime& t : e.device_times) measured = std::max(measured, t.now_s);
-    std::printf("%-24s predicted %9.3f us  virtual clock %9.3f us  (%+.1f%%)\n", c.mesh.c_str(), c.step_s * 1e6,
+    std::printf("%-36s predicted %9.3f us  virtual clock %9.3f us  (%+.1f%%)\n", what.c_str(), c.step_s * 1e6,
                 measured * 1e6, 100 * (c.step_s - measured) / measured);
-    EXPECT_NEAR(c.step_s, measured, 0.05 * measured) << c.mesh;
+    EXPECT_NEAR(c.step_s, measured, 0.05 * measured) << what;
     ++ran;
   }
   EXPECT_GE(ran, 2);
@@ -103,7 +106,8 @@ TEST(Plan, PredictsTheVirtualClockOfThePipelinedGpt2) { expect_predictions_hold(
 
 TEST(Plan, RanksFittingCandidatesByStepTime) {
   const Plan p = plan("mlp_train", traced("mlp_train"), 8, 0, PlanMachine{});
-  ASSERT_EQ(p.candidates.size(), 10u);
+  // 10 meshes; the 6 with a model axis also with every dot a ring.
+  ASSERT_EQ(p.candidates.size(), 16u);
   for (size_t i = 1; i < p.candidates.size(); ++i) EXPECT_LE(p.candidates[i - 1].step_s, p.candidates[i].step_s);
   EXPECT_EQ(p.candidates[0].verdict, "chosen");
   EXPECT_NE(p.candidates[1].verdict.find("% slower: "), std::string::npos) << p.candidates[1].verdict;
@@ -150,7 +154,10 @@ TEST(Plan, KeepsTheCandidatesThatDoNotPartitionWithTheReason) {
             std::string::npos)
       << it->verdict;
   const std::string table = format_plan(p);
-  EXPECT_NE(table.find("axes searched: pipe, data, fsdp, model (20 candidates)"), std::string::npos) << table;
+  EXPECT_NE(table.find("axes searched: pipe, data, fsdp, model (" + std::to_string(p.candidates.size()) +
+                       " candidates)"),
+            std::string::npos)
+      << table;
 }
 
 TEST(Plan, ParsesBudgets) {
@@ -162,6 +169,122 @@ TEST(Plan, ParsesBudgets) {
   EXPECT_EQ(parse_bytes("16 GiB"), std::nullopt);
   EXPECT_EQ(parse_bytes("lots"), std::nullopt);
   EXPECT_EQ(parse_bytes("-1MiB"), std::nullopt);
+}
+
+
+// The machines sharc knows: each parses, says where its figures come from,
+// and survives machine_json; cmake/sharc.cmake offers the same names.
+TEST(Machines, KnownMachinesParseAndSayWhereTheirFiguresComeFrom) {
+  EXPECT_EQ(known_machine_names(), "cpu, h100-ib, h100-nvlink");
+  for (const char* name : {"cpu", "h100-ib", "h100-nvlink"}) {
+    const std::optional<PlanMachine> m = known_machine(name);
+    ASSERT_TRUE(m) << name;
+    EXPECT_EQ(m->name, name);
+    EXPECT_FALSE(m->about.empty()) << name;
+    const PlanMachine again = parse_machine(machine_json(*m), "again");
+    EXPECT_EQ(machine_json(again), machine_json(*m)) << name;
+  }
+  // The cpu machine is the thread world as the virtual clock models it.
+  const PlanMachine cpu = *known_machine("cpu");
+  EXPECT_EQ(cpu.compute.flops_per_s, PlanMachine{}.compute.flops_per_s);
+  EXPECT_EQ(cpu.thread_link().latency_s, PlanMachine{}.thread_link().latency_s);
+  const PlanMachine ib = *known_machine("h100-ib");
+  ASSERT_EQ(ib.links.size(), 2u);
+  EXPECT_EQ(ib.links[0].devices, 8);
+  EXPECT_EQ(ib.max_devices(), 0);
+  EXPECT_EQ(known_machine("h100-nvlink")->max_devices(), 8);
+  EXPECT_GT(ib.compute_for(ir::DType::kBF16).flops_per_s, ib.compute_for(ir::DType::kF32).flops_per_s);
+  std::ifstream in(std::string(SHARC_SOURCE_DIR) + "/cmake/sharc.cmake");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("set(_sharc_machines cpu h100-ib h100-nvlink)"), std::string::npos);
+}
+
+TEST(Machines, ACollectiveCrossesTheSlowestLinkItsGroupSpans) {
+  const PlanMachine ib = *known_machine("h100-ib");
+  const Mesh m = Mesh::parse("data=8,model=8", 64);
+  EXPECT_EQ(ib.link_for(m, {"model"}).name, "nvlink");      // devices 8i .. 8i+7: one node
+  EXPECT_EQ(ib.link_for(m, {"data"}).name, "infiniband");   // every 8th device: eight nodes
+  EXPECT_EQ(ib.link_for(m, {"data", "model"}).name, "infiniband");
+  const Mesh wide = Mesh::parse("data=4,model=16", 64);
+  EXPECT_EQ(ib.link_for(wide, {"model"}).name, "infiniband");  // 16 devices: two nodes
+  const Mesh small = Mesh::parse("data=2,fsdp=2,model=2", 8);
+  EXPECT_EQ(ib.link_for(small, {"data", "fsdp"}).name, "nvlink");
+}
+
+TEST(Machines, ErrorsNameTheFileAndTheField) {
+  auto error = [](const std::string& json) {
+    try {
+      parse_machine(json, "my.json");
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  const std::string compute =
+      R"("compute": {"flops_per_s": {"f32": 1e12}, "memory_bytes_per_s": 1e11, "statement_overhead_s": 0})";
+  const std::string link = R"({"name": "l", "latency_s": 1e-6, "bytes_per_s": 1e9})";
+  EXPECT_EQ(error(R"({"name": "m", )" + compute + R"(, "links": [)" + link + R"(], "flops": 1})"),
+            "machine my.json: unknown field 'flops' in the machine (it has: name, about, compute, links)");
+  EXPECT_EQ(error(R"({"name": "m", "links": [)" + link + "]}"), "machine my.json: the machine has no 'compute'");
+  EXPECT_EQ(error(R"({"name": "m", )" + compute + R"(, "links": []})"),
+            "machine my.json: links must be a non-empty array, innermost level first");
+  EXPECT_EQ(error(R"({"name": "m", )" + compute +
+                  R"(, "links": [{"name": "l", "latency_s": 1e-6, "bytes_per_s": -1}]})"),
+            "machine my.json: links[0].bytes_per_s must be above 0, not -1");
+  EXPECT_EQ(error(R"({"name": "m", )" + compute + R"(, "links": [{"name": "a", "devices": 8, "latency_s": 0, )" +
+                  R"("bytes_per_s": 1}, {"name": "b", "devices": 12, "latency_s": 0, "bytes_per_s": 1}]})"),
+            "machine my.json: links[1].devices (12) is not a multiple of the level inside it (8)");
+  EXPECT_NE(error("{").find("machine my.json: not JSON: "), std::string::npos);
+  try {
+    load_machine("tpu-v5");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "unknown MACHINE 'tpu-v5'; sharc knows: cpu, h100-ib, h100-nvlink, or give a machine "
+                           "file (a path ending in .json, docs/guide/planning.md)");
+  }
+}
+
+// With a Retrace the planner chooses the micro-batch count: a budget under
+// every mesh's peak at one micro-batch makes it accumulate (or recompute),
+// and what it chose, traced again and lowered, has the peak it predicted.
+TEST(Plan, ChoosesMicroBatchesWhenTheProgramReadsTheOption) {
+  auto it = ProgramRegistry::all().find("gpt_sized_train");
+  ASSERT_NE(it, ProgramRegistry::all().end());
+  const ProgramOptions small{{"layers", "2"}, {"embed", "64"}, {"heads", "4"}, {"context", "32"},
+                             {"vocab", "96"},  {"batch", "32"}, {"bf16", "0"}};
+  const Retrace retrace = [&](int k) {
+    ProgramOptions o = small;
+    o["microbatches"] = std::to_string(k);
+    return trace("gpt_sized_train", it->second, o);
+  };
+  const ir::Graph g = retrace(1);
+  const Plan free = plan("gpt_sized_train", g, 8, 0, PlanMachine{}, {}, retrace);
+  ASSERT_GE(free.chosen, 0);
+  EXPECT_EQ(free.candidates[free.chosen].microbatches, 1);  // more is only slower
+  uint64_t smallest = UINT64_MAX;  // the smallest peak at one micro-batch, saving everything
+  for (const PlanCandidate& c : free.candidates)
+    if (c.partitions && c.microbatches == 1 && c.remat == ir::RematPolicy::kSaveAll)
+      smallest = std::min(smallest, c.peak_bytes);
+  const Plan tight = plan("gpt_sized_train", g, 8, smallest - 1, PlanMachine{}, {}, retrace);
+  ASSERT_GE(tight.chosen, 0) << format_plan(tight);
+  const PlanCandidate& c = tight.candidates[tight.chosen];
+  EXPECT_TRUE(c.microbatches > 1 || c.remat != ir::RematPolicy::kSaveAll) << format_plan(tight);
+  EXPECT_LT(c.peak_bytes, smallest);
+  const Report r = predict(lower_candidate(retrace(c.microbatches), c, 8));
+  EXPECT_EQ(*std::max_element(r.peak_bytes.begin(), r.peak_bytes.end()), c.peak_bytes);
+  const std::string table = format_plan(tight);
+  EXPECT_NE(table.find("OPTIONS microbatches=" + std::to_string(c.microbatches)), std::string::npos) << table;
+}
+
+TEST(Plan, RefusesMoreDevicesThanTheMachineHas) {
+  try {
+    plan("mlp_train", traced("mlp_train"), 16, 0, *known_machine("h100-nvlink"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "machine h100-nvlink has 8 devices, fewer than DEVICES 16 (a machine with a level "
+                           "across nodes has no limit: h100-ib)");
+  }
 }
 
 }  // namespace

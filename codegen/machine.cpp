@@ -1,0 +1,220 @@
+// Machine models for the planner (machine.h): JSON in and out, the known
+// machines (codegen/machines/*.json, built in by CMake as
+// machines_data.cpp), and which link a collective crosses.
+#include "codegen/machine.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "ir/error.h"
+
+namespace sharc {
+
+// machines_data.cpp (generated): name -> the file's text, sorted by name.
+const std::map<std::string, std::string>& builtin_machine_files();
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& origin, const std::string& what) {
+  throw Error(SrcLoc(), "machine " + origin + ": " + what);
+}
+
+// Keys of `o` must be among `allowed`.
+void only(const json& o, const std::string& where, std::initializer_list<const char*> allowed,
+          const std::string& origin) {
+  for (const auto& [key, value] : o.items()) {
+    bool known = false;
+    std::string list;
+    for (const char* a : allowed) {
+      known |= key == a;
+      list += std::string(list.empty() ? "" : ", ") + a;
+    }
+    if (!known) bad(origin, "unknown field '" + key + "' in " + where + " (it has: " + list + ")");
+  }
+}
+
+const json& field(const json& o, const char* key, const std::string& where, const std::string& origin) {
+  if (!o.is_object() || !o.contains(key)) bad(origin, where + " has no '" + key + "'");
+  return o.at(key);
+}
+
+// A number >= 0 (> 0 when `positive`).
+double number(const json& o, const char* key, const std::string& where, const std::string& origin,
+              bool positive) {
+  const json& v = field(o, key, where, origin);
+  if (!v.is_number()) bad(origin, where + "." + key + " is not a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < 0 || (positive && x == 0))
+    bad(origin, where + "." + key + " must be " + (positive ? "above 0" : "0 or more") + ", not " + v.dump());
+  return x;
+}
+
+std::string rate(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+}  // namespace
+
+rt::MachineModel PlanMachine::compute_for(ir::DType dtype) const {
+  rt::MachineModel m = compute;
+  if (dtype == ir::DType::kBF16 && bf16_flops_per_s > 0) m.flops_per_s = bf16_flops_per_s;
+  return m;
+}
+
+const LinkLevel& PlanMachine::link_for(const Mesh& mesh, const std::vector<std::string>& axes) const {
+  // Each group: the devices that agree on every axis but `axes`. A level
+  // holds it when one unit of the level holds every member of every group.
+  const int n = mesh.num_devices();
+  std::vector<bool> in_group(mesh.axes().size(), false);
+  for (const std::string& a : axes)
+    if (mesh.index(a) >= 0) in_group[mesh.index(a)] = true;
+  std::map<std::vector<int>, std::vector<int>> groups;  // the other coordinates -> members
+  for (int d = 0; d < n; ++d) {
+    std::vector<int> key = mesh.coords(d);
+    for (size_t i = 0; i < key.size(); ++i)
+      if (in_group[i]) key[i] = -1;
+    groups[key].push_back(d);
+  }
+  for (const LinkLevel& level : links) {
+    if (level.devices <= 0) return level;
+    bool holds = true;
+    for (const auto& [key, members] : groups)
+      for (int d : members) holds &= d / level.devices == members.front() / level.devices;
+    if (holds) return level;
+  }
+  return links.back();  // more devices than the machine has: plan() refuses them first
+}
+
+std::string PlanMachine::str() const {
+  std::string s = name + ": ";
+  if (bf16_flops_per_s > 0 && bf16_flops_per_s != compute.flops_per_s)
+    s += rate(bf16_flops_per_s) + " bf16 flop/s, " + rate(compute.flops_per_s) + " f32";
+  else
+    s += rate(compute.flops_per_s) + " flop/s";
+  s += ", " + rate(compute.bytes_per_s) + " B/s memory, " + rate(compute.overhead_s * 1e6) + " us a statement";
+  for (const LinkLevel& l : links) {
+    s += "; " + l.name + (l.devices > 0 ? " (" + std::to_string(l.devices) + " devices)" : "") + " " +
+         rate(l.latency_s * 1e6) + " us + " + rate(l.bytes_per_s) + " B/s";
+  }
+  return s;
+}
+
+PlanMachine parse_machine(const std::string& json_text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    bad(origin, std::string("not JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad(origin, "not a JSON object");
+  only(j, "the machine", {"name", "about", "compute", "links"}, origin);
+  PlanMachine m;
+  const json& name = field(j, "name", "the machine", origin);
+  if (!name.is_string() || name.get<std::string>().empty()) bad(origin, "name must be a non-empty string");
+  m.name = name.get<std::string>();
+  if (j.contains("about")) {
+    const json& about = j.at("about");
+    if (!about.is_array()) bad(origin, "about must be an array of strings");
+    for (const json& line : about) {
+      if (!line.is_string()) bad(origin, "about must be an array of strings");
+      m.about.push_back(line.get<std::string>());
+    }
+  }
+  const json& compute = field(j, "compute", "the machine", origin);
+  only(compute, "compute", {"flops_per_s", "memory_bytes_per_s", "statement_overhead_s"}, origin);
+  const json& flops = field(compute, "flops_per_s", "compute", origin);
+  only(flops, "compute.flops_per_s", {"f32", "bf16"}, origin);
+  m.compute.flops_per_s = number(flops, "f32", "compute.flops_per_s", origin, true);
+  m.bf16_flops_per_s =
+      flops.contains("bf16") ? number(flops, "bf16", "compute.flops_per_s", origin, true) : m.compute.flops_per_s;
+  m.compute.bytes_per_s = number(compute, "memory_bytes_per_s", "compute", origin, true);
+  m.compute.overhead_s = number(compute, "statement_overhead_s", "compute", origin, false);
+  const json& links = field(j, "links", "the machine", origin);
+  if (!links.is_array() || links.empty()) bad(origin, "links must be a non-empty array, innermost level first");
+  m.links.clear();
+  for (size_t i = 0; i < links.size(); ++i) {
+    const std::string where = "links[" + std::to_string(i) + "]";
+    const json& l = links[i];
+    if (!l.is_object()) bad(origin, where + " is not an object");
+    only(l, where, {"name", "devices", "latency_s", "bytes_per_s"}, origin);
+    LinkLevel level;
+    const json& ln = field(l, "name", where, origin);
+    if (!ln.is_string()) bad(origin, where + ".name must be a string");
+    level.name = ln.get<std::string>();
+    const bool last = i + 1 == links.size();
+    if (l.contains("devices")) {
+      const json& d = l.at("devices");
+      if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (1 << 20))
+        bad(origin, where + ".devices must be a whole number of devices, not " + d.dump());
+      level.devices = d.get<int>();
+      if (i > 0 && level.devices % m.links.back().devices != 0)
+        bad(origin, where + ".devices (" + std::to_string(level.devices) + ") is not a multiple of the level " +
+                        "inside it (" + std::to_string(m.links.back().devices) + ")");
+    } else if (!last) {
+      bad(origin, where + " needs 'devices': how many devices one unit of it holds (only the last level joins "
+                          "every unit)");
+    }
+    level.latency_s = number(l, "latency_s", where, origin, false);
+    level.bytes_per_s = number(l, "bytes_per_s", where, origin, true);
+    m.links.push_back(std::move(level));
+  }
+  return m;
+}
+
+std::optional<PlanMachine> known_machine(const std::string& name) {
+  const auto& files = builtin_machine_files();
+  const auto it = files.find(name);
+  if (it == files.end()) return std::nullopt;
+  return parse_machine(it->second, "codegen/machines/" + name + ".json");
+}
+
+std::string known_machine_names() {
+  std::string s;
+  for (const auto& [name, text] : builtin_machine_files()) s += (s.empty() ? "" : ", ") + name;
+  return s;
+}
+
+PlanMachine load_machine(const std::string& name_or_file) {
+  if (std::optional<PlanMachine> m = known_machine(name_or_file)) return *m;
+  if (name_or_file.size() > 5 && name_or_file.ends_with(".json")) {
+    std::ifstream in(name_or_file, std::ios::binary);
+    if (!in) throw Error(SrcLoc(), "MACHINE file " + name_or_file + " cannot be read");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return parse_machine(text.str(), name_or_file);
+  }
+  throw Error(SrcLoc(), "unknown MACHINE '" + name_or_file + "'; sharc knows: " + known_machine_names() +
+                            ", or give a machine file (a path ending in .json, docs/guide/planning.md)");
+}
+
+std::string machine_json(const PlanMachine& m) {
+  nlohmann::ordered_json j;
+  j["name"] = m.name;
+  j["about"] = m.about;
+  j["compute"]["flops_per_s"]["f32"] = m.compute.flops_per_s;
+  j["compute"]["flops_per_s"]["bf16"] = m.bf16_flops_per_s > 0 ? m.bf16_flops_per_s : m.compute.flops_per_s;
+  j["compute"]["memory_bytes_per_s"] = m.compute.bytes_per_s;
+  j["compute"]["statement_overhead_s"] = m.compute.overhead_s;
+  j["links"] = nlohmann::ordered_json::array();
+  for (const LinkLevel& l : m.links) {
+    nlohmann::ordered_json o;
+    o["name"] = l.name;
+    if (l.devices > 0) o["devices"] = l.devices;
+    o["latency_s"] = l.latency_s;
+    o["bytes_per_s"] = l.bytes_per_s;
+    j["links"].push_back(o);
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace sharc

@@ -1,0 +1,79 @@
+// The machines the planner (plan.h) costs a step on: how fast a device
+// computes (by dtype) and moves memory, what a statement costs to start,
+// and the links between devices, one per level of the machine (within a
+// node, across nodes). Machines are JSON files: sharc knows the ones in
+// codegen/machines/ by name (built into the library), and reads any other
+// file a user gives (MACHINE my_cluster.json; sharc-calibrate writes one
+// for the machine it runs on).
+//
+//   {
+//     "name": "h100-ib",
+//     "about": ["where each figure comes from", "..."],
+//     "compute": {"flops_per_s": {"f32": 5.1e13, "bf16": 7.0e14},
+//                 "memory_bytes_per_s": 2.5e12, "statement_overhead_s": 4e-6},
+//     "links": [{"name": "nvlink", "devices": 8, "latency_s": 2e-6, "bytes_per_s": 3.6e11},
+//               {"name": "infiniband", "latency_s": 6e-6, "bytes_per_s": 4.5e10}]
+//   }
+//
+// A link's "devices" is how many consecutive device numbers one unit of
+// that level holds (a node's 8 GPUs); on the last level it is the most
+// devices the machine has, and without it the machine has no limit. A
+// collective runs on the innermost level whose units each hold a whole
+// group of it: the ring crosses the slowest link it uses at every step, so
+// that link's latency and rate are the collective's.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "ir/mesh.h"
+#include "runtime/thread_world.h"
+#include "runtime/trace.h"
+
+namespace sharc {
+
+struct LinkLevel {
+  std::string name;       // "nvlink", "infiniband", "thread world"
+  int devices = 0;        // consecutive devices one unit holds; 0: all (the last level only)
+  double latency_s = 0;   // per message (a ring step)
+  double bytes_per_s = 0; // per device, each way
+};
+
+struct PlanMachine {
+  std::string name = "cpu";
+  std::vector<std::string> about;  // the figures' sources, a line each
+  // f32 rates: flops, memory bytes per second, overhead per statement.
+  rt::MachineModel compute;
+  double bf16_flops_per_s = 0;  // 0: compute.flops_per_s
+  // Innermost first; at least one.
+  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9}};
+
+  // The most devices the machine has; 0: no limit.
+  int max_devices() const { return links.back().devices; }
+  // The statement cost model for a statement whose result is `dtype` (bf16
+  // at the bf16 rate, everything else at f32's).
+  rt::MachineModel compute_for(ir::DType dtype) const;
+  // The link a collective over `axes` of `mesh` crosses.
+  const LinkLevel& link_for(const Mesh& mesh, const std::vector<std::string>& axes) const;
+  // The link model of the thread world's fabric: the innermost level.
+  rt::LinkModel thread_link() const { return {.latency_s = links[0].latency_s, .bytes_per_s = links[0].bytes_per_s}; }
+  // "h100-ib: 7e+14 bf16 flop/s, 5.1e+13 f32, 2.5e+12 B/s memory, 4 us a
+  // statement; nvlink (8 devices) 2 us + 3.6e+11 B/s; infiniband ...".
+  std::string str() const;
+};
+
+// The machine called `name` (codegen/machines/NAME.json), or nullopt.
+std::optional<PlanMachine> known_machine(const std::string& name);
+// The names known_machine answers, in order ("cpu, h100-ib, h100-nvlink").
+std::string known_machine_names();
+// A machine from JSON text; errors (Error, no location) name `origin` and
+// the field at fault.
+PlanMachine parse_machine(const std::string& json_text, const std::string& origin);
+// MACHINE's value: a known name, or a file ending in .json. Errors name it.
+PlanMachine load_machine(const std::string& name_or_file);
+// The JSON parse_machine reads back (sharc-calibrate writes it).
+std::string machine_json(const PlanMachine& m);
+
+}  // namespace sharc
