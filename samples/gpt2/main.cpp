@@ -71,6 +71,7 @@
 #include "gpt2_train_cuda_fsdp4_model2.h"
 #include "gpt2_train_cuda_pipe2_data2_model2.h"
 #endif
+#include "gpt2_train_auto.h"
 #include "gpt2_train_data2_model4.h"
 #include "gpt2_train_data4_model2.h"
 #include "gpt2_train_data8.h"
@@ -123,8 +124,8 @@ int parse(int argc, char** argv, Options& o) {
                "gpt2_main"};
   sharc::cli::add_mesh(app, o.mesh,
                        "the strategy's mesh: data=8, model=8, data=2,model=4, data=4,model=2, fsdp=4,model=2, "
-                       "pipe=2,data=2,model=2 (1f1b, 8 micro-batches); --backend cuda: data=2,model=4, "
-                       "fsdp=4,model=2, pipe=2,data=2,model=2");
+                       "pipe=2,data=2,model=2 (1f1b, 8 micro-batches), auto (the planner's choice for 8 "
+                       "devices, MESH auto); --backend cuda: data=2,model=4, fsdp=4,model=2, pipe=2,data=2,model=2");
   app.add_option("--steps", o.steps, "training steps")->check(sharc::cli::at_least(0))->capture_default_str();
   app.add_option("--sample", o.sample, "characters sampled after training")
       ->check(sharc::cli::at_least(0))
@@ -415,7 +416,13 @@ int run(const Options& o, const sharc::rt::MeshShape& mesh, bool pipelined) {
   // Sampling: the logits program on the same world, parameters copied whole.
   // The logits program's table lists exactly the parameters it needs (the
   // training program also holds optimizer state).
-  LogitsProgram logits(world);
+  // A logits program for another mesh than training's (the planner's choice,
+  // --mesh auto) samples on device threads of its own.
+  const sharc::rt::MeshShape logits_mesh = LogitsProgram::mesh_shape();
+  std::unique_ptr<sharc::rt::ThreadWorld> logits_threads;
+  if (logits_mesh.axis_names != mesh.axis_names || logits_mesh.axis_sizes != mesh.axis_sizes)
+    logits_threads = std::make_unique<sharc::rt::ThreadWorld>(logits_mesh);
+  LogitsProgram logits(logits_threads ? *logits_threads : world);
   for (const sharc::rt::TensorInfo& p : LogitsProgram::parameters()) {
     std::vector<float> value(p.elements());
     train.get_parameter(p.name, value);
@@ -593,6 +600,14 @@ int main(int argc, char** argv) {
   GPT2_MESH("data=4,model=2", data4_model2, false)
   GPT2_MESH("fsdp=4,model=2", fsdp4_model2, false)
   GPT2_MESH("pipe=2,data=2,model=2", pipe2_data2_model2, true)
+  // MESH auto: the planner's choice for 8 devices; sampling on data=8.
+  if (o.mesh == "auto") {
+    if (o.world.cuda() || o.local_devices)
+      usage("--mesh auto (the planner's choice) runs on this process's device threads: not with --backend cuda "
+            "or --local-devices");
+    return run<sharc_gen::gpt2_train_auto::Program, sharc_gen::gpt2_logits_data8::Program>(
+        o, sharc_gen::gpt2_train_auto::mesh_shape(), false);
+  }
 #if SHARC_SAMPLES_CUDA
   GPT2_CUDA_MESH("data=2,model=4", data2_model4, false)
   GPT2_CUDA_MESH("fsdp=4,model=2", fsdp4_model2, false)
