@@ -251,11 +251,11 @@ function(sharc_add_program NAME)
                           "sharc_add_program(${NAME} SOURCE model.cpp MESH \"data=2,model=4\")")
     endif()
   endforeach()
-  foreach(taken ${NAME} ${NAME}_report ${NAME}_explain)
+  foreach(taken ${NAME} ${NAME}_report ${NAME}_explain ${NAME}_plan)
     if(TARGET ${taken})
       _sharc_fail(${NAME} "a target named ${taken} already exists: each sharc_add_program "
                           "needs its own NAME (it names the library ${NAME} and the targets "
-                          "${NAME}_report and ${NAME}_explain)")
+                          "${NAME}_report, ${NAME}_explain and, with MESH auto, ${NAME}_plan)")
     endif()
   endforeach()
   cmake_path(ABSOLUTE_PATH ARG_SOURCE BASE_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} NORMALIZE
@@ -510,6 +510,15 @@ function(sharc_add_program NAME)
     DEPENDS ${generator}
     COMMENT "sharc: what each model line of ${NAME} became in ${NAME}.${ext}"
     USES_TERMINAL VERBATIM)
+  if(ARG_MESH STREQUAL "auto")
+    # The planner's table alone, building only the generator: for trying a
+    # budget or a machine (edit MEMORY or MACHINE, run it again).
+    add_custom_target(${NAME}_plan
+      COMMAND ${generator} ${common_args} --backend ${ARG_BACKEND} --plan
+      DEPENDS ${generator} ${plan_depends}
+      COMMENT "sharc: the plans for ${NAME} (${ARG_PROGRAM} on ${devices} devices)"
+      USES_TERMINAL VERBATIM)
+  endif()
 
   # What sharc_add_golden_test needs to generate this program again; the
   # global list lets a project (sharc's own tests) find every program.
