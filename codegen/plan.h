@@ -47,7 +47,7 @@ struct PlanCandidate {
   int pipeline_microbatches = 0;                 // pipelined: the count traced
   std::optional<ir::RematPolicy> remat;          // every repeated block's policy
   bool ring = false;           // every tensor-parallel dot that can, as a ring (CollectiveMatmul::kAlways)
-  bool partitions = false;     // false: `rejected` is the partitioner's error
+  bool partitions = false;     // false: `verdict` is the partitioner's error
   uint64_t peak_bytes = 0;     // per device, the largest
   uint64_t sent_bytes = 0;     // per device per step, the largest
   double compute_s = 0, comm_s = 0;  // on the slowest device
@@ -110,7 +110,7 @@ std::vector<std::string> plan_meshes(const PlanAxes& axes, int devices);
 //    before does not fit (recomputing only ever adds statements, so it is
 //    never faster);
 //  - tensor-parallel dots as rings or not, on meshes with a model or
-//    tensor axis where a ring changes anything.
+//    tensor axis where a ring changes anything;
 //  - with a Retrace, the micro-batch count (the program's option
 //    "microbatches": gradient accumulation, or a pipeline's micro-batches).
 //
