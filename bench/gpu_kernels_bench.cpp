@@ -259,6 +259,12 @@ int main(int argc, char** argv) try {
       g.head_dim = a.head_dim;
       g.scale = a.scale;
       run("attention_bwd", 2.5 * fwd_flops, "TFLOP/s", [&] { k->attention_backward(g); });
+      // The tensor-core kernels with 32 query rows a warp (the default is
+      // 16): what wider blocks would buy, in the same run.
+      k->set_attention_rows_per_warp(32);
+      run("attention_fwd_32rows", fwd_flops, "TFLOP/s", [&] { k->attention_forward(a); });
+      run("attention_bwd_32rows", 2.5 * fwd_flops, "TFLOP/s", [&] { k->attention_backward(g); });
+      k->set_attention_rows_per_warp(16);
       k->set_tensor_cores(false);
       run("attention_fwd_scalar", fwd_flops, "TFLOP/s", [&] { k->attention_forward(a); });
       k->set_tensor_cores(true);

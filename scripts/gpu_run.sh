@@ -7,7 +7,7 @@
 #              (and one on a one-rank NcclWorld, libnccl itself), GPT-2 124M
 #              against the CPU program, the CPU program's step time
 #   memcheck   compute-sanitizer memcheck over the generated 2-layer GPT and
-#              the kernel tests
+#              the kernel tests; racecheck over the attention kernels' tests
 #   kbench     bench_gpu_kernels --peers (PyTorch's kernels in the same run)
 #   gpt2       bench_gpt2_gpu: sharc's GPT-2 124M step beside torch.compile's
 #              and JAX's, and the step's GPU timeline as a Chrome trace
@@ -73,7 +73,14 @@ if want memcheck; then
   timeout 90 "$sanitizer" --tool memcheck --error-exitcode 3 gpu-bundle/gpu_kernels_cuda_test \
     --gtest_brief=1 > "$out/memcheck.txt" 2>&1
   echo "memcheck rc=$?"; tail -3 "$out/memcheck.txt"
-  took "memcheck"
+  # The attention kernels stage tiles two deep with asynchronous copies
+  # (cp.async): a missing wait or barrier is a shared-memory race, which
+  # the simulator cannot see.
+  echo "== compute-sanitizer racecheck: the attention kernels"
+  timeout 90 "$sanitizer" --tool racecheck --error-exitcode 3 gpu-bundle/gpu_kernels_cuda_test \
+    --gtest_filter='*Attention*' --gtest_brief=1 > "$out/racecheck.txt" 2>&1
+  echo "racecheck rc=$?"; tail -3 "$out/racecheck.txt"
+  took "memcheck and racecheck"
 fi
 if want kbench; then
   echo "== bench_gpu_kernels --peers (B=16, T=1024)"

@@ -33,6 +33,9 @@
 #define SHARC_KERNEL __global__
 #define SHARC_DEVICE __device__ __forceinline__
 #define SHARC_HOST_DEVICE __host__ __device__ __forceinline__
+// Before a loop over a register array's indices: unrolled, so the array
+// stays in registers (a run-time index would put it in local memory).
+#define SHARC_UNROLL _Pragma("unroll")
 #else
 #include <cmath>
 #include <cstring>
@@ -42,6 +45,7 @@
 #define SHARC_KERNEL
 #define SHARC_DEVICE inline
 #define SHARC_HOST_DEVICE inline
+#define SHARC_UNROLL
 #endif
 
 namespace sharc::gpu {
@@ -116,6 +120,27 @@ SHARC_DEVICE void copy_16_bytes(void* dst, const void* src) {
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 }
 
+// Copies from global to shared memory that bypass registers (cp.async):
+// copy_async_16 moves 16 bytes (both addresses 16-byte aligned), copy_async_4
+// one word; the copies a thread issued since its last async_copies_commit()
+// form a group, and async_copies_wait<N>() returns once at most N of the
+// thread's groups are still in flight. Other threads see the bytes only
+// after a sync_block() that follows the wait. A kernel issues the next
+// tile's copies, computes on the current tile, then waits: the loads' latency
+// hides behind the compute without holding the tile in registers.
+SHARC_DEVICE void copy_async_16(void* shared_dst, const void* global_src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(global_src) : "memory");
+}
+SHARC_DEVICE void copy_async_4(void* shared_dst, const void* global_src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(global_src) : "memory");
+}
+SHARC_DEVICE void async_copies_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+SHARC_DEVICE void async_copies_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 SHARC_DEVICE float exp_f(float x) { return expf(x); }
 SHARC_DEVICE float exp2_f(float x) { return exp2f(x); }
 SHARC_DEVICE float log_f(float x) { return logf(x); }
@@ -229,6 +254,13 @@ SHARC_DEVICE uint32_t pack_bits(bf16 lo, bf16 hi) {
 SHARC_DEVICE uint32_t load_bf16x2(const bf16* p) { return pack_bits(p[0], p[1]); }
 SHARC_DEVICE void copy_16_bytes(void* dst, const void* src) { std::memcpy(dst, src, 16); }
 
+// The simulator copies at once: a kernel that reads a tile before its
+// wait and sync_block() is wrong on the device, not here.
+SHARC_DEVICE void copy_async_16(void* shared_dst, const void* global_src) { std::memcpy(shared_dst, global_src, 16); }
+SHARC_DEVICE void copy_async_4(void* shared_dst, const void* global_src) { std::memcpy(shared_dst, global_src, 4); }
+SHARC_DEVICE void async_copies_commit() {}
+template <int N>
+SHARC_DEVICE void async_copies_wait() {}
 SHARC_DEVICE float exp_f(float x) { return std::exp(x); }
 SHARC_DEVICE float exp2_f(float x) { return std::exp2(x); }
 SHARC_DEVICE float log_f(float x) { return std::log(x); }

@@ -119,10 +119,13 @@ class LaunchingKernels : public KernelSet {
                            a.sv, a.so, a.batch, a.heads, a.seq, a.scale, a.causal};
         if constexpr (std::is_same_v<T, bf16> && D % 16 == 0) {  // the mma's k is 16
           if (tensor_cores_) {
-            launch("attention_forward_tc", attention_forward_tc_kernel<D>,
-                   Dim3{blocks_for(a.seq, kTcRows), static_cast<unsigned>(a.heads),
-                        static_cast<unsigned>(a.batch)},
-                   Dim3{kTcWarps * kWarpSize}, 2 * kTcTile<D> * sizeof(bf16), stream(), k);
+            with_rows_per_warp([&](auto rows) {
+              constexpr int M = decltype(rows)::value;
+              launch("attention_forward_tc", attention_forward_tc_kernel<D, M>,
+                     Dim3{blocks_for(a.seq, kTcRows<M>), static_cast<unsigned>(a.heads),
+                          static_cast<unsigned>(a.batch)},
+                     Dim3{kTcWarps * kWarpSize}, kTcTileBytes<D, kTcForwardKeys>, stream(), k);
+            });
             return;
           }
         }
@@ -157,13 +160,16 @@ class LaunchingKernels : public KernelSet {
                Dim3{8 * kWarpSize}, 0, stream(), k);
         if constexpr (std::is_same_v<T, bf16> && D % 16 == 0) {  // the mma's k is 16
           if (tensor_cores_) {
-            const Dim3 grid{blocks_for(a.seq, kTcRows), static_cast<unsigned>(a.heads),
-                            static_cast<unsigned>(a.batch)};
-            launch("attention_backward_dkv_tc", attention_backward_dkv_tc_kernel<D>, grid,
-                   Dim3{kTcWarps * kWarpSize},
-                   2 * kTcTile<D> * sizeof(bf16) + 2 * kTcKeys * sizeof(float), stream(), k);
-            launch("attention_backward_dq_tc", attention_backward_dq_tc_kernel<D>, grid,
-                   Dim3{kTcWarps * kWarpSize}, 2 * kTcTile<D> * sizeof(bf16), stream(), k);
+            const auto heads = static_cast<unsigned>(a.heads), batch = static_cast<unsigned>(a.batch);
+            launch("attention_backward_dkv_tc", attention_backward_dkv_tc_kernel<D>,
+                   Dim3{blocks_for(a.seq, kTcRows<1>), heads, batch}, Dim3{kTcWarps * kWarpSize},
+                   kTcDkvBytes<D>, stream(), k);
+            with_rows_per_warp([&](auto rows) {
+              constexpr int M = decltype(rows)::value;
+              launch("attention_backward_dq_tc", attention_backward_dq_tc_kernel<D, M>,
+                     Dim3{blocks_for(a.seq, kTcRows<M>), heads, batch}, Dim3{kTcWarps * kWarpSize},
+                     kTcTileBytes<D, kTcDqKeys>, stream(), k);
+            });
             return;
           }
         }
@@ -276,6 +282,12 @@ class LaunchingKernels : public KernelSet {
   }
 
   void set_tensor_cores(bool on) override { tensor_cores_ = on; }
+  void set_attention_rows_per_warp(int rows) override {
+    if (rows != 16 && rows != 32)
+      throw std::invalid_argument("set_attention_rows_per_warp: " + std::to_string(rows) +
+                                  " rows; the tensor-core attention kernels are built for 16 and 32");
+    rows_per_warp_ = rows;
+  }
   Stream current_stream() override { return current_; }
   void use_stream(Stream s) override { current_ = s; }
 
@@ -293,6 +305,19 @@ class LaunchingKernels : public KernelSet {
   // bf16 attention on the tensor cores (the default), or on the scalar
   // kernels that f32 uses (set_tensor_cores(false), to compare the two).
   bool tensor_cores_ = true;
+  // Query rows per warp of the tensor-core forward and dq kernels.
+  int rows_per_warp_ = kTcDefaultRowsPerWarp;
+
+ private:
+  // f(std::integral_constant<int, M>) for the M blocks of 16 rows a warp
+  // owns (rows_per_warp_ / 16).
+  template <class F>
+  void with_rows_per_warp(F&& f) {
+    if (rows_per_warp_ == 16)
+      f(std::integral_constant<int, 1>{});
+    else
+      f(std::integral_constant<int, 2>{});
+  }
 };
 
 }  // inline namespace cuda_target / sim_target

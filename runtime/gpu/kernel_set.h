@@ -299,6 +299,12 @@ class KernelSet {
   // bf16 attention runs on the tensor cores (true, the default) or on the
   // scalar kernels f32 uses (false): a switch for tests and benchmarks.
   virtual void set_tensor_cores(bool on) = 0;
+  // Query rows each warp of the tensor-core attention forward and dq
+  // kernels owns: 16 (the default) or 32 (each tile fragment read from
+  // shared memory feeds two blocks of 16 rows, at twice the registers:
+  // slower on an H100, kernels.cuh says by how much), for tests and
+  // benchmarks. Other counts throw std::invalid_argument.
+  virtual void set_attention_rows_per_warp(int rows) = 0;
 };
 
 // The simulator's kernels, shared by every device: they run when they are

@@ -808,16 +808,36 @@ SHARC_KERNEL void attention_backward_dq_kernel(AttentionGradArgs<T> a) {
 
 // ---------------------------------------------------------------------------
 // Attention on the tensor cores (bf16 activations), flash-attention-2 style:
-// each warp owns 16 query rows; per tile of kTcKeys keys it computes
-// S = Q K^T with mma_16x8x16, keeps the online softmax in registers, and
-// adds P V with P taken straight from S's accumulator registers (an
-// accumulator tile's layout is an A fragment's, pair for pair). K and V
-// tiles are staged in shared memory as bf16.
+// each warp owns M blocks of 16 query rows (16 * M consecutive rows); per
+// tile of KT keys it computes S = Q K^T with mma_16x8x16, keeps the online
+// softmax in registers, and adds P V with P taken straight from S's
+// accumulator registers (an accumulator tile's layout is an A fragment's,
+// pair for pair). K and V tiles are staged in shared memory as bf16, two
+// tiles deep: the copy engine (copy_async_16) fetches the next tile while
+// the warps compute on this one.
+//
+// M = 2 (32 rows a warp) reads each B fragment from shared memory once for
+// four mma instead of two; on an H100 it measured slower than M = 1 (GPT-2
+// 124M's shapes, bench_gpu_kernels, 2026-11-27: forward 0.338 ms against
+// 0.286, backward 0.971 against 0.900), since its 245 registers a thread
+// leave 8 warps a multiprocessor where M = 1's 127 to 136 leave 12 to 16:
+// these kernels wait on latency (mma, then softmax, then mma), not on
+// shared memory. M = 1 is the default; M = 2 stays selectable
+// (KernelSet::set_attention_rows_per_warp) for the next tiling to beat.
 
 constexpr int kTcWarps = 4;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-constexpr int kTcRows = 16 * kTcWarps;  // query rows per block
-constexpr int kTcKeys = 64;             // keys per tile
+// Keys per shared tile in the forward, in dq, and queries per tile in dk/dv.
+// The dq kernel holds twice the accumulators the forward does (dS and dP),
+// so its tiles are half as long; dk/dv keeps 16 rows a warp (its K and V
+// fragments and the dK, dV accumulators already fill the registers).
+constexpr int kTcForwardKeys = 64, kTcDqKeys = 32, kTcDkvQueries = 64;
+// Rows of each warp in the forward and dq kernels: 16 by default
+// (set_attention_rows_per_warp); dk/dv always 16.
+constexpr int kTcDefaultRowsPerWarp = 16;
+// Query (or key) rows per block for M blocks of 16 rows per warp.
+template <int M>
+constexpr int kTcRows = 16 * M * kTcWarps;
 // A shared tile's rows are D + kTcPad bf16 apart: 16 bytes more than a row,
 // so the 8 rows a fragment load reads at once (lanes g = 0..7) start in
 // different banks and the 32 lanes hit 32 banks for D = 16, 32 and 64
@@ -826,115 +846,77 @@ constexpr int kTcKeys = 64;             // keys per tile
 constexpr int kTcPad = 8;
 template <int D>
 constexpr int kTcStride = D + kTcPad;
-// bf16 elements of one [kTcKeys][kTcStride] tile; launches size their
-// shared memory by it (kernel_launches.h).
-template <int D>
-constexpr int kTcTile = kTcKeys * kTcStride<D>;
+// bf16 elements of one [KT][kTcStride] tile; launches size their shared
+// memory by it (kernel_launches.h: two stages of two tiles).
+template <int D, int KT>
+constexpr int kTcTile = KT * kTcStride<D>;
+template <int D, int KT>
+constexpr size_t kTcTileBytes = 4 * kTcTile<D, KT> * sizeof(bf16);
 
-// Loads rows [r0, r0 + kTcKeys) of one head of x into a bf16 tile
-// ([kTcKeys][kTcStride]); rows past seq are zero. 16 bytes per copy where
-// every row of x starts 16-byte aligned (the usual case: a packed qkv
-// projection), else one element at a time.
-template <int D>
-SHARC_DEVICE void load_tc_tile(bf16* tile, const bf16* x, AttentionStrides s, int b, int h,
-                               int r0, int seq) {
+// Whether every row of one head of x starts 16-byte aligned (the usual
+// case: a packed qkv projection), so that its tiles move 16 bytes a copy.
+SHARC_DEVICE bool tc_rows_aligned(const bf16* x, AttentionStrides s, int b, int h) {
+  return reinterpret_cast<uintptr_t>(x + attention_offset(s, b, 0, h)) % 16 == 0 && s.token % 8 == 0;
+}
+
+// Starts loading rows [r0, r0 + KT) of one head of x into a bf16 tile
+// ([KT][kTcStride]); rows past seq are zero. With aligned rows the copy
+// engine moves them (complete at the caller's async_copies_wait); else
+// the threads copy one element at a time, complete when they return.
+template <int D, int KT>
+SHARC_DEVICE void start_tc_tile(bf16* tile, const bf16* x, AttentionStrides s, int b, int h, int r0,
+                                int seq, bool aligned) {
   static_assert(D % 8 == 0, "a row is whole 16-byte chunks");
   const bf16 zero = from_f32<bf16>(0.0f);
   const bf16* head = x + attention_offset(s, b, 0, h);
-  const bool whole_chunks = reinterpret_cast<uintptr_t>(head) % 16 == 0 && s.token % 8 == 0;
-  if (whole_chunks) {  // the same for every thread of the block
+  if (aligned) {  // the same for every thread of the block
     constexpr int kChunks = D / 8;
-    alignas(16) const uint32_t zeros[4] = {0, 0, 0, 0};
-    for (int i = static_cast<int>(thread_x()); i < kTcKeys * kChunks; i += static_cast<int>(block_dim_x())) {
+    for (int i = static_cast<int>(thread_x()); i < KT * kChunks; i += static_cast<int>(block_dim_x())) {
       const int r = i / kChunks, c = i % kChunks;
-      copy_16_bytes(tile + r * kTcStride<D> + c * 8,
-                    r0 + r < seq ? static_cast<const void*>(head + (r0 + r) * s.token + c * 8) : zeros);
+      bf16* dst = tile + r * kTcStride<D> + c * 8;
+      if (r0 + r < seq) {
+        copy_async_16(dst, head + (r0 + r) * s.token + c * 8);
+      } else {
+        SHARC_UNROLL
+        for (int e = 0; e < 8; ++e) dst[e] = zero;
+      }
     }
     return;
   }
-  for (int i = static_cast<int>(thread_x()); i < kTcKeys * D;
-       i += static_cast<int>(block_dim_x())) {
+  for (int i = static_cast<int>(thread_x()); i < KT * D; i += static_cast<int>(block_dim_x())) {
     const int r = i / D, d = i % D;
     tile[r * kTcStride<D> + d] = r0 + r < seq ? x[attention_offset(s, b, r0 + r, h) + d] : zero;
   }
 }
 
-// Whether every row of one head of x starts 16-byte aligned (the usual
-// case: a packed qkv projection), so that TcTileFetch can move its tiles.
-SHARC_DEVICE bool tc_rows_aligned(const bf16* x, AttentionStrides s, int b, int h) {
-  return reinterpret_cast<uintptr_t>(x + attention_offset(s, b, 0, h)) % 16 == 0 && s.token % 8 == 0;
-}
-
-// A tile's rows held in registers between their global loads and their
-// store to shared memory, so that a kernel fetches the next tile while it
-// computes on the current one and the global loads' latency hides behind
-// the tensor-core work (what cp.async does on the device; a register
-// prefetch runs on the simulator too). Rows of 16-byte chunks only
-// (tc_rows_aligned); thread i takes chunks i, i + threads, ... of the tile.
-template <int D>
-struct TcTileFetch {
-  static constexpr int kChunks = D / 8;  // per row
-  static constexpr int kThreads = kTcWarps * kWarpSize;
-  static constexpr int kPerThread = (kTcKeys * kChunks + kThreads - 1) / kThreads;
-  struct alignas(16) Chunk {
-    uint32_t w[4];
-  };
-  Chunk data[kPerThread];
-
-  // Rows [r0, r0 + kTcKeys) of one head of x; rows past seq are zero.
-  SHARC_DEVICE void fetch(const bf16* x, AttentionStrides s, int b, int h, int r0, int seq) {
-    const bf16* head = x + attention_offset(s, b, 0, h);
-    for (int k = 0; k < kPerThread; ++k) {
-      const int i = static_cast<int>(thread_x()) + k * kThreads, r = i / kChunks, c = i % kChunks;
-      if (i < kTcKeys * kChunks && r0 + r < seq)
-        copy_16_bytes(&data[k], head + (r0 + r) * s.token + c * 8);
-      else
-        data[k] = Chunk{{0, 0, 0, 0}};
-    }
-  }
-  // Into a [kTcKeys][kTcStride] tile.
-  SHARC_DEVICE void store(bf16* tile) const {
-    for (int k = 0; k < kPerThread; ++k) {
-      const int i = static_cast<int>(thread_x()) + k * kThreads;
-      if (i < kTcKeys * kChunks) copy_16_bytes(tile + (i / kChunks) * kTcStride<D> + (i % kChunks) * 8, &data[k]);
-    }
-  }
-};
-
-// Two tiles of one head (K and V, or Q and dO) walked kTcKeys rows at a
-// time from `first` to `end`: fetched a tile ahead (TcTileFetch) where both
-// have aligned rows, loaded in place otherwise; block-uniform.
-template <int D>
-struct TcTilePair {
-  const bf16 *x, *y;
+// Two tiles of one head (K and V, or Q and dO), walked KT rows at a time,
+// two stages deep in shared memory ([stage][x, y][KT][kTcStride]): fetch()
+// starts a stage's copies as one group; the walk is
+//   fetch(first, 0);
+//   for each tile r0 (stage = i % 2):
+//     if a next tile: fetch(r0 + KT, stage ^ 1), async_copies_wait<1>()
+//     else async_copies_wait<0>()
+//     sync_block(); compute on x(stage), y(stage); sync_block();
+// The second sync keeps the stage from being refilled while it is read.
+template <int D, int KT>
+struct TcTileStages {
+  const bf16 *xg, *yg;
   AttentionStrides sx, sy;
-  int b, h, seq, end;
-  bool ahead;
-  TcTileFetch<D> next_x, next_y;
+  int b, h, seq;
+  bool x_aligned, y_aligned;
+  bf16* tiles;
 
-  SHARC_DEVICE TcTilePair(const bf16* x_, AttentionStrides sx_, const bf16* y_, AttentionStrides sy_, int b_,
-                          int h_, int seq_, int first, int end_)
-      : x(x_), y(y_), sx(sx_), sy(sy_), b(b_), h(h_), seq(seq_), end(end_),
-        ahead(tc_rows_aligned(x_, sx_, b_, h_) && tc_rows_aligned(y_, sy_, b_, h_)) {
-    if (ahead) {
-      next_x.fetch(x, sx, b, h, first, seq);
-      next_y.fetch(y, sy, b, h, first, seq);
-    }
-  }
-  // Rows [r0, r0 + kTcKeys) into the shared tiles tx and ty (the caller
-  // syncs the block before reading them), and the next rows on their way.
-  SHARC_DEVICE void load(int r0, bf16* tx, bf16* ty) {
-    if (!ahead) {
-      load_tc_tile<D>(tx, x, sx, b, h, r0, seq);
-      load_tc_tile<D>(ty, y, sy, b, h, r0, seq);
-      return;
-    }
-    next_x.store(tx);
-    next_y.store(ty);
-    if (r0 + kTcKeys < end) {
-      next_x.fetch(x, sx, b, h, r0 + kTcKeys, seq);
-      next_y.fetch(y, sy, b, h, r0 + kTcKeys, seq);
-    }
+  SHARC_DEVICE TcTileStages(bf16* shared, const bf16* x_, AttentionStrides sx_, const bf16* y_,
+                            AttentionStrides sy_, int b_, int h_, int seq_)
+      : xg(x_), yg(y_), sx(sx_), sy(sy_), b(b_), h(h_), seq(seq_),
+        x_aligned(tc_rows_aligned(x_, sx_, b_, h_)), y_aligned(tc_rows_aligned(y_, sy_, b_, h_)),
+        tiles(shared) {}
+  SHARC_DEVICE bf16* x(int stage) const { return tiles + (2 * stage) * kTcTile<D, KT>; }
+  SHARC_DEVICE bf16* y(int stage) const { return tiles + (2 * stage + 1) * kTcTile<D, KT>; }
+  SHARC_DEVICE void fetch(int r0, int stage) const {
+    start_tc_tile<D, KT>(x(stage), xg, sx, b, h, r0, seq, x_aligned);
+    start_tc_tile<D, KT>(y(stage), yg, sy, b, h, r0, seq, y_aligned);
+    async_copies_commit();
   }
 };
 
@@ -943,7 +925,9 @@ template <int D>
 SHARC_DEVICE void load_tc_rows(uint32_t (&f)[D / 16][4], const bf16* x, AttentionStrides s, int b,
                                int h, int row0, int seq) {
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  SHARC_UNROLL
   for (int kk = 0; kk < D / 16; ++kk)
+    SHARC_UNROLL
     for (int r = 0; r < 4; ++r) {
       const int row = row0 + g + 8 * (r % 2), col = kk * 16 + 2 * (t + 4 * (r / 2));
       const bf16* p = x + attention_offset(s, b, row, h) + col;
@@ -951,45 +935,63 @@ SHARC_DEVICE void load_tc_rows(uint32_t (&f)[D / 16][4], const bf16* x, Attentio
     }
 }
 
-// acc[nt] = A (16 x D, fragments a) times tile^T (D x kTcKeys): the tile's
-// rows are the product's columns. One ldmatrix_x4 loads the B fragments of
-// two column blocks, nt and nt + 1, for one step kk: its matrix j is tile
-// rows (nt + j / 2) * 8 .. + 8, columns kk * 16 + (j % 2) * 8 .. + 8.
-template <int D>
-SHARC_DEVICE void mma_rows_by_tile_t(float (&acc)[kTcKeys / 8][4], const uint32_t (&a)[D / 16][4],
+// acc[m][nt] = A[m] (16 x D, fragments a[m]) times tile^T (D x KT): the
+// tile's rows are the product's columns. One ldmatrix_x4 loads the B
+// fragments of two column blocks, nt and nt + 1, for one step kk, and feeds
+// all M row blocks: its matrix j is tile rows (nt + j / 2) * 8 .. + 8,
+// columns kk * 16 + (j % 2) * 8 .. + 8.
+template <int D, int M, int KT>
+SHARC_DEVICE void mma_rows_by_tile_t(float (&acc)[M][KT / 8][4], const uint32_t (&a)[M][D / 16][4],
                                      const bf16* tile) {
   const int lane = static_cast<int>(thread_x() % kWarpSize), i = lane % 8, j = lane / 8;
-  for (int nt = 0; nt < kTcKeys / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  for (int nt = 0; nt < kTcKeys / 8; nt += 2)
+  SHARC_UNROLL
+  for (int m = 0; m < M; ++m)
+    SHARC_UNROLL
+    for (int nt = 0; nt < KT / 8; ++nt) acc[m][nt][0] = acc[m][nt][1] = acc[m][nt][2] = acc[m][nt][3] = 0.0f;
+  SHARC_UNROLL
+  for (int nt = 0; nt < KT / 8; nt += 2)
+    SHARC_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t b[4];
-      ldmatrix_x4(b, tile + ((nt + j / 2) * 8 + i) * kTcStride<D> + kk * 16 + (j % 2) * 8);
-      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_16x8x16(acc[nt], a[kk], b0, acc[nt]);
-      mma_16x8x16(acc[nt + 1], a[kk], b1, acc[nt + 1]);
+      uint32_t bm[4];
+      ldmatrix_x4(bm, tile + ((nt + j / 2) * 8 + i) * kTcStride<D> + kk * 16 + (j % 2) * 8);
+      const uint32_t b0[2] = {bm[0], bm[1]}, b1[2] = {bm[2], bm[3]};
+      SHARC_UNROLL
+      for (int m = 0; m < M; ++m) {
+        mma_16x8x16(acc[m][nt], a[m][kk], b0, acc[m][nt]);
+        mma_16x8x16(acc[m][nt + 1], a[m][kk], b1, acc[m][nt + 1]);
+      }
     }
 }
 
-// acc (16 x D) += P (16 x kTcKeys, accumulator registers, rounded to bf16)
-// times tile (kTcKeys x D): a B fragment is the tile's columns, so it is
-// loaded transposed; one ldmatrix_x4_trans gives two column blocks, dn and
-// dn + 1, its matrix j being tile rows kk * 16 + (j % 2) * 8 .. + 8, columns
-// (dn + j / 2) * 8 .. + 8.
-template <int D>
-SHARC_DEVICE void mma_acc_by_tile(float (&acc)[D / 8][4], const float (&p)[kTcKeys / 8][4],
+// acc[m] (16 x D) += P[m] (16 x KT, accumulator registers, rounded to bf16)
+// times tile (KT x D): a B fragment is the tile's columns, so it is loaded
+// transposed; one ldmatrix_x4_trans gives two column blocks, dn and dn + 1,
+// for all M row blocks, its matrix j being tile rows kk * 16 + (j % 2) * 8
+// .. + 8, columns (dn + j / 2) * 8 .. + 8.
+template <int D, int M, int KT>
+SHARC_DEVICE void mma_acc_by_tile(float (&acc)[M][D / 8][4], const float (&p)[M][KT / 8][4],
                                   const bf16* tile) {
   const int lane = static_cast<int>(thread_x() % kWarpSize), i = lane % 8, j = lane / 8;
-  for (int kk = 0; kk < kTcKeys / 16; ++kk) {
-    const uint32_t pf[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]),
-                            pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
-                            pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                            pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+  SHARC_UNROLL
+  for (int kk = 0; kk < KT / 16; ++kk) {
+    uint32_t pf[M][4];
+    SHARC_UNROLL
+    for (int m = 0; m < M; ++m) {
+      pf[m][0] = pack_bf16x2(p[m][2 * kk][0], p[m][2 * kk][1]);
+      pf[m][1] = pack_bf16x2(p[m][2 * kk][2], p[m][2 * kk][3]);
+      pf[m][2] = pack_bf16x2(p[m][2 * kk + 1][0], p[m][2 * kk + 1][1]);
+      pf[m][3] = pack_bf16x2(p[m][2 * kk + 1][2], p[m][2 * kk + 1][3]);
+    }
+    SHARC_UNROLL
     for (int dn = 0; dn < D / 8; dn += 2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, tile + (kk * 16 + (j % 2) * 8 + i) * kTcStride<D> + (dn + j / 2) * 8);
-      const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_16x8x16(acc[dn], pf, b0, acc[dn]);
-      mma_16x8x16(acc[dn + 1], pf, b1, acc[dn + 1]);
+      uint32_t bm[4];
+      ldmatrix_x4_trans(bm, tile + (kk * 16 + (j % 2) * 8 + i) * kTcStride<D> + (dn + j / 2) * 8);
+      const uint32_t b0[2] = {bm[0], bm[1]}, b1[2] = {bm[2], bm[3]};
+      SHARC_UNROLL
+      for (int m = 0; m < M; ++m) {
+        mma_16x8x16(acc[m][dn], pf[m], b0, acc[m][dn]);
+        mma_16x8x16(acc[m][dn + 1], pf[m], b1, acc[m][dn + 1]);
+      }
     }
   }
 }
@@ -999,218 +1001,288 @@ template <int D>
 SHARC_DEVICE void store_tc_rows(bf16* x, AttentionStrides s, int b, int h, int row0, int seq,
                                 const float (&acc)[D / 8][4], float scale) {
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
+  SHARC_UNROLL
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + g + 8 * half;
     if (row >= seq) continue;
     bf16* out = x + attention_offset(s, b, row, h);
+    SHARC_UNROLL
     for (int dn = 0; dn < D / 8; ++dn)
+      SHARC_UNROLL
       for (int e = 0; e < 2; ++e)
         out[dn * 8 + 2 * t + e] = from_f32<bf16>(acc[dn][half * 2 + e] * scale);
   }
 }
 
-// Grid (ceil(seq / kTcRows), heads, batch), kTcWarps warps; shared memory
-// 2 * kTcTile<D> bf16.
-template <int D>
+// The block of query rows a forward or dq block owns: with a causal mask
+// the last rows see the most keys, so the grid starts them first (the
+// short blocks then fill the tail of the launch instead of the long ones).
+SHARC_DEVICE int tc_query_block(bool causal) {
+  const int x = static_cast<int>(block_x());
+  return causal ? static_cast<int>(grid_dim_x()) - 1 - x : x;
+}
+
+// Grid (ceil(seq / kTcRows<M>), heads, batch), kTcWarps warps; shared
+// memory kTcTileBytes<D, kTcForwardKeys>.
+template <int D, int M>
 SHARC_KERNEL void attention_forward_tc_kernel(AttentionArgs<bf16> a) {
   static_assert(D % 16 == 0, "head_dim is a multiple of 16");
-  bf16* ks = shared_memory<bf16>();  // [kTcKeys][kTcStride<D>]
-  bf16* vs = ks + kTcTile<D>;        // [kTcKeys][kTcStride<D>]
+  constexpr int KT = kTcForwardKeys, kRows = 16 * M;  // rows per warp
   const int warp = static_cast<int>(thread_x() / kWarpSize);
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
   const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
-  const int block_q0 = static_cast<int>(block_x()) * kTcRows;
-  const int q0 = block_q0 + warp * 16;
-  const int rows[2] = {q0 + g, q0 + g + 8};
-  uint32_t qf[D / 16][4];  // this warp's Q as A fragments
-  load_tc_rows<D>(qf, a.q, a.sq, b, h, q0, a.seq);
-  float o[D / 8][4];
-  for (auto& x : o) x[0] = x[1] = x[2] = x[3] = 0.0f;
-  // The running maximum m is of the scores times log2(e), so that each
-  // exponential is one exp2.
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int block_q0 = tc_query_block(a.causal) * kTcRows<M>;
+  const int q0 = block_q0 + warp * kRows;  // this warp's first row
+  uint32_t qf[M][D / 16][4];  // this warp's Q as A fragments
+  SHARC_UNROLL
+  for (int m = 0; m < M; ++m) load_tc_rows<D>(qf[m], a.q, a.sq, b, h, q0 + 16 * m, a.seq);
+  float o[M][D / 8][4];
+  SHARC_UNROLL
+  for (int m = 0; m < M; ++m)
+    SHARC_UNROLL
+    for (int dn = 0; dn < D / 8; ++dn) o[m][dn][0] = o[m][dn][1] = o[m][dn][2] = o[m][dn][3] = 0.0f;
+  // The running maximum mx of row block m's rows g and g + 8 is of the
+  // scores times log2(e), so that each exponential is one exp2.
+  float mx[M][2], l[M][2];
+  SHARC_UNROLL
+  for (int m = 0; m < M; ++m) mx[m][0] = mx[m][1] = -INFINITY, l[m][0] = l[m][1] = 0.0f;
   const float scale_log2 = a.scale * kLog2e;
 
-  const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
+  const int block_end = block_q0 + kTcRows<M> < a.seq ? block_q0 + kTcRows<M> : a.seq;
   const int key_end = a.causal ? block_end : a.seq;
-  TcTilePair<D> kv(a.k, a.sk, a.v, a.sv, b, h, a.seq, 0, key_end);
-  for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
-    kv.load(j0, ks, vs);
+  const TcTileStages<D, KT> kv(shared_memory<bf16>(), a.k, a.sk, a.v, a.sv, b, h, a.seq);
+  kv.fetch(0, 0);
+  for (int j0 = 0, it = 0; j0 < key_end; j0 += KT, ++it) {
+    const int stage = it % 2;
+    if (j0 + KT < key_end) {
+      kv.fetch(j0 + KT, stage ^ 1);
+      async_copies_wait<1>();
+    } else {
+      async_copies_wait<0>();
+    }
     sync_block();
     // Warp-uniform: a warp past the sequence, or whose rows all precede
     // the tile (causal), has nothing to add.
-    if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
-      float s[kTcKeys / 8][4];
-      mma_rows_by_tile_t<D>(s, qf, ks);  // S = Q K^T
+    if (q0 < a.seq && !(a.causal && j0 > q0 + kRows - 1)) {
+      float s[M][KT / 8][4];
+      mma_rows_by_tile_t<D, M, KT>(s, qf, kv.x(stage));  // S = Q K^T
       // Warp-uniform: whether some key of the tile is hidden from some row
       // of the warp (past the sequence, or after the row); only then is
       // each score checked.
-      const bool edge = j0 + kTcKeys > a.seq || (a.causal && j0 + kTcKeys - 1 > q0);
-      for (int half = 0; half < 2; ++half) {
-        const int row = rows[half];
-        float mx = -INFINITY;
-        for (int nt = 0; nt < kTcKeys / 8; ++nt)
-          for (int e = 0; e < 2; ++e) {
-            const int key = j0 + nt * 8 + 2 * t + e;
-            float& v = s[nt][half * 2 + e];
-            v = edge && (key >= a.seq || (a.causal && key > row)) ? -INFINITY : v * scale_log2;
-            mx = fmaxf(mx, v);
+      const bool edge = j0 + KT > a.seq || (a.causal && j0 + KT - 1 > q0);
+      SHARC_UNROLL
+      for (int m = 0; m < M; ++m)
+        SHARC_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          const int row = q0 + 16 * m + g + 8 * half;
+          float top = -INFINITY;
+          SHARC_UNROLL
+          for (int nt = 0; nt < KT / 8; ++nt)
+            SHARC_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              const int key = j0 + nt * 8 + 2 * t + e;
+              float& v = s[m][nt][half * 2 + e];
+              v = edge && (key >= a.seq || (a.causal && key > row)) ? -INFINITY : v * scale_log2;
+              top = fmaxf(top, v);
+            }
+          top = fmaxf(top, shfl_xor(top, 1));
+          top = fmaxf(top, shfl_xor(top, 2));
+          const float m_new = fmaxf(mx[m][half], top);
+          const float correction = m_new == -INFINITY ? 1.0f : exp2_f(mx[m][half] - m_new);
+          float sum = 0.0f;
+          SHARC_UNROLL
+          for (int nt = 0; nt < KT / 8; ++nt)
+            SHARC_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              float& v = s[m][nt][half * 2 + e];
+              v = edge && v == -INFINITY ? 0.0f : exp2_f(v - m_new);
+              sum += v;
+            }
+          sum += shfl_xor(sum, 1);
+          sum += shfl_xor(sum, 2);
+          l[m][half] = l[m][half] * correction + sum;
+          mx[m][half] = m_new;
+          SHARC_UNROLL
+          for (int dn = 0; dn < D / 8; ++dn) {
+            o[m][dn][half * 2] *= correction;
+            o[m][dn][half * 2 + 1] *= correction;
           }
-        mx = fmaxf(mx, shfl_xor(mx, 1));
-        mx = fmaxf(mx, shfl_xor(mx, 2));
-        const float m_new = fmaxf(m[half], mx);
-        const float correction = m_new == -INFINITY ? 1.0f : exp2_f(m[half] - m_new);
-        float sum = 0.0f;
-        for (int nt = 0; nt < kTcKeys / 8; ++nt)
-          for (int e = 0; e < 2; ++e) {
-            float& v = s[nt][half * 2 + e];
-            v = edge && v == -INFINITY ? 0.0f : exp2_f(v - m_new);
-            sum += v;
-          }
-        sum += shfl_xor(sum, 1);
-        sum += shfl_xor(sum, 2);
-        l[half] = l[half] * correction + sum;
-        m[half] = m_new;
-        for (int dn = 0; dn < D / 8; ++dn) {
-          o[dn][half * 2] *= correction;
-          o[dn][half * 2 + 1] *= correction;
         }
-      }
-      mma_acc_by_tile<D>(o, s, vs);  // O += P V
+      mma_acc_by_tile<D, M, KT>(o, s, kv.y(stage));  // O += P V
     }
-    sync_block();  // before the next tile overwrites ks and vs
+    sync_block();  // before the next fetch refills this stage
   }
-  for (int half = 0; half < 2; ++half) {
-    const int row = rows[half];
-    if (row >= a.seq) continue;
-    const float inv = 1.0f / l[half];
-    bf16* out = a.o + attention_offset(a.so, b, row, h);
-    for (int dn = 0; dn < D / 8; ++dn)
-      for (int e = 0; e < 2; ++e)
-        out[dn * 8 + 2 * t + e] = from_f32<bf16>(o[dn][half * 2 + e] * inv);
-    if (t == 0) a.lse[(static_cast<int64_t>(b) * a.heads + h) * a.seq + row] = m[half] * kLn2 + log_f(l[half]);
-  }
+  SHARC_UNROLL
+  for (int m = 0; m < M; ++m)
+    SHARC_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const int row = q0 + 16 * m + g + 8 * half;
+      if (row >= a.seq) continue;
+      const float inv = 1.0f / l[m][half];
+      bf16* out = a.o + attention_offset(a.so, b, row, h);
+      SHARC_UNROLL
+      for (int dn = 0; dn < D / 8; ++dn)
+        SHARC_UNROLL
+        for (int e = 0; e < 2; ++e)
+          out[dn * 8 + 2 * t + e] = from_f32<bf16>(o[m][dn][half * 2 + e] * inv);
+      if (t == 0)
+        a.lse[(static_cast<int64_t>(b) * a.heads + h) * a.seq + row] = mx[m][half] * kLn2 + log_f(l[m][half]);
+    }
 }
 
 // dk and dv on the tensor cores: each warp owns 16 keys and walks the query
 // tiles that can see them. Per tile, with queries as columns:
 //   P^T = exp(scale K Q^T - lse),  dP^T = V dO^T,  dS^T = P^T (dP^T - delta)
 //   dV += P^T dO,  dK += dS^T Q   (times scale at the end).
-// Grid (ceil(seq / kTcRows), heads, batch), kTcWarps warps; shared memory
-// 2 * kTcTile<D> bf16 + 2 * kTcKeys f32.
+// The lse and delta of a tile's queries are staged beside its Q and dO
+// tiles (one word per thread, copied asynchronously too). Grid
+// (ceil(seq / kTcRows<1>), heads, batch), kTcWarps warps; shared memory
+// kTcDkvBytes<D>.
+template <int D>
+constexpr size_t kTcDkvBytes = kTcTileBytes<D, kTcDkvQueries> + 4 * kTcDkvQueries * sizeof(float);
 template <int D>
 SHARC_KERNEL void attention_backward_dkv_tc_kernel(AttentionGradArgs<bf16> a) {
-  bf16* qs = shared_memory<bf16>();  // [kTcKeys][kTcStride<D>] queries
-  bf16* gs = qs + kTcTile<D>;        // [kTcKeys][kTcStride<D>] dout
-  float* lse_s = reinterpret_cast<float*>(gs + kTcTile<D>);
-  float* delta_s = lse_s + kTcKeys;
-  const float scale_log2 = a.scale * kLog2e;  // lse_s holds lse * log2(e)
+  constexpr int KT = kTcDkvQueries;
+  static_assert(KT <= kTcWarps * kWarpSize, "a thread per row of the statistics");
+  bf16* shared = shared_memory<bf16>();
+  float* stats = reinterpret_cast<float*>(shared + 4 * kTcTile<D, KT>);  // [stage][lse, delta][KT]
+  const float scale_log2 = a.scale * kLog2e;
   const int warp = static_cast<int>(thread_x() / kWarpSize);
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
   const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
-  const int block_k0 = static_cast<int>(block_x()) * kTcRows;
+  const int block_k0 = static_cast<int>(block_x()) * kTcRows<1>;
   const int k0 = block_k0 + warp * 16;
   const int64_t stat = (static_cast<int64_t>(b) * a.heads + h) * a.seq;
-  uint32_t kf[D / 16][4], vf[D / 16][4];
-  load_tc_rows<D>(kf, a.k, a.sk, b, h, k0, a.seq);
-  load_tc_rows<D>(vf, a.v, a.sv, b, h, k0, a.seq);
-  float dk[D / 8][4], dv[D / 8][4];
+  uint32_t kf[1][D / 16][4], vf[1][D / 16][4];
+  load_tc_rows<D>(kf[0], a.k, a.sk, b, h, k0, a.seq);
+  load_tc_rows<D>(vf[0], a.v, a.sv, b, h, k0, a.seq);
+  float dk[1][D / 8][4], dv[1][D / 8][4];
+  SHARC_UNROLL
   for (int dn = 0; dn < D / 8; ++dn)
-    for (int r = 0; r < 4; ++r) dk[dn][r] = dv[dn][r] = 0.0f;
-  const int first = a.causal ? block_k0 - block_k0 % kTcKeys : 0;
-  // Q and dO tiles, and their rows' lse and delta (one row per thread:
-  // kTcKeys <= threads), fetched a tile ahead.
-  static_assert(kTcKeys <= kTcWarps * kWarpSize, "a thread per row of the statistics");
-  TcTilePair<D> qg(a.q, a.sq, a.dout, a.sdo, b, h, a.seq, first, a.seq);
+    SHARC_UNROLL
+    for (int r = 0; r < 4; ++r) dk[0][dn][r] = dv[0][dn][r] = 0.0f;
+  const int first = a.causal ? block_k0 - block_k0 % KT : 0;
+  const TcTileStages<D, KT> qg(shared, a.q, a.sq, a.dout, a.sdo, b, h, a.seq);
   const int tr = static_cast<int>(thread_x());
-  auto stat_at = [&](const float* x, int i0) {
-    return tr < kTcKeys && i0 + tr < a.seq ? x[stat + i0 + tr] : 0.0f;
-  };
-  float next_lse = stat_at(a.lse, first), next_delta = stat_at(a.delta, first);
-  for (int i0 = first; i0 < a.seq; i0 += kTcKeys) {
-    qg.load(i0, qs, gs);
-    if (tr < kTcKeys) {
-      lse_s[tr] = next_lse * kLog2e;
-      delta_s[tr] = next_delta;
+  // Q, dO and their rows' statistics for the tile at i0 into `stage`.
+  auto fetch = [&](int i0, int stage) {
+    if (tr < KT) {
+      float* lse_s = stats + stage * 2 * KT;
+      if (i0 + tr < a.seq) {
+        copy_async_4(lse_s + tr, a.lse + stat + i0 + tr);
+        copy_async_4(lse_s + KT + tr, a.delta + stat + i0 + tr);
+      } else {
+        lse_s[tr] = lse_s[KT + tr] = 0.0f;
+      }
     }
-    if (i0 + kTcKeys < a.seq) {
-      next_lse = stat_at(a.lse, i0 + kTcKeys);
-      next_delta = stat_at(a.delta, i0 + kTcKeys);
+    qg.fetch(i0, stage);  // commits the group, statistics included
+  };
+  fetch(first, 0);
+  for (int i0 = first, it = 0; i0 < a.seq; i0 += KT, ++it) {
+    const int stage = it % 2;
+    if (i0 + KT < a.seq) {
+      fetch(i0 + KT, stage ^ 1);
+      async_copies_wait<1>();
+    } else {
+      async_copies_wait<0>();
     }
     sync_block();
-    if (k0 < a.seq && !(a.causal && i0 + kTcKeys <= k0)) {
-      float p[kTcKeys / 8][4], ds[kTcKeys / 8][4];
-      mma_rows_by_tile_t<D>(p, kf, qs);
-      mma_rows_by_tile_t<D>(ds, vf, gs);
+    if (k0 < a.seq && !(a.causal && i0 + KT <= k0)) {
+      const float* lse_s = stats + stage * 2 * KT;
+      const float* delta_s = lse_s + KT;
+      float p[1][KT / 8][4], ds[1][KT / 8][4];
+      mma_rows_by_tile_t<D, 1, KT>(p, kf, qg.x(stage));
+      mma_rows_by_tile_t<D, 1, KT>(ds, vf, qg.y(stage));
       // Warp-uniform: some query of the tile is past the sequence or
       // precedes some key of the warp.
-      const bool edge = i0 + kTcKeys > a.seq || (a.causal && i0 < k0 + 15);
-      for (int nt = 0; nt < kTcKeys / 8; ++nt)
+      const bool edge = i0 + KT > a.seq || (a.causal && i0 < k0 + 15);
+      SHARC_UNROLL
+      for (int nt = 0; nt < KT / 8; ++nt)
+        SHARC_UNROLL
         for (int r = 0; r < 4; ++r) {
           const int key = k0 + g + 8 * (r / 2), c = nt * 8 + 2 * t + r % 2, query = i0 + c;
           const bool masked = edge && (query >= a.seq || (a.causal && query < key));
-          const float pv = masked ? 0.0f : exp2_f(p[nt][r] * scale_log2 - lse_s[c]);
-          p[nt][r] = pv;
-          ds[nt][r] = pv * (ds[nt][r] - delta_s[c]);
+          const float pv = masked ? 0.0f : exp2_f(p[0][nt][r] * scale_log2 - lse_s[c] * kLog2e);
+          p[0][nt][r] = pv;
+          ds[0][nt][r] = pv * (ds[0][nt][r] - delta_s[c]);
         }
-      mma_acc_by_tile<D>(dv, p, gs);
-      mma_acc_by_tile<D>(dk, ds, qs);
+      mma_acc_by_tile<D, 1, KT>(dv, p, qg.y(stage));
+      mma_acc_by_tile<D, 1, KT>(dk, ds, qg.x(stage));
     }
     sync_block();
   }
-  store_tc_rows<D>(a.dk, a.sdk, b, h, k0, a.seq, dk, a.scale);
-  store_tc_rows<D>(a.dv, a.sdv, b, h, k0, a.seq, dv, 1.0f);
+  store_tc_rows<D>(a.dk, a.sdk, b, h, k0, a.seq, dk[0], a.scale);
+  store_tc_rows<D>(a.dv, a.sdv, b, h, k0, a.seq, dv[0], 1.0f);
 }
 
-// dq on the tensor cores: each warp owns 16 queries and walks the key tiles
-// they see: P = exp(scale Q K^T - lse), dP = dO V^T, dS = P (dP - delta),
-// dQ += dS K (times scale at the end). Grid and block as the forward's;
-// shared memory 2 * kTcTile<D> bf16.
-template <int D>
+// dq on the tensor cores: each warp owns 16 * M queries and walks the key
+// tiles they see: P = exp(scale Q K^T - lse), dP = dO V^T, dS = P (dP -
+// delta), dQ += dS K (times scale at the end). Grid (ceil(seq /
+// kTcRows<M>), heads, batch), kTcWarps warps; shared memory
+// kTcTileBytes<D, kTcDqKeys>.
+template <int D, int M>
 SHARC_KERNEL void attention_backward_dq_tc_kernel(AttentionGradArgs<bf16> a) {
-  bf16* ks = shared_memory<bf16>();
-  bf16* vs = ks + kTcTile<D>;
+  constexpr int KT = kTcDqKeys, kRows = 16 * M;
   const int warp = static_cast<int>(thread_x() / kWarpSize);
   const int lane = static_cast<int>(thread_x() % kWarpSize), g = lane / 4, t = lane % 4;
   const int h = static_cast<int>(block_y()), b = static_cast<int>(block_z());
-  const int block_q0 = static_cast<int>(block_x()) * kTcRows;
-  const int q0 = block_q0 + warp * 16;
+  const int block_q0 = tc_query_block(a.causal) * kTcRows<M>;
+  const int q0 = block_q0 + warp * kRows;
   const int64_t stat = (static_cast<int64_t>(b) * a.heads + h) * a.seq;
-  uint32_t qf[D / 16][4], gf[D / 16][4];
-  load_tc_rows<D>(qf, a.q, a.sq, b, h, q0, a.seq);
-  load_tc_rows<D>(gf, a.dout, a.sdo, b, h, q0, a.seq);
-  float lse[2], delta[2];
-  for (int half = 0; half < 2; ++half) {
-    const int row = q0 + g + 8 * half;
-    lse[half] = row < a.seq ? a.lse[stat + row] * kLog2e : 0.0f;  // for exp2
-    delta[half] = row < a.seq ? a.delta[stat + row] : 0.0f;
+  uint32_t qf[M][D / 16][4], gf[M][D / 16][4];
+  float lse[M][2], delta[M][2];
+  SHARC_UNROLL
+  for (int m = 0; m < M; ++m) {
+    load_tc_rows<D>(qf[m], a.q, a.sq, b, h, q0 + 16 * m, a.seq);
+    load_tc_rows<D>(gf[m], a.dout, a.sdo, b, h, q0 + 16 * m, a.seq);
+    SHARC_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const int row = q0 + 16 * m + g + 8 * half;
+      lse[m][half] = row < a.seq ? a.lse[stat + row] * kLog2e : 0.0f;  // for exp2
+      delta[m][half] = row < a.seq ? a.delta[stat + row] : 0.0f;
+    }
   }
   const float scale_log2 = a.scale * kLog2e;
-  float dq[D / 8][4];
-  for (int dn = 0; dn < D / 8; ++dn) dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
-  const int block_end = block_q0 + kTcRows < a.seq ? block_q0 + kTcRows : a.seq;
+  float dq[M][D / 8][4];
+  SHARC_UNROLL
+  for (int m = 0; m < M; ++m)
+    SHARC_UNROLL
+    for (int dn = 0; dn < D / 8; ++dn) dq[m][dn][0] = dq[m][dn][1] = dq[m][dn][2] = dq[m][dn][3] = 0.0f;
+  const int block_end = block_q0 + kTcRows<M> < a.seq ? block_q0 + kTcRows<M> : a.seq;
   const int key_end = a.causal ? block_end : a.seq;
-  TcTilePair<D> kv(a.k, a.sk, a.v, a.sv, b, h, a.seq, 0, key_end);
-  for (int j0 = 0; j0 < key_end; j0 += kTcKeys) {
-    kv.load(j0, ks, vs);
+  const TcTileStages<D, KT> kv(shared_memory<bf16>(), a.k, a.sk, a.v, a.sv, b, h, a.seq);
+  kv.fetch(0, 0);
+  for (int j0 = 0, it = 0; j0 < key_end; j0 += KT, ++it) {
+    const int stage = it % 2;
+    if (j0 + KT < key_end) {
+      kv.fetch(j0 + KT, stage ^ 1);
+      async_copies_wait<1>();
+    } else {
+      async_copies_wait<0>();
+    }
     sync_block();
-    if (q0 < a.seq && !(a.causal && j0 > q0 + 15)) {
-      float ds[kTcKeys / 8][4], dp[kTcKeys / 8][4];
-      mma_rows_by_tile_t<D>(ds, qf, ks);
-      mma_rows_by_tile_t<D>(dp, gf, vs);
-      const bool edge = j0 + kTcKeys > a.seq || (a.causal && j0 + kTcKeys - 1 > q0);  // as the forward's
-      for (int nt = 0; nt < kTcKeys / 8; ++nt)
-        for (int r = 0; r < 4; ++r) {
-          const int row = q0 + g + 8 * (r / 2), key = j0 + nt * 8 + 2 * t + r % 2;
-          const bool masked = edge && (key >= a.seq || (a.causal && key > row));
-          const float p = masked ? 0.0f : exp2_f(ds[nt][r] * scale_log2 - lse[r / 2]);
-          ds[nt][r] = p * (dp[nt][r] - delta[r / 2]);
-        }
-      mma_acc_by_tile<D>(dq, ds, ks);
+    if (q0 < a.seq && !(a.causal && j0 > q0 + kRows - 1)) {
+      float ds[M][KT / 8][4], dp[M][KT / 8][4];
+      mma_rows_by_tile_t<D, M, KT>(ds, qf, kv.x(stage));
+      mma_rows_by_tile_t<D, M, KT>(dp, gf, kv.y(stage));
+      const bool edge = j0 + KT > a.seq || (a.causal && j0 + KT - 1 > q0);  // as the forward's
+      SHARC_UNROLL
+      for (int m = 0; m < M; ++m)
+        SHARC_UNROLL
+        for (int nt = 0; nt < KT / 8; ++nt)
+          SHARC_UNROLL
+          for (int r = 0; r < 4; ++r) {
+            const int row = q0 + 16 * m + g + 8 * (r / 2), key = j0 + nt * 8 + 2 * t + r % 2;
+            const bool masked = edge && (key >= a.seq || (a.causal && key > row));
+            const float p = masked ? 0.0f : exp2_f(ds[m][nt][r] * scale_log2 - lse[m][r / 2]);
+            ds[m][nt][r] = p * (dp[m][nt][r] - delta[m][r / 2]);
+          }
+      mma_acc_by_tile<D, M, KT>(dq, ds, kv.x(stage));
     }
     sync_block();
   }
-  store_tc_rows<D>(a.dq, a.sdq, b, h, q0, a.seq, dq, a.scale);
+  SHARC_UNROLL
+  for (int m = 0; m < M; ++m) store_tc_rows<D>(a.dq, a.sdq, b, h, q0 + 16 * m, a.seq, dq[m], a.scale);
 }
 
 // ---------------------------------------------------------------------------

@@ -698,13 +698,17 @@ struct AttentionCase {
   // Without packed: q, k and v start one element into their buffers, so the
   // tensor-core kernels' tiles load element by element, not 16 bytes at once.
   bool unaligned = false;
+  // bf16 on the tensor cores: query rows per warp of the forward and dq
+  // kernels (KernelSet::set_attention_rows_per_warp).
+  int rows_per_warp = 16;
 };
 
 void PrintTo(const AttentionCase& c, std::ostream* os) {
   *os << rt::dtype_name(c.dtype) << " batch " << c.batch << " seq " << c.seq << " heads "
       << c.heads << " head_dim " << c.head_dim << (c.causal ? " causal" : " full")
       << (c.packed ? (c.head_major ? " packed head-major" : " packed") : "")
-      << (c.tensor_cores ? "" : " scalar") << (c.unaligned ? " unaligned" : "");
+      << (c.tensor_cores ? "" : " scalar") << (c.unaligned ? " unaligned" : "")
+      << (c.rows_per_warp != 16 ? " " + std::to_string(c.rows_per_warp) + " rows a warp" : "");
 }
 
 class GpuAttention : public GpuKernels, public ::testing::WithParamInterface<AttentionCase> {};
@@ -715,7 +719,8 @@ std::string attention_name(const ::testing::TestParamInfo<AttentionCase>& info) 
          std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_d" +
          std::to_string(c.head_dim) + (c.causal ? "_causal" : "_full") +
          (c.packed ? (c.head_major ? "_packed_head_major" : "_packed") : "") +
-         (c.dtype == DType::kBF16 && !c.tensor_cores ? "_scalar" : "") + (c.unaligned ? "_unaligned" : "");
+         (c.dtype == DType::kBF16 && !c.tensor_cores ? "_scalar" : "") + (c.unaligned ? "_unaligned" : "") +
+         (c.rows_per_warp != 16 ? "_rows" + std::to_string(c.rows_per_warp) : "");
 }
 
 TEST_P(GpuAttention, ForwardAndBackwardMatchTheReference) {
@@ -774,6 +779,7 @@ TEST_P(GpuAttention, ForwardAndBackwardMatchTheReference) {
   a.scale = static_cast<float>(scale);
   a.causal = c.causal;
   k_->set_tensor_cores(c.tensor_cores);
+  k_->set_attention_rows_per_warp(c.rows_per_warp);
   k_->attention_forward(a);
   expect_close(to_host(a.o, n, c.dtype), ref.o, bound_for(c.dtype), "o");
   expect_close(to_host(a.lse, ref.lse.size()), ref.lse, bound_for(c.dtype), "lse");
@@ -802,6 +808,7 @@ TEST_P(GpuAttention, ForwardAndBackwardMatchTheReference) {
   g.causal = c.causal;
   k_->attention_backward(g);
   k_->set_tensor_cores(true);
+  k_->set_attention_rows_per_warp(16);
   const double gb = bound_for(c.dtype, 2.0);
   expect_close(to_host(g.dq, n, c.dtype), ref.dq, gb, "dq");
   expect_close(to_host(g.dk, n, c.dtype), ref.dk, gb, "dk");
@@ -821,11 +828,31 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{DType::kBF16, 2, 150, 2, 32, false, false},
                       AttentionCase{DType::kBF16, 1, 200, 2, 64, true, true},
                       AttentionCase{DType::kBF16, 2, 80, 3, 32, true, true, true, true},
+                      // Five blocks of 64 query rows (the causal grid runs
+                      // them last first), dq walking ten 32-key tiles.
+                      AttentionCase{DType::kBF16, 1, 300, 1, 64, true, true, true, true},
+                      // 32 rows a warp (blocks of 128 rows).
+                      AttentionCase{DType::kBF16, 1, 300, 1, 64, true, true, true, true, false, 32},
+                      AttentionCase{DType::kBF16, 1, 200, 2, 64, true, true, true, false, false, 32},
+                      AttentionCase{DType::kBF16, 2, 150, 2, 32, false, false, true, false, false, 32},
+                      AttentionCase{DType::kBF16, 1, 97, 1, 64, true, false, true, false, true, 32},
                       AttentionCase{DType::kF32, 1, 33, 2, 16, true, true, true, true},
                       // Head size 8 (the sample GPT's): scalar kernels in bf16 too.
                       AttentionCase{DType::kF32, 2, 40, 2, 8, true, true, true, true},
                       AttentionCase{DType::kBF16, 1, 70, 3, 8, true, true, true, true}),
     attention_name);
+
+TEST_F(GpuKernels, AttentionRowsPerWarpAreSixteenOrThirtyTwo) {
+  try {
+    k_->set_attention_rows_per_warp(64);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "set_attention_rows_per_warp: 64 rows; the tensor-core attention kernels are built for 16 and 32");
+  }
+  k_->set_attention_rows_per_warp(32);
+  k_->set_attention_rows_per_warp(16);  // the default, for the tests after this one
+}
 
 TEST_F(GpuKernels, AttentionRefusesAHeadSizeWithoutAKernel) {
   Attention a;
