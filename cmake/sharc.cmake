@@ -7,7 +7,7 @@
 #                     [CPP_FILES n] [OPTIONS name=value...] [BACKEND cpu|cuda]
 #                     [HF_CONFIG config.json])
 #   sharc_add_program(NAME SOURCE model.cpp MESH auto DEVICES 8 [MEMORY 16GiB]
-#                     [MACHINE cpu|h100-nvlink|h100-ib|file.json] ...)
+#                     [MACHINE cpu|h100-nvlink|h100-ib|file.json] [CANDIDATE k] ...)
 #
 #  0. when SOURCE marks functions SHARC_ELEMENTWISE (dsl/lift.h), or LIFT is
 #     given (for marked functions in a header SOURCE includes), runs sharc-lift
@@ -57,7 +57,9 @@
 # MEMORY (a budget per device: 16GiB, 512MiB, bytes; default none) is
 # generated; <build>/sharc_generated/NAME/NAME_plan.txt ranks every
 # candidate and says why each lost. Nothing fitting fails the build, naming
-# the smallest peak found and its mesh.
+# the smallest peak found and its mesh. CANDIDATE k generates the plan's
+# k-th candidate that fits instead (0 is its choice, 1 the next fastest):
+# bench/bench_plan builds a program for each to time them.
 #
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
 # when one axis is -1). OPTIONS are generation-time integers the model reads
@@ -228,7 +230,7 @@ endfunction()
 
 function(sharc_add_program NAME)
   set(options DUMP_IR LIFT)
-  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND HF_CONFIG MEMORY MACHINE)
+  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND HF_CONFIG MEMORY MACHINE CANDIDATE)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "OPTIONS")
   set(keywords "${one_value};OPTIONS;${options}")
   string(REPLACE ";" ", " keywords "${keywords}")
@@ -297,10 +299,19 @@ function(sharc_add_program NAME)
         list(APPEND plan_args --machine ${ARG_MACHINE})
       endif()
     endif()
+    if(DEFINED ARG_CANDIDATE)
+      # The plan's K-th candidate that fits instead of its choice (0): how
+      # bench_plan measures the ranking.
+      if(NOT ARG_CANDIDATE MATCHES "^[0-9]+$")
+        _sharc_fail(${NAME} "CANDIDATE ${ARG_CANDIDATE} is not a candidate's rank: 0 is the plan's choice, "
+                            "1 the next fastest that fits, and so on")
+      endif()
+      list(APPEND plan_args --candidate ${ARG_CANDIDATE})
+    endif()
   else()
-    foreach(planning MEMORY MACHINE)
+    foreach(planning MEMORY MACHINE CANDIDATE)
       if(DEFINED ARG_${planning})
-        _sharc_fail(${NAME} "${planning} is for MESH auto (the planner's budget and machine); "
+        _sharc_fail(${NAME} "${planning} is for MESH auto (the planner's budget, machine and ranks); "
                             "MESH \"${ARG_MESH}\" is fixed")
       endif()
     endforeach()

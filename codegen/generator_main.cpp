@@ -80,6 +80,9 @@ struct Args {
   // (print the ranked table instead of generating).
   std::string memory, machine = "cpu";
   bool plan = false;
+  // --candidate K: generate the plan's K-th candidate that fits (0 is its
+  // choice) instead of its choice, so a benchmark can measure the ranking.
+  int candidate = -1;
 };
 
 // The command line (codegen/cli.h). Returns -1 to go on with `a` filled, or
@@ -117,9 +120,12 @@ int parse_args(int argc, char** argv, Args& a) {
                  "with --mesh auto: the machine the plan is costed on (cpu, h100-nvlink, h100-ib, or a .json file)")
       ->capture_default_str();
   app.add_flag("--plan", a.plan, "with --mesh auto: print the ranked plans and write nothing");
+  app.add_option("--candidate", a.candidate,
+                 "with --mesh auto: generate the plan's K-th candidate that fits (0: its choice) instead of its choice")
+      ->check(sharc::cli::whole_number(0, 1000));
   if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
-  if (a.mesh != "auto" && (a.plan || !a.memory.empty()))
-    return sharc::cli::fail(app, "--plan and --memory are for --mesh auto");
+  if (a.mesh != "auto" && (a.plan || !a.memory.empty() || a.candidate >= 0))
+    return sharc::cli::fail(app, "--plan, --memory and --candidate are for --mesh auto");
   if (a.mesh == "auto" && a.devices == 0)
     return sharc::cli::fail(app, "--mesh auto needs --devices: the device count to plan for");
   if (a.plan) a.report = true;  // writes nothing either
@@ -249,6 +255,16 @@ int run(const Args& a) {
                                         "the program uses partitions it:\n" + plan_text);
     }
     chosen = plan.candidates[plan.chosen];
+    if (a.candidate >= 0) {
+      // Those that fit come first, ranked (plan.h).
+      int fitting = 0;
+      while (fitting < static_cast<int>(plan.candidates.size()) && plan.candidates[fitting].fits) ++fitting;
+      if (a.candidate >= fitting)
+        throw sharc::Error(sharc::SrcLoc(), "CANDIDATE " + std::to_string(a.candidate) + ": the plan has " +
+                                                std::to_string(fitting) + " candidates that fit, numbered 0 to " +
+                                                std::to_string(fitting - 1) + " (--plan ranks them)");
+      chosen = plan.candidates[a.candidate];
+    }
     mesh_text = chosen->mesh;
     if (a.report) std::cout << plan_text << "\n";
   }

@@ -106,6 +106,7 @@ std::string PlanMachine::str() const {
     s += "; " + l.name + (l.devices > 0 ? " (" + std::to_string(l.devices) + " devices)" : "") + " " +
          rate(l.latency_s * 1e6) + " us + " + rate(l.bytes_per_s) + " B/s";
   }
+  if (!overlaps_compute) s += "; transfers take the compute's cores";
   return s;
 }
 
@@ -117,7 +118,7 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     bad(origin, std::string("not JSON: ") + e.what());
   }
   if (!j.is_object()) bad(origin, "not a JSON object");
-  only(j, "the machine", {"name", "about", "compute", "links"}, origin);
+  only(j, "the machine", {"name", "about", "compute", "links", "overlaps_compute"}, origin);
   PlanMachine m;
   const json& name = field(j, "name", "the machine", origin);
   if (!name.is_string() || name.get<std::string>().empty()) bad(origin, "name must be a non-empty string");
@@ -129,6 +130,12 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
       if (!line.is_string()) bad(origin, "about must be an array of strings");
       m.about.push_back(line.get<std::string>());
     }
+  }
+  if (j.contains("overlaps_compute")) {
+    if (!j.at("overlaps_compute").is_boolean())
+      bad(origin, "overlaps_compute must be true (transfers run while the device computes) or false (they take "
+                  "its cores)");
+    m.overlaps_compute = j.at("overlaps_compute").get<bool>();
   }
   const json& compute = field(j, "compute", "the machine", origin);
   only(compute, "compute", {"flops_per_s", "memory_bytes_per_s", "statement_overhead_s"}, origin);
@@ -214,6 +221,7 @@ std::string machine_json(const PlanMachine& m) {
     o["bytes_per_s"] = l.bytes_per_s;
     j["links"].push_back(o);
   }
+  j["overlaps_compute"] = m.overlaps_compute;
   return j.dump(2) + "\n";
 }
 

@@ -49,6 +49,11 @@ struct PlanMachine {
   double bf16_flops_per_s = 0;  // 0: compute.flops_per_s
   // Innermost first; at least one.
   std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9}};
+  // Whether a device's transfers run while it computes (a GPU's copy
+  // engines and NICs: a ring step of a collective matmul takes the longer
+  // of its GEMM and its transfer), or take the same cores (the CPU thread
+  // world, whose messages are copies by the device threads: the sum).
+  bool overlaps_compute = true;
 
   // The most devices the machine has; 0: no limit.
   int max_devices() const { return links.back().devices; }

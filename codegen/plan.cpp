@@ -96,8 +96,9 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
 
 // A RingDot on one device (ring_plan.h): each step's GEMMs (one statement
 // for its halves) hide the transfer of the block the next step multiplies,
-// so a step after the first takes the longer of the two; a scatter ring
-// then adds the arriving sum into each half.
+// so a step after the first takes the longer of the two (on a machine whose
+// transfers take the compute's cores, the sum); a scatter ring then adds the
+// arriving sum into each half.
 double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m) {
   const int ring = g.mesh.size(n.axes);
   if (ring <= 1) return 0;
@@ -110,7 +111,8 @@ double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine
                        static_cast<double>(p.gather ? p.step_operand_count(p.moving) : p.step_result_count());
   const LinkLevel& link = m.link_for(g.mesh, n.axes);
   const double transfer = link.latency_s + (link.bytes_per_s > 0 ? piece / link.bytes_per_s : 0.0);
-  return gemm + (ring - 1) * (std::max(gemm, transfer) + add);
+  const double later_step = m.overlaps_compute ? std::max(gemm, transfer) : gemm + transfer;
+  return gemm + (ring - 1) * (later_step + add);
 }
 
 // Per node of `g`: the seconds its statement takes on `m` (statement_cost at

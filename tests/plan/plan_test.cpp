@@ -184,10 +184,12 @@ TEST(Machines, KnownMachinesParseAndSayWhereTheirFiguresComeFrom) {
     const PlanMachine again = parse_machine(machine_json(*m), "again");
     EXPECT_EQ(machine_json(again), machine_json(*m)) << name;
   }
-  // The cpu machine is the thread world as the virtual clock models it.
+  // The cpu machine is sharc-calibrate's measurement of the thread world:
+  // its transfers take the devices' cores; the GPUs' do not.
   const PlanMachine cpu = *known_machine("cpu");
-  EXPECT_EQ(cpu.compute.flops_per_s, PlanMachine{}.compute.flops_per_s);
-  EXPECT_EQ(cpu.thread_link().latency_s, PlanMachine{}.thread_link().latency_s);
+  EXPECT_NE(cpu.about.front().find("sharc-calibrate"), std::string::npos);
+  EXPECT_FALSE(cpu.overlaps_compute);
+  EXPECT_TRUE(known_machine("h100-nvlink")->overlaps_compute);
   const PlanMachine ib = *known_machine("h100-ib");
   ASSERT_EQ(ib.links.size(), 2u);
   EXPECT_EQ(ib.links[0].devices, 8);
@@ -225,8 +227,12 @@ TEST(Machines, ErrorsNameTheFileAndTheField) {
       R"("compute": {"flops_per_s": {"f32": 1e12}, "memory_bytes_per_s": 1e11, "statement_overhead_s": 0})";
   const std::string link = R"({"name": "l", "latency_s": 1e-6, "bytes_per_s": 1e9})";
   EXPECT_EQ(error(R"({"name": "m", )" + compute + R"(, "links": [)" + link + R"(], "flops": 1})"),
-            "machine my.json: unknown field 'flops' in the machine (it has: name, about, compute, links)");
+            "machine my.json: unknown field 'flops' in the machine (it has: name, about, compute, links, "
+            "overlaps_compute)");
   EXPECT_EQ(error(R"({"name": "m", "links": [)" + link + "]}"), "machine my.json: the machine has no 'compute'");
+  EXPECT_EQ(error(R"({"name": "m", )" + compute + R"(, "links": [)" + link + R"(], "overlaps_compute": 1})"),
+            "machine my.json: overlaps_compute must be true (transfers run while the device computes) or false "
+            "(they take its cores)");
   EXPECT_EQ(error(R"({"name": "m", )" + compute + R"(, "links": []})"),
             "machine my.json: links must be a non-empty array, innermost level first");
   EXPECT_EQ(error(R"({"name": "m", )" + compute +

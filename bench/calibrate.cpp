@@ -1,0 +1,191 @@
+// sharc-calibrate: measures this machine as the CPU thread world uses it and
+// writes a machine file for the planner (codegen/machine.h; MACHINE
+// file.json, --machine file.json). The `cpu` machine sharc ships
+// (codegen/machines/cpu.json) is its output on the 2-core machine CI runs on.
+//
+// Every figure is per device, with --devices device threads running at once
+// (default 8, the samples' meshes): on a machine with fewer cores than
+// devices they share the cores, so a device's compute rate is the machine's
+// divided among them, which is what a partitioned program's step sees.
+//   - f32 (and bf16) flop/s: every device runs the same sgemm (rt::gemm,
+//     --gemm-size square) repeatedly; the flops one device did over the wall
+//     time.
+//   - memory bytes/s: every device adds two vectors of 1M floats into a
+//     third (two reads and a write an element), the bytes one device moved
+//     over the wall time.
+//   - statement overhead: every device runs many 16-element adds; what each
+//     took beyond its bytes at the rate above.
+//   - the thread world's link: a ring all-reduce over every device of one
+//     float (2 (D - 1) ring steps of latency) gives the latency, and an
+//     all-gather of --message-bytes (D - 1 steps, each device sending
+//     (D - 1) / D of the bytes, nothing to add) the bytes/s, as
+//     codegen/plan.cpp costs a collective.
+// Each measurement is the fastest of --repeats runs (a neighbour's burst
+// slows a run, never speeds one up).
+//
+//   sharc-calibrate [--devices 8] [--out cpu.json] [--name cpu]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codegen/cli.h"
+#include "codegen/machine.h"
+#include "runtime/blas.h"
+#include "runtime/kernels.h"
+#include "runtime/mesh.h"
+#include "runtime/thread_world.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  int devices = 8;
+  int repeats = 15;
+  int gemm_size = 256;
+  int64_t message_bytes = 1 << 20;
+  std::string name = "cpu";
+  std::string out;
+};
+
+// The fastest of `repeats` wall times of world.run(fn).
+double fastest_run(sharc::rt::ThreadWorld& world, int repeats, const std::function<void(int)>& fn) {
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    world.run(fn);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"Measures this machine as sharc's CPU thread world uses it (GEMMs, memory, statements, the "
+               "thread world's messages, with every device thread running at once) and writes a machine "
+               "file for the planner (MACHINE file.json).",
+               "sharc-calibrate"};
+  app.add_option("--devices", a.devices, "device threads running at once (the mesh size planned for)")
+      ->check(sharc::cli::at_least(1))
+      ->capture_default_str();
+  app.add_option("--repeats", a.repeats, "runs per measurement; the fastest counts")
+      ->check(sharc::cli::at_least(1))
+      ->capture_default_str();
+  app.add_option("--gemm-size", a.gemm_size, "the square sgemm's size")->check(sharc::cli::at_least(16))->capture_default_str();
+  app.add_option("--message-bytes", a.message_bytes, "the all-gather's bytes (the link's bytes per second)")
+      ->check(sharc::cli::at_least(4096))
+      ->capture_default_str();
+  app.add_option("--name", a.name, "the machine's name in the file")->capture_default_str();
+  app.add_option("--out", a.out, "the machine file to write (default: print it)");
+  if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+
+  sharc::rt::ThreadWorld world(sharc::rt::MeshShape{{"data"}, {a.devices}});
+  const int D = a.devices;
+  std::vector<int> all(D);
+  for (int i = 0; i < D; ++i) all[i] = i;
+
+  // GEMMs.
+  const int64_t n = a.gemm_size;
+  const int gemm_reps = std::max<int>(1, static_cast<int>(2e8 / (2.0 * n * n * n)));
+  std::vector<std::vector<float>> ga(D, std::vector<float>(n * n, 0.5f)), gb = ga, gc = ga;
+  const double gemm_s = fastest_run(world, a.repeats, [&](int r) {
+    for (int i = 0; i < gemm_reps; ++i)
+      sharc::rt::gemm(1, n, n, n, ga[r].data(), false, gb[r].data(), false, gc[r].data(), 0.0f);
+  });
+  const double flops = 2.0 * n * n * n * gemm_reps / gemm_s;
+
+  // Memory: c = a + b over 1M floats, 12 bytes an element.
+  const int64_t m = 1 << 20;
+  const int add_reps = 10;
+  std::vector<std::vector<float>> xa(D, std::vector<float>(m, 1.0f)), xb = xa, xc = xa;
+  const double add_s = fastest_run(world, a.repeats, [&](int r) {
+    for (int i = 0; i < add_reps; ++i) {
+      float* c = xc[r].data();
+      const float *x = xa[r].data(), *y = xb[r].data();
+      for (int64_t j = 0; j < m; ++j) c[j] = x[j] + y[j];
+    }
+  });
+  const double bytes_per_s = 12.0 * m * add_reps / add_s;
+
+  // Statement overhead: tiny adds, beyond their bytes.
+  const int tiny_reps = 20000;
+  const double tiny_s = fastest_run(world, a.repeats, [&](int r) {
+    for (int i = 0; i < tiny_reps; ++i) {
+      float* c = xc[r].data() + (i % 64) * 16;
+      const float *x = xa[r].data(), *y = xb[r].data();
+      for (int j = 0; j < 16; ++j) c[j] = x[j] + y[j];
+    }
+  });
+  const double overhead = std::max(0.0, tiny_s / tiny_reps - 12.0 * 16 / bytes_per_s);
+
+  // The link: a ring all-reduce over every device takes 2 (D - 1) steps of
+  // latency, its bytes at the link's rate, and adds half of them.
+  double latency = 0, link_rate = 0;
+  if (D > 1) {
+    const int small_reps = 200;
+    std::vector<std::vector<float>> one(D, std::vector<float>(1, 1.0f));
+    const double small_s = fastest_run(world, a.repeats, [&](int r) {
+      const sharc::rt::Group g{all, r};
+      for (int i = 0; i < small_reps; ++i)
+        world.comm(r).all_reduce(one[r].data(), 1, g, sharc::rt::ReduceOp::kSum);
+    });
+    latency = small_s / small_reps / (2.0 * (D - 1));
+    // Bytes at the link's rate: an all-gather of --message-bytes (each
+    // device sends (D - 1) / D of them, (D - 1) steps of latency, nothing
+    // to add).
+    const int64_t per_rank = a.message_bytes / 4 / D;
+    const int big_reps = 5;
+    std::vector<std::vector<float>> piece(D, std::vector<float>(per_rank, 1.0f)),
+        gathered(D, std::vector<float>(per_rank * D));
+    const double big_s = fastest_run(world, a.repeats, [&](int r) {
+      const sharc::rt::Group g{all, r};
+      for (int i = 0; i < big_reps; ++i)
+        world.comm(r).all_gather(piece[r].data(), gathered[r].data(), static_cast<size_t>(per_rank), g);
+    });
+    const double sent = static_cast<double>(D - 1) * per_rank * 4;
+    const double per_call = big_s / big_reps;
+    const double transfer = per_call - (D - 1) * latency;
+    link_rate = transfer > 0 ? sent / transfer : sent / (0.1 * per_call);
+  }
+
+  sharc::PlanMachine machine;
+  machine.name = a.name;
+  const std::string core = sharc::rt::blas_info().core;
+  machine.about = {
+      "Measured by sharc-calibrate (bench/calibrate.cpp) with " + std::to_string(D) +
+          " device threads running at once on this machine (" + std::to_string(std::thread::hardware_concurrency()) +
+          " hardware threads, OpenBLAS core " + (core.empty() ? "unknown" : core) + "):",
+      "an sgemm of " + std::to_string(n) + ", adds of 1M and of 16 floats, a ring all-reduce over every device of",
+      "4 bytes and an all-gather of " + std::to_string(a.message_bytes) + " bytes; each figure the fastest of " +
+          std::to_string(a.repeats) + " runs."};
+  machine.compute.flops_per_s = flops;
+  machine.compute.bytes_per_s = bytes_per_s;
+  machine.compute.overhead_s = overhead;
+  machine.bf16_flops_per_s = flops;  // bf16 GEMMs widen to one sgemm here (runtime/kernels.h)
+  machine.overlaps_compute = false;  // the device threads copy the messages themselves
+  machine.links = {sharc::LinkLevel{.name = "thread world", .devices = 0, .latency_s = latency, .bytes_per_s = link_rate}};
+  const std::string json = sharc::machine_json(machine);
+  std::fprintf(stderr,
+               "sharc-calibrate, %d devices: %.3g flop/s, %.3g B/s of memory, %.3g s a statement; link %.3g s + "
+               "%.3g B/s\n",
+               D, flops, bytes_per_s, overhead, latency, link_rate);
+  if (a.out.empty()) {
+    std::cout << json;
+    return 0;
+  }
+  std::ofstream out(a.out);
+  out << json;
+  if (!out) {
+    std::cerr << "sharc-calibrate: cannot write " << a.out << "\n";
+    return 1;
+  }
+  return 0;
+}
