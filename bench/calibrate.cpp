@@ -16,10 +16,13 @@
 //   - statement overhead: every device runs many 16-element adds; what each
 //     took beyond its bytes at the rate above.
 //   - the thread world's link: a ring all-reduce over every device of one
-//     float (2 (D - 1) ring steps of latency) gives the latency, and an
+//     float after each of many small sgemms (2 (D - 1) ring steps of
+//     latency each, beyond the sgemms alone) gives the latency, and an
 //     all-gather of --message-bytes (D - 1 steps, each device sending
 //     (D - 1) / D of the bytes, nothing to add) the bytes/s, as
-//     codegen/plan.cpp costs a collective.
+//     codegen/plan.cpp costs a collective; and the rate by size
+//     (bytes_per_s_by_size): all-gathers sending each of --sizes per device,
+//     each after an sgemm, as a step's collectives come after statements.
 // Each measurement is the fastest of --repeats runs (a neighbour's burst
 // slows a run, never speeds one up).
 //
@@ -50,6 +53,7 @@ struct Args {
   int repeats = 15;
   int gemm_size = 256;
   int64_t message_bytes = 1 << 20;
+  std::vector<int64_t> sizes = {16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
   std::string name = "cpu";
   std::string out;
 };
@@ -83,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--message-bytes", a.message_bytes, "the all-gather's bytes (the link's bytes per second)")
       ->check(sharc::cli::at_least(4096))
       ->capture_default_str();
+  app.add_option("--sizes", a.sizes, "bytes a device sends in the all-gathers timed for the rate by size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--name", a.name, "the machine's name in the file")->capture_default_str();
   app.add_option("--out", a.out, "the machine file to write (default: print it)");
   if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
@@ -115,6 +122,7 @@ int main(int argc, char** argv) {
   });
   const double bytes_per_s = 12.0 * m * add_reps / add_s;
 
+
   // Statement overhead: tiny adds, beyond their bytes.
   const int tiny_reps = 20000;
   const double tiny_s = fastest_run(world, a.repeats, [&](int r) {
@@ -129,6 +137,7 @@ int main(int argc, char** argv) {
   // The link: a ring all-reduce over every device takes 2 (D - 1) steps of
   // latency, its bytes at the link's rate, and adds half of them.
   double latency = 0, link_rate = 0;
+  std::vector<sharc::SizedRate> by_size;
   if (D > 1) {
     const int small_reps = 200;
     std::vector<std::vector<float>> one(D, std::vector<float>(1, 1.0f));
@@ -137,7 +146,32 @@ int main(int argc, char** argv) {
       for (int i = 0; i < small_reps; ++i)
         world.comm(r).all_reduce(one[r].data(), 1, g, sharc::rt::ReduceOp::kSum);
     });
-    latency = small_s / small_reps / (2.0 * (D - 1));
+    const double idle_latency = small_s / small_reps / (2.0 * (D - 1));
+    // In a step the devices compute between collectives: a device reaching
+    // one finds its neighbours still computing, or asleep, and each ring
+    // step then waits for a thread to be woken and scheduled. So the
+    // latency the planner uses is measured that way: every device runs
+    // small sgemms with a one-float all-reduce after each, and the time
+    // beyond the sgemms alone is 2 (D - 1) ring steps per all-reduce.
+    const int64_t k = 96;
+    const int loaded_reps = 200;
+    std::vector<std::vector<float>> ka(D, std::vector<float>(k * k, 0.5f)), kb = ka, kc = ka;
+    auto small_sgemm = [&](int r) {
+      sharc::rt::gemm(1, k, k, k, ka[r].data(), false, kb[r].data(), false, kc[r].data(), 0.0f);
+    };
+    const double sgemms_s = fastest_run(world, a.repeats, [&](int r) {
+      for (int i = 0; i < loaded_reps; ++i) small_sgemm(r);
+    });
+    const double loaded_s = fastest_run(world, a.repeats, [&](int r) {
+      const sharc::rt::Group g{all, r};
+      for (int i = 0; i < loaded_reps; ++i) {
+        small_sgemm(r);
+        world.comm(r).all_reduce(one[r].data(), 1, g, sharc::rt::ReduceOp::kSum);
+      }
+    });
+    latency = std::max(idle_latency, (loaded_s - sgemms_s) / loaded_reps / (2.0 * (D - 1)));
+    std::fprintf(stderr, "sharc-calibrate: a ring step's latency %.3g s idle, %.3g s between sgemms (used)\n",
+                 idle_latency, latency);
     // Bytes at the link's rate: an all-gather of --message-bytes (each
     // device sends (D - 1) / D of them, (D - 1) steps of latency, nothing
     // to add).
@@ -154,8 +188,40 @@ int main(int argc, char** argv) {
     const double per_call = big_s / big_reps;
     const double transfer = per_call - (D - 1) * latency;
     link_rate = transfer > 0 ? sent / transfer : sent / (0.1 * per_call);
+    // The rate by size: an all-gather sending each size per device, after
+    // an sgemm each time (as in a step, whose statements evict the caches a
+    // message would otherwise stay in), less the sgemms alone and the
+    // latency. Small messages stay in cache and beat the rate above; large
+    // ones do not (on the 2-core CI machine: 4x from 16 KiB to 4 MiB).
+    const int sized_reps = 20;
+    const double sized_sgemms_s = sgemms_s * sized_reps / loaded_reps;
+    std::vector<int64_t> sizes = a.sizes;  // ascending, each at least the one before
+    std::sort(sizes.begin(), sizes.end());
+    int64_t last_floats = 0;
+    for (int64_t size : sizes) {
+      // At least `size` bytes a device, so the file's sizes read as asked.
+      const int64_t floats = std::max<int64_t>(1, (size + 4 * (D - 1) - 1) / (4 * (D - 1)));
+      if (floats <= last_floats) continue;
+      last_floats = floats;
+      std::vector<std::vector<float>> in(D, std::vector<float>(floats, 1.0f)), out(D, std::vector<float>(floats * D));
+      const double with_s = fastest_run(world, a.repeats, [&](int r) {
+        const sharc::rt::Group g{all, r};
+        for (int i = 0; i < sized_reps; ++i) {
+          small_sgemm(r);
+          world.comm(r).all_gather(in[r].data(), out[r].data(), static_cast<size_t>(floats), g);
+        }
+      });
+      const double bytes = static_cast<double>(D - 1) * floats * 4;
+      const double call = (with_s - sized_sgemms_s) / sized_reps;
+      const double moving = std::max(call - (D - 1) * latency, 0.1 * call);
+      by_size.push_back({.bytes = bytes, .bytes_per_s = bytes / moving});
+      std::fprintf(stderr, "sharc-calibrate: an all-gather sending %.0f bytes a device: %.3g s, %.3g B/s\n", bytes,
+                   call, bytes / moving);
+    }
   }
 
+  std::string sizes;
+  for (int64_t b : a.sizes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(b);
   sharc::PlanMachine machine;
   machine.name = a.name;
   const std::string core = sharc::rt::blas_info().core;
@@ -164,14 +230,17 @@ int main(int argc, char** argv) {
           " device threads running at once on this machine (" + std::to_string(std::thread::hardware_concurrency()) +
           " hardware threads, OpenBLAS core " + (core.empty() ? "unknown" : core) + "):",
       "an sgemm of " + std::to_string(n) + ", adds of 1M and of 16 floats, a ring all-reduce over every device of",
-      "4 bytes and an all-gather of " + std::to_string(a.message_bytes) + " bytes; each figure the fastest of " +
-          std::to_string(a.repeats) + " runs."};
+      "4 bytes after each of many sgemms of 96 (the latency), an all-gather of " + std::to_string(a.message_bytes) +
+          " bytes (bytes_per_s),",
+      "and all-gathers sending " + sizes + " bytes a device after sgemms of 96 (bytes_per_s_by_size);",
+      "each figure the fastest of " + std::to_string(a.repeats) + " runs."};
   machine.compute.flops_per_s = flops;
   machine.compute.bytes_per_s = bytes_per_s;
   machine.compute.overhead_s = overhead;
   machine.bf16_flops_per_s = flops;  // bf16 GEMMs widen to one sgemm here (runtime/kernels.h)
   machine.overlaps_compute = false;  // the device threads copy the messages themselves
-  machine.links = {sharc::LinkLevel{.name = "thread world", .devices = 0, .latency_s = latency, .bytes_per_s = link_rate}};
+  machine.links = {sharc::LinkLevel{.name = "thread world", .devices = 0, .latency_s = latency, .bytes_per_s = link_rate,
+                                    .by_size = by_size}};
   const std::string json = sharc::machine_json(machine);
   std::fprintf(stderr,
                "sharc-calibrate, %d devices: %.3g flop/s, %.3g B/s of memory, %.3g s a statement; link %.3g s + "

@@ -17,6 +17,9 @@
 #                      sharc.cmake and sharc_golden.cmake
 #   share/sharc/templates/   what the generator fills in
 #   bin/sharc-lift           where Clang LibTooling was found (sharc::lift)
+#   bin/sharc-plan           the planner's table for a model file
+# and, without installing, <build>/sharc-build holds the same config file
+# over the build tree (sharc-plan's package when it runs from a build).
 # tests/consumer installs sharc into a fresh prefix and builds
 # examples/own_project against it (ctest -L install).
 include(GNUInstallDirs)
@@ -55,6 +58,7 @@ foreach(dir runtime ir dsl codegen codegen/passes)
   install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sharc/${dir})
 endforeach()
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/templates/" DESTINATION ${SHARC_INSTALL_TEMPLATESDIR})
+install(TARGETS sharc-plan RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT sharcTargets NAMESPACE sharc:: DESTINATION ${SHARC_INSTALL_CMAKEDIR})
 
 foreach(optional checkpoint tokenizer mpi)
@@ -69,6 +73,24 @@ configure_package_config_file("${CMAKE_CURRENT_LIST_DIR}/sharcConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/sharcConfig.cmake"
   INSTALL_DESTINATION ${SHARC_INSTALL_CMAKEDIR}
   PATH_VARS SHARC_INSTALL_TEMPLATESDIR)
+# The build tree as a package too, <build>/sharc-build: the same config
+# file over the build tree's targets, sharc.cmake and the source tree's
+# templates, so sharc-plan builds a model's generator without an install.
+export(EXPORT sharcTargets NAMESPACE sharc:: FILE "${PROJECT_BINARY_DIR}/sharc-build/sharcTargets.cmake")
+set(SHARC_BUILD_TEMPLATESDIR "${PROJECT_SOURCE_DIR}/templates")
+set(SHARC_INSTALL_TEMPLATESDIR_SAVED "${SHARC_INSTALL_TEMPLATESDIR}")
+set(SHARC_INSTALL_TEMPLATESDIR "${SHARC_BUILD_TEMPLATESDIR}")
+configure_package_config_file("${CMAKE_CURRENT_LIST_DIR}/sharcConfig.cmake.in"
+  "${PROJECT_BINARY_DIR}/sharc-build/sharcConfig.cmake"
+  INSTALL_DESTINATION "${PROJECT_BINARY_DIR}/sharc-build"
+  INSTALL_PREFIX "${PROJECT_BINARY_DIR}"
+  PATH_VARS SHARC_INSTALL_TEMPLATESDIR)
+set(SHARC_INSTALL_TEMPLATESDIR "${SHARC_INSTALL_TEMPLATESDIR_SAVED}")
+foreach(file sharc.cmake sharc_golden.cmake)
+  configure_file("${CMAKE_CURRENT_LIST_DIR}/${file}" "${PROJECT_BINARY_DIR}/sharc-build/${file}" COPYONLY)
+endforeach()
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/sharc-build/sharcConfigVersion.cmake"
+  COMPATIBILITY SameMinorVersion)
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/sharcConfigVersion.cmake"
   COMPATIBILITY SameMinorVersion)
 install(FILES "${PROJECT_BINARY_DIR}/sharcConfig.cmake" "${PROJECT_BINARY_DIR}/sharcConfigVersion.cmake"

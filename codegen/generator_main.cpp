@@ -208,23 +208,9 @@ int run(const Args& a) {
   std::string option_text;
   for (const std::string& o : a.options) option_text += (option_text.empty() ? "" : ",") + o;
   const sharc::ProgramOptions given = sharc::parse_program_options(option_text);
-  bool reads_microbatches = false;  // the program reads the option "microbatches"
-  sharc::ir::Graph traced = sharc::trace(
-      a.program,
-      [&](sharc::ProgramBuilder& b) {
-        it->second(b);
-        reads_microbatches = b.options_read().contains("microbatches");
-      },
-      given);
   // --mesh auto chooses the micro-batch count too when the program reads it
   // and the build did not give it (plan.h, Retrace).
-  sharc::Retrace retrace;
-  if (a.mesh == "auto" && reads_microbatches && !given.contains("microbatches"))
-    retrace = [&](int microbatches) {
-      sharc::ProgramOptions o = given;
-      o["microbatches"] = std::to_string(microbatches);
-      return sharc::trace(a.program, it->second, o);
-    };
+  auto [traced, retrace] = sharc::trace_for_plan(a.program, it->second, given);
   sharc::PipelineOptions options;
   options.gpu_kernels = a.backend == sharc::Backend::kCuda;
   // The mesh comes from the build (or the planner), not from a DSL line: its
@@ -256,9 +242,7 @@ int run(const Args& a) {
     }
     chosen = plan.candidates[plan.chosen];
     if (a.candidate >= 0) {
-      // Those that fit come first, ranked (plan.h).
-      int fitting = 0;
-      while (fitting < static_cast<int>(plan.candidates.size()) && plan.candidates[fitting].fits) ++fitting;
+      const int fitting = plan.fitting();
       if (a.candidate >= fitting)
         throw sharc::Error(sharc::SrcLoc(), "CANDIDATE " + std::to_string(a.candidate) + ": the plan has " +
                                                 std::to_string(fitting) + " candidates that fit, numbered 0 to " +

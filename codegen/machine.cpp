@@ -57,13 +57,74 @@ double number(const json& o, const char* key, const std::string& where, const st
   return x;
 }
 
+// "16 KiB", "1 MiB", "1000 B": three digits, in the unit the rounded
+// figure needs (1048600 bytes is "1 MiB").
+std::string bytes_text(double b) {
+  char buf[32];
+  if (b >= 1023.5 * 1024)
+    std::snprintf(buf, sizeof buf, "%.3g MiB", b / (1 << 20));
+  else if (b >= 1023.5)
+    std::snprintf(buf, sizeof buf, "%.3g KiB", b / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
 std::string rate(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
 }
 
+// A "..._by_size" list: [{"bytes": ..., "bytes_per_s": ...}, ...], sizes
+// ascending.
+std::vector<SizedRate> sized_rates(const json& sizes, const std::string& list, const std::string& origin) {
+  if (!sizes.is_array() || sizes.empty())
+    bad(origin, list + " must be a non-empty array of {\"bytes\": ..., \"bytes_per_s\": ...}");
+  std::vector<SizedRate> rates;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const std::string at = list + "[" + std::to_string(k) + "]";
+    only(sizes[k], at, {"bytes", "bytes_per_s"}, origin);
+    SizedRate r{.bytes = number(sizes[k], "bytes", at, origin, true),
+                .bytes_per_s = number(sizes[k], "bytes_per_s", at, origin, true)};
+    if (!rates.empty() && r.bytes <= rates.back().bytes)
+      bad(origin, at + ".bytes must be more than the entry before it (the sizes ascend)");
+    rates.push_back(r);
+  }
+  return rates;
+}
+
+nlohmann::ordered_json sized_json(const std::vector<SizedRate>& rates) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const SizedRate& r : rates) a.push_back({{"bytes", r.bytes}, {"bytes_per_s", r.bytes_per_s}});
+  return a;
+}
+
+// " (1.7e+09 at 16 KiB, ...)"; "" for none.
+std::string sized_text(const std::vector<SizedRate>& rates) {
+  if (rates.empty()) return "";
+  std::string s = " (";
+  for (size_t k = 0; k < rates.size(); ++k)
+    s += (k ? ", " : "") + rate(rates[k].bytes_per_s) + " at " + bytes_text(rates[k].bytes);
+  return s + ")";
+}
+
 }  // namespace
+
+double sized_rate(const std::vector<SizedRate>& by_size, double bytes, double otherwise) {
+  if (by_size.empty()) return otherwise;
+  if (bytes <= by_size.front().bytes) return by_size.front().bytes_per_s;
+  if (bytes >= by_size.back().bytes) return by_size.back().bytes_per_s;
+  size_t i = 1;
+  while (by_size[i].bytes < bytes) ++i;
+  const SizedRate &lo = by_size[i - 1], &hi = by_size[i];
+  const double t = std::log(bytes / lo.bytes) / std::log(hi.bytes / lo.bytes);
+  return lo.bytes_per_s + t * (hi.bytes_per_s - lo.bytes_per_s);
+}
+
+double LinkLevel::rate_for(double bytes) const { return sized_rate(by_size, bytes, bytes_per_s); }
+
+double PlanMachine::seconds(ir::DType dtype, const rt::OpCost& cost) const { return compute_for(dtype).seconds(cost); }
 
 rt::MachineModel PlanMachine::compute_for(ir::DType dtype) const {
   rt::MachineModel m = compute;
@@ -105,6 +166,7 @@ std::string PlanMachine::str() const {
   for (const LinkLevel& l : links) {
     s += "; " + l.name + (l.devices > 0 ? " (" + std::to_string(l.devices) + " devices)" : "") + " " +
          rate(l.latency_s * 1e6) + " us + " + rate(l.bytes_per_s) + " B/s";
+    s += sized_text(l.by_size);
   }
   if (!overlaps_compute) s += "; transfers take the compute's cores";
   return s;
@@ -153,7 +215,7 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     const std::string where = "links[" + std::to_string(i) + "]";
     const json& l = links[i];
     if (!l.is_object()) bad(origin, where + " is not an object");
-    only(l, where, {"name", "devices", "latency_s", "bytes_per_s"}, origin);
+    only(l, where, {"name", "devices", "latency_s", "bytes_per_s", "bytes_per_s_by_size"}, origin);
     LinkLevel level;
     const json& ln = field(l, "name", where, origin);
     if (!ln.is_string()) bad(origin, where + ".name must be a string");
@@ -173,6 +235,8 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     }
     level.latency_s = number(l, "latency_s", where, origin, false);
     level.bytes_per_s = number(l, "bytes_per_s", where, origin, true);
+    if (l.contains("bytes_per_s_by_size"))
+      level.by_size = sized_rates(l.at("bytes_per_s_by_size"), where + ".bytes_per_s_by_size", origin);
     m.links.push_back(std::move(level));
   }
   return m;
@@ -219,6 +283,7 @@ std::string machine_json(const PlanMachine& m) {
     if (l.devices > 0) o["devices"] = l.devices;
     o["latency_s"] = l.latency_s;
     o["bytes_per_s"] = l.bytes_per_s;
+    if (!l.by_size.empty()) o["bytes_per_s_by_size"] = sized_json(l.by_size);
     j["links"].push_back(o);
   }
   j["overlaps_compute"] = m.overlaps_compute;

@@ -11,7 +11,8 @@
 //     "about": ["where each figure comes from", "..."],
 //     "compute": {"flops_per_s": {"f32": 5.1e13, "bf16": 7.0e14},
 //                 "memory_bytes_per_s": 2.5e12, "statement_overhead_s": 4e-6},
-//     "links": [{"name": "nvlink", "devices": 8, "latency_s": 2e-6, "bytes_per_s": 3.6e11},
+//     "links": [{"name": "nvlink", "devices": 8, "latency_s": 2e-6, "bytes_per_s": 3.6e11,
+//                "bytes_per_s_by_size": [{"bytes": 65536, "bytes_per_s": 1e11}, ...]},
 //               {"name": "infiniband", "latency_s": 6e-6, "bytes_per_s": 4.5e10}]
 //   }
 //
@@ -34,11 +35,31 @@
 
 namespace sharc {
 
+// A rate measured for collectives of one size: `bytes` sent per device by
+// one call.
+struct SizedRate {
+  double bytes = 0, bytes_per_s = 0;
+};
+
+// The rate at `bytes` from rates measured by size (ascending): interpolated
+// on log(bytes) between two sizes, the nearest outside them; `otherwise`
+// when there are none.
+double sized_rate(const std::vector<SizedRate>& by_size, double bytes, double otherwise);
+
 struct LinkLevel {
   std::string name;       // "nvlink", "infiniband", "thread world"
   int devices = 0;        // consecutive devices one unit holds; 0: all (the last level only)
   double latency_s = 0;   // per message (a ring step)
   double bytes_per_s = 0; // per device, each way
+  // Optional ("bytes_per_s_by_size"): the rate measured at several sizes,
+  // ascending by bytes. A link's rate depends on how much one collective
+  // moves (caches on a CPU, protocols and channels in NCCL); a call of a
+  // size between two is interpolated on log(bytes), one outside them takes
+  // the nearest. Empty: bytes_per_s at every size.
+  std::vector<SizedRate> by_size;
+
+  // The rate for a collective that sends `bytes` per device in one call.
+  double rate_for(double bytes) const;
 };
 
 struct PlanMachine {
@@ -48,7 +69,7 @@ struct PlanMachine {
   rt::MachineModel compute;
   double bf16_flops_per_s = 0;  // 0: compute.flops_per_s
   // Innermost first; at least one.
-  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9}};
+  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9, .by_size = {}}};
   // Whether a device's transfers run while it computes (a GPU's copy
   // engines and NICs: a ring step of a collective matmul takes the longer
   // of its GEMM and its transfer), or take the same cores (the CPU thread
@@ -60,6 +81,9 @@ struct PlanMachine {
   // The statement cost model for a statement whose result is `dtype` (bf16
   // at the bf16 rate, everything else at f32's).
   rt::MachineModel compute_for(ir::DType dtype) const;
+  // What a statement of `cost` whose result is `dtype` takes on
+  // compute_for's roofline.
+  double seconds(ir::DType dtype, const rt::OpCost& cost) const;
   // The link a collective over `axes` of `mesh` crosses.
   const LinkLevel& link_for(const Mesh& mesh, const std::vector<std::string>& axes) const;
   // The link model of the thread world's fabric: the innermost level.

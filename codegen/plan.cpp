@@ -57,7 +57,8 @@ std::string bytes_str(uint64_t b) {
 
 // One collective on one device, as the runtime's ring algorithms run it
 // (runtime/ring_comm.cpp) on `link`: a ring step waits for its message (the
-// latency, and its bytes at the link's rate, one step after another); an
+// latency, and its bytes at the link's rate for a call of this size, one
+// step after another); an
 // all-to-all posts every block at once on links of their own; a reducing
 // ring adds each arriving chunk into its own (one flop, and two reads and a
 // write, per element, on the compute model; f32 assumed).
@@ -66,8 +67,9 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
   const int g = col.group_size;
   if (g <= 1 || sent == 0) return 0;
   const double bytes = static_cast<double>(sent);
-  const double rate = link.bytes_per_s > 0 ? link.bytes_per_s : INFINITY;
   const double calls = static_cast<double>(std::max<uint64_t>(col.calls, 1));
+  const double link_rate = link.rate_for(bytes / calls);
+  const double rate = link_rate > 0 ? link_rate : INFINITY;
   double reduced = 0;  // bytes added into the device's own
   double t = 0;
   switch (col.kind) {
@@ -90,7 +92,7 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
       t = calls * link.latency_s + bytes / rate;
       break;
   }
-  if (reduced > 0) t += m.compute.seconds(rt::OpCost{reduced / 4, 3 * reduced});
+  if (reduced > 0) t += m.seconds(ir::DType::kF32, rt::OpCost{reduced / 4, 3 * reduced});
   return t;
 }
 
@@ -104,20 +106,58 @@ double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine
   if (ring <= 1) return 0;
   const RingPlan p = ring_plan(n, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, ring);
   const RingStepCost step = ring_step_cost(g, n, ring);
-  const rt::MachineModel compute = m.compute_for(n.dtype);
-  const double gemm = compute.seconds(step.gemm);
-  const double add = p.gather ? 0.0 : p.halves * compute.seconds(step.add);
+  const double gemm = m.seconds(n.dtype, step.gemm);
+  const double add = p.gather ? 0.0 : p.halves * m.seconds(n.dtype, step.add);
   const double piece = static_cast<double>(ir::dtype_size(n.dtype)) *
                        static_cast<double>(p.gather ? p.step_operand_count(p.moving) : p.step_result_count());
   const LinkLevel& link = m.link_for(g.mesh, n.axes);
-  const double transfer = link.latency_s + (link.bytes_per_s > 0 ? piece / link.bytes_per_s : 0.0);
+  const double link_rate = link.rate_for(piece * (ring - 1));  // the ring's bytes, as one collective's
+  const double transfer = link.latency_s + (link_rate > 0 ? piece / link_rate : 0.0);
   const double later_step = m.overlaps_compute ? std::max(gemm, transfer) : gemm + transfer;
   return gemm + (ring - 1) * (later_step + add);
 }
 
+// The elements of `shape` before `dim`: 1 when blocks along `dim` are
+// contiguous runs.
+int64_t outer_elements(const ir::Shape& shape, int dim) {
+  int64_t outer = 1;
+  for (int i = 0; i < dim && i < static_cast<int>(shape.size()); ++i) outer *= shape[i];
+  return outer;
+}
+
+// The packing a dimension-aware collective does around its flat one
+// (runtime/tensor_collectives.h): a gather along an inner dim lands in a
+// temporary and is copied into place, a reduce-scatter along one packs its
+// input first, an all-to-all both as needed. Each copy reads and writes its
+// elements once, at the memory rate; contiguous blocks cost nothing.
+double pack_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m) {
+  if (n.args.empty()) return 0;
+  const ir::Shape& in = g.nodes[n.args[0]].shape;
+  double elements = 0;
+  switch (n.op) {
+    case ir::Op::kAllGather:
+      if (outer_elements(in, n.dim) > 1) elements = static_cast<double>(ir::num_elements(n.shape));
+      break;
+    case ir::Op::kReduceScatter:
+      if (outer_elements(in, n.dim) > 1) elements = static_cast<double>(ir::num_elements(in));
+      break;
+    case ir::Op::kAllToAll: {
+      if (outer_elements(in, n.dim) > 1) elements += static_cast<double>(ir::num_elements(in));
+      if (outer_elements(n.shape, n.dim2) > 1) elements += static_cast<double>(ir::num_elements(n.shape));
+      break;
+    }
+    default:
+      return 0;
+  }
+  if (elements == 0) return 0;
+  const double bytes = 2 * elements * static_cast<double>(ir::dtype_size(n.dtype));
+  return m.seconds(n.dtype, rt::OpCost{0, bytes});
+}
+
 // Per node of `g`: the seconds its statement takes on `m` (statement_cost at
-// its dtype's rates; a RingDot with its transfers; 0 for communication and
-// for nodes that are no statement of their own).
+// its dtype's rates; a RingDot with its transfers; a collective's packing,
+// its transfers being the collective's own time; 0 for nodes that are no
+// statement of their own).
 std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m) {
   std::vector<double> seconds(g.nodes.size(), 0.0);
   for (const BufferPlan::Stmt& st : plan_buffers(g).stmts) {
@@ -125,7 +165,9 @@ std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m) {
     if (n.op == ir::Op::kRingDot && st.bucket.empty())
       seconds[st.node] = ring_dot_seconds(g, n, m);
     else if (!is_comm_statement(g, st))
-      seconds[st.node] = m.compute_for(n.dtype).seconds(statement_cost(g, st));
+      seconds[st.node] = m.seconds(n.dtype, statement_cost(g, st));
+    else if (st.bucket.empty())
+      seconds[st.node] = pack_seconds(g, n, m);
   }
   return seconds;
 }
@@ -270,6 +312,25 @@ std::vector<std::string> plan_meshes(const PlanAxes& axes, int devices) {
   };
   split(0, devices);
   return out;
+}
+
+PlanTrace trace_for_plan(const std::string& program, const ProgramFn& fn, const ProgramOptions& options) {
+  bool reads_microbatches = false;
+  PlanTrace t;
+  t.traced = trace(
+      program,
+      [&](ProgramBuilder& b) {
+        fn(b);
+        reads_microbatches = b.options_read().contains("microbatches");
+      },
+      options);
+  if (reads_microbatches && !options.contains("microbatches"))
+    t.retrace = [program, fn, options](int microbatches) {
+      ProgramOptions o = options;
+      o["microbatches"] = std::to_string(microbatches);
+      return trace(program, fn, o);
+    };
+  return t;
 }
 
 Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint64_t budget_bytes,

@@ -34,6 +34,7 @@
 
 #include "codegen/machine.h"
 #include "codegen/pipeline.h"
+#include "dsl/program.h"
 #include "ir/ir.h"
 
 namespace sharc {
@@ -81,6 +82,14 @@ struct Plan {
   // first), then those that do not partition.
   std::vector<PlanCandidate> candidates;
   int chosen = -1;  // index into candidates; -1: none fits
+
+  // How many candidates fit: they come first, so candidates[0, fitting())
+  // are the ranks a CANDIDATE k may name.
+  int fitting() const {
+    int n = 0;
+    while (n < static_cast<int>(candidates.size()) && candidates[n].fits) ++n;
+    return n;
+  }
 };
 
 // The mesh axes `traced` can use, major to minor (pipe, data, fsdp, the
@@ -121,6 +130,16 @@ std::vector<std::string> plan_meshes(const PlanAxes& axes, int devices);
 using Retrace = std::function<ir::Graph(int microbatches)>;
 Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint64_t budget_bytes,
           const PlanMachine& machine, const PipelineOptions& options = {}, const Retrace& retrace = {});
+
+// A program traced for plan(): `fn` with `options`, and the Retrace to give
+// plan() when the program reads the option "microbatches" and `options`
+// does not set it (empty otherwise). The generator and bench_plan trace
+// through it, so both plan the same candidates.
+struct PlanTrace {
+  ir::Graph traced;
+  Retrace retrace;
+};
+PlanTrace trace_for_plan(const std::string& program, const ProgramFn& fn, const ProgramOptions& options);
 
 // The candidate as the pipeline lowers it: `traced` (the program traced
 // with the candidate's micro-batch count) with its remat rules, `options`

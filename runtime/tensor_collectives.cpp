@@ -50,6 +50,21 @@ void copy3(BlockMover* mover, const T* in, const int64_t (&shape)[3], const int6
   strided_copy(in, {shape[0], shape[1], shape[2]}, {strides[0], strides[1], strides[2]}, out);
 }
 
+// On the virtual clock, a copy through the temporary: each element read
+// and written once (codegen/plan.cpp's pack_seconds costs it alike). It is
+// busy time of the collective's statement, recorded as a "pack" event of
+// that statement (charge() is computation inside a communication call,
+// which this event stands in for), so a device's busy and communication
+// times still add up to its clock.
+template <class T>
+void charge_copy(Communicator& comm, size_t elements) {
+  Timeline* tl = comm.timeline();
+  if (!tl || tl->mode() != ClockMode::kVirtual) return;
+  const double start = tl->begin_comm();
+  tl->charge(OpCost{0, 2.0 * static_cast<double>(elements * sizeof(T))});
+  tl->end_comm("pack", start, -1, 0, 0);
+}
+
 int64_t product(const std::vector<int64_t>& shape, int from, int to) {
   int64_t n = 1;
   for (int d = from; d < to; ++d) n *= shape[d];
@@ -121,6 +136,7 @@ void all_gather_dim(Communicator& comm, const Group& group, const T* in,
   T* blocks = scratch<T>(comm, mover, 0, count * n);
   comm.all_gather(in, blocks, count, group);
   concat_blocks(blocks, local_shape, dim, n, out, mover);
+  charge_copy<T>(comm, count * n);
 }
 
 template <class T>
@@ -141,6 +157,7 @@ void reduce_scatter_dim(Communicator& comm, const Group& group, const T* in,
   const int64_t block_row = row / n;
   T* packed = scratch<T>(comm, mover, 0, num_elements(full_shape));
   copy3(mover, in, {n, outer, block_row}, {block_row, row, 1}, packed);
+  charge_copy<T>(comm, num_elements(full_shape));
   comm.reduce_scatter(packed, out, block, group, op);
 }
 
@@ -163,11 +180,15 @@ void all_to_all_dim(Communicator& comm, const Group& group, const T* in,
     const int64_t row = product(local_shape, split_dim, static_cast<int>(local_shape.size()));
     T* packed = scratch<T>(comm, mover, 0, block * n);
     copy3(mover, in, {n, outer, row / n}, {row / n, row, 1}, packed);
+    charge_copy<T>(comm, block * n);
     send = packed;
   }
   T* recv = concat_outer ? out : scratch<T>(comm, mover, 1, block * n);
   comm.all_to_all(send, recv, block, group);
-  if (!concat_outer) concat_blocks(recv, block_shape, concat_dim, n, out, mover);
+  if (!concat_outer) {
+    concat_blocks(recv, block_shape, concat_dim, n, out, mover);
+    charge_copy<T>(comm, block * n);
+  }
 }
 
 #define SHARC_TENSOR_COLLECTIVES_FOR(T)                                                   \

@@ -16,6 +16,22 @@ namespace sharc::testing {
 // Token i of the fixed windows, or of their targets.
 inline float gpt2_token(size_t i, bool target) { return static_cast<float>((i * 7 + (target ? 10 : 3)) % 64); }
 
+// The fixed windows and their targets for Program's "tokens" shape, made
+// once; step(program, seed) runs one training step on them.
+template <class Program>
+struct Gpt2Feed {
+  std::vector<float> tokens, targets;
+  Gpt2Feed() : tokens(Program::input_info("tokens").elements()), targets(tokens.size()) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = gpt2_token(i, false);
+      targets[i] = gpt2_token(i, true);
+    }
+  }
+  gpt2::StepResult step(Program& program, float seed) {
+    return gpt2::train_step(program, tokens.data(), targets.data(), seed);
+  }
+};
+
 struct Gpt2Steps {
   std::vector<float> losses;  // per step
   Measured first;             // after construction, init(0) and the first step
@@ -28,14 +44,10 @@ Gpt2Steps run_gpt2_steps(int steps) {
   Program prog(world);
   prog.init(0);
   world.reset_stats();
-  std::vector<float> tokens(Program::input_info("tokens").elements()), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = gpt2_token(i, false);
-    targets[i] = gpt2_token(i, true);
-  }
+  Gpt2Feed<Program> feed;
   Gpt2Steps r;
   for (int step = 0; step < steps; ++step) {
-    r.losses.push_back(gpt2::train_step(prog, tokens.data(), targets.data(), static_cast<float>(step + 1)).loss);
+    r.losses.push_back(feed.step(prog, static_cast<float>(step + 1)).loss);
     if (step == 0) r.first = measure(world);
   }
   return r;

@@ -20,36 +20,49 @@ inline std::vector<float> fixed_values(size_t n, int salt) {
   return v;
 }
 
+// The inputs and outputs of the MLP's step, made once: fixed images
+// (fixed_values, salt 2) and labels i % 10.
+template <class Program>
+struct MlpFeed {
+  std::vector<float> images = fixed_values(Program::input_info("images").elements(), 2);
+  std::vector<float> labels = [] {
+    std::vector<float> l(Program::input_info("labels").elements());
+    for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<float>(i % 10);
+    return l;
+  }();
+  float loss = 0, accuracy = 0, grad_norm = 0, lr = 0;
+
+  // One step of `program` on the fixed batch; the loss lands in `loss`.
+  void step(Program& program) {
+    typename Program::Inputs in;
+    in.images = images.data();
+    in.labels = labels.data();
+    typename Program::Outputs out;
+    out.loss = &loss;
+    out.accuracy = &accuracy;
+    out.grad_norm = &grad_norm;
+    out.lr = &lr;
+    program.step(in, out);
+  }
+};
+
 struct MlpStep {
   float loss = 0;
   Measured measured;  // every device's bytes, calls and peak after the step
 };
 
 // Constructs the program on `world`, inits it (seed 0), resets the byte
-// counters (init sends nothing, but say so) and runs one step on fixed
-// images and labels i % 10. The peak covers construction (the parameter
-// shards), init and the step, as the report predicts.
+// counters (init sends nothing, but say so) and runs one step of MlpFeed.
+// The peak covers construction (the parameter shards), init and the step,
+// as the report predicts.
 template <class Program>
 MlpStep mlp_train_step(rt::ThreadWorld& world) {
   Program prog(world);
   prog.init(0);
   world.reset_stats();
-  const std::vector<float> images = fixed_values(Program::input_info("images").elements(), 2);
-  std::vector<float> labels(Program::input_info("labels").elements());
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<float>(i % 10);
-  MlpStep r;
-  float accuracy = 0, grad_norm = 0, lr = 0;
-  typename Program::Inputs in;
-  in.images = images.data();
-  in.labels = labels.data();
-  typename Program::Outputs out;
-  out.loss = &r.loss;
-  out.accuracy = &accuracy;
-  out.grad_norm = &grad_norm;
-  out.lr = &lr;
-  prog.step(in, out);
-  r.measured = measure(world);
-  return r;
+  MlpFeed<Program> feed;
+  feed.step(prog);
+  return {.loss = feed.loss, .measured = measure(world)};
 }
 
 }  // namespace sharc::testing
