@@ -122,7 +122,6 @@ int main(int argc, char** argv) {
   });
   const double bytes_per_s = 12.0 * m * add_reps / add_s;
 
-
   // Statement overhead: tiny adds, beyond their bytes.
   const int tiny_reps = 20000;
   const double tiny_s = fastest_run(world, a.repeats, [&](int r) {

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -121,11 +122,24 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b) {
 
 // A sample's programs, measured: what bench_sample ranks.
 struct Sample {
+  std::string name;                // "mlp": its traces' prefix
   std::string program;             // the registry's name
   std::string options;             // the build's OPTIONS, "layers=2,scan=1"
   std::vector<std::string> hand_written;  // the sample's own meshes (synchronous TP)
   std::vector<Measurement> measured;      // by rank
   std::vector<std::string> built_meshes;  // by rank, as the programs say
+
+  // Round `round`'s measurement of the candidate of rank k: the first
+  // round's in full, a later round's step time where it is faster (its
+  // peak and comm time stay the first round's).
+  void record(size_t k, int round, const Measurement& m, const std::string& mesh) {
+    if (round == 0) {
+      measured.push_back(m);
+      built_meshes.push_back(mesh);
+    } else {
+      measured[k].step_s = std::min(measured[k].step_s, m.step_s);
+    }
+  }
 };
 
 // Prints the sample's table and summary; returns false when --check fails.
@@ -211,52 +225,43 @@ int main(int argc, char** argv) {
   app.add_flag("--check", o.check, "fail unless every measured peak is the predicted one, byte for byte");
   if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
 
+  // --rounds rounds, each measuring every candidate of the sample in turn,
+  // each candidate's fastest round counting: a slow spell of the machine
+  // then falls on one round of every candidate, not on every round of a
+  // few.
+  auto run = [&](Sample sample, const std::function<void(Sample&, int round)>& measure_round) {
+    for (int round = 0; round < o.rounds; ++round) measure_round(sample, round);
+    return bench_sample(o, sample);
+  };
+#define SHARC_MEASURE(c, ns, Feed)                                                                         \
+  s.record(k++, round,                                                                                     \
+           measure_candidate<ns::c::Program, sharc::testing::Feed<ns::c::Program>>(o, s.name + "_" #c), \
+           ns::c::Program::mesh_shape().to_string());
   bool ok = true;
   auto wants = [&](const char* s) { return std::find(samples.begin(), samples.end(), s) != samples.end(); };
-  // The built programs, by rank, measured in turn.
-  // Round r measures every candidate in turn; a candidate's time is its
-  // fastest round, so a slow spell of the machine falls on one round of
-  // every candidate, not on every round of a few. Its peak and comm time
-  // are the first round's.
-#define SHARC_MEASURE(sample, c, ns, Feed)                                                                 \
-  {                                                                                                        \
-    const Measurement m =                                                                                  \
-        measure_candidate<ns::c::Program, sharc::testing::Feed<ns::c::Program>>(o, #sample "_" #c);       \
-    if (round == 0) {                                                                                      \
-      sample.measured.push_back(m);                                                                        \
-      sample.built_meshes.push_back(ns::c::Program::mesh_shape().to_string());                             \
-    } else {                                                                                               \
-      Measurement& kept = sample.measured[k];                                                              \
-      kept.step_s = std::min(kept.step_s, m.step_s);                                                       \
-    }                                                                                                      \
-    ++k;                                                                                                   \
-  }
   if (wants("mlp")) {
     // samples/mlp_classifier/CMakeLists.txt's meshes.
-    Sample mlp;
-    mlp.program = "mlp_train";
-    mlp.hand_written = {"data=8", "fsdp=8", "model=8", "data=4,model=2", "fsdp=4,model=2"};
-#define SHARC_MEASURE_MLP(c) SHARC_MEASURE(mlp, c, bench_plan_mlp, MlpFeed)
-    for (int round = 0; round < o.rounds; ++round) {
+    Sample mlp{.name = "mlp", .program = "mlp_train", .options = "",
+               .hand_written = {"data=8", "fsdp=8", "model=8", "data=4,model=2", "fsdp=4,model=2"},
+               .measured = {}, .built_meshes = {}};
+    ok &= run(std::move(mlp), [&](Sample& s, int round) {
       size_t k = 0;
+#define SHARC_MEASURE_MLP(c) SHARC_MEASURE(c, bench_plan_mlp, MlpFeed)
       SHARC_BENCH_PLAN_MLP_CANDIDATES(SHARC_MEASURE_MLP)
-    }
 #undef SHARC_MEASURE_MLP
-    ok &= bench_sample(o, mlp);
+    });
   }
   if (wants("gpt2")) {
     // samples/gpt2/CMakeLists.txt's meshes.
-    Sample gpt2;
-    gpt2.program = "gpt2_train";
-    gpt2.options = SHARC_BENCH_PLAN_GPT2_OPTIONS;
-    gpt2.hand_written = {"data=8", "model=8", "data=2,model=4", "data=4,model=2", "fsdp=4,model=2"};
-#define SHARC_MEASURE_GPT2(c) SHARC_MEASURE(gpt2, c, bench_plan_gpt2, Gpt2Feed)
-    for (int round = 0; round < o.rounds; ++round) {
+    Sample gpt2{.name = "gpt2", .program = "gpt2_train", .options = SHARC_BENCH_PLAN_GPT2_OPTIONS,
+                .hand_written = {"data=8", "model=8", "data=2,model=4", "data=4,model=2", "fsdp=4,model=2"},
+                .measured = {}, .built_meshes = {}};
+    ok &= run(std::move(gpt2), [&](Sample& s, int round) {
       size_t k = 0;
+#define SHARC_MEASURE_GPT2(c) SHARC_MEASURE(c, bench_plan_gpt2, Gpt2Feed)
       SHARC_BENCH_PLAN_GPT2_CANDIDATES(SHARC_MEASURE_GPT2)
-    }
 #undef SHARC_MEASURE_GPT2
-    ok &= bench_sample(o, gpt2);
+    });
   }
 #undef SHARC_MEASURE
   return ok ? 0 : 1;

@@ -111,20 +111,16 @@ std::string sized_text(const std::vector<SizedRate>& rates) {
 
 }  // namespace
 
-double sized_rate(const std::vector<SizedRate>& by_size, double bytes, double otherwise) {
-  if (by_size.empty()) return otherwise;
+double LinkLevel::rate_for(double bytes) const {
+  if (by_size.empty()) return bytes_per_s;
   if (bytes <= by_size.front().bytes) return by_size.front().bytes_per_s;
   if (bytes >= by_size.back().bytes) return by_size.back().bytes_per_s;
   size_t i = 1;
-  while (by_size[i].bytes < bytes) ++i;
+  while (by_size[i].bytes < bytes) ++i;  // by_size[i - 1].bytes < bytes <= by_size[i].bytes
   const SizedRate &lo = by_size[i - 1], &hi = by_size[i];
   const double t = std::log(bytes / lo.bytes) / std::log(hi.bytes / lo.bytes);
   return lo.bytes_per_s + t * (hi.bytes_per_s - lo.bytes_per_s);
 }
-
-double LinkLevel::rate_for(double bytes) const { return sized_rate(by_size, bytes, bytes_per_s); }
-
-double PlanMachine::seconds(ir::DType dtype, const rt::OpCost& cost) const { return compute_for(dtype).seconds(cost); }
 
 rt::MachineModel PlanMachine::compute_for(ir::DType dtype) const {
   rt::MachineModel m = compute;

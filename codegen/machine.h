@@ -41,11 +41,6 @@ struct SizedRate {
   double bytes = 0, bytes_per_s = 0;
 };
 
-// The rate at `bytes` from rates measured by size (ascending): interpolated
-// on log(bytes) between two sizes, the nearest outside them; `otherwise`
-// when there are none.
-double sized_rate(const std::vector<SizedRate>& by_size, double bytes, double otherwise);
-
 struct LinkLevel {
   std::string name;       // "nvlink", "infiniband", "thread world"
   int devices = 0;        // consecutive devices one unit holds; 0: all (the last level only)
@@ -81,9 +76,6 @@ struct PlanMachine {
   // The statement cost model for a statement whose result is `dtype` (bf16
   // at the bf16 rate, everything else at f32's).
   rt::MachineModel compute_for(ir::DType dtype) const;
-  // What a statement of `cost` whose result is `dtype` takes on
-  // compute_for's roofline.
-  double seconds(ir::DType dtype, const rt::OpCost& cost) const;
   // The link a collective over `axes` of `mesh` crosses.
   const LinkLevel& link_for(const Mesh& mesh, const std::vector<std::string>& axes) const;
   // The link model of the thread world's fabric: the innermost level.

@@ -92,7 +92,7 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
       t = calls * link.latency_s + bytes / rate;
       break;
   }
-  if (reduced > 0) t += m.seconds(ir::DType::kF32, rt::OpCost{reduced / 4, 3 * reduced});
+  if (reduced > 0) t += m.compute.seconds(rt::OpCost{reduced / 4, 3 * reduced});
   return t;
 }
 
@@ -106,8 +106,9 @@ double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine
   if (ring <= 1) return 0;
   const RingPlan p = ring_plan(n, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, ring);
   const RingStepCost step = ring_step_cost(g, n, ring);
-  const double gemm = m.seconds(n.dtype, step.gemm);
-  const double add = p.gather ? 0.0 : p.halves * m.seconds(n.dtype, step.add);
+  const rt::MachineModel compute = m.compute_for(n.dtype);
+  const double gemm = compute.seconds(step.gemm);
+  const double add = p.gather ? 0.0 : p.halves * compute.seconds(step.add);
   const double piece = static_cast<double>(ir::dtype_size(n.dtype)) *
                        static_cast<double>(p.gather ? p.step_operand_count(p.moving) : p.step_result_count());
   const LinkLevel& link = m.link_for(g.mesh, n.axes);
@@ -151,7 +152,7 @@ double pack_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m)
   }
   if (elements == 0) return 0;
   const double bytes = 2 * elements * static_cast<double>(ir::dtype_size(n.dtype));
-  return m.seconds(n.dtype, rt::OpCost{0, bytes});
+  return m.compute_for(n.dtype).seconds(rt::OpCost{0, bytes});
 }
 
 // Per node of `g`: the seconds its statement takes on `m` (statement_cost at
@@ -165,7 +166,7 @@ std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m) {
     if (n.op == ir::Op::kRingDot && st.bucket.empty())
       seconds[st.node] = ring_dot_seconds(g, n, m);
     else if (!is_comm_statement(g, st))
-      seconds[st.node] = m.seconds(n.dtype, statement_cost(g, st));
+      seconds[st.node] = m.compute_for(n.dtype).seconds(statement_cost(g, st));
     else if (st.bucket.empty())
       seconds[st.node] = pack_seconds(g, n, m);
   }
