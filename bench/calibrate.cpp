@@ -9,9 +9,11 @@
 // divided among them, which is what a partitioned program's step sees.
 //   - f32 (and bf16) flop/s: every device runs the same sgemm (rt::gemm,
 //     --gemm-size square) repeatedly; the flops one device did over the wall
-//     time.
-//   - memory bytes/s: every device adds two vectors of 1M floats into a
-//     third (two reads and a write an element), the bytes one device moved
+//     time. And the same for every (M, N, K) drawn from --gemm-shapes, with
+//     A, B, both or neither transposed (gemm_flops_per_s_by_shape): the
+//     planner's rate for a GEMM of that shape.
+//   - memory bytes/s: every device adds a vector of 1M floats into another
+//     in place (two reads and a write an element), the bytes one device moved
 //     over the wall time.
 //   - statement overhead: every device runs many 16-element adds; what each
 //     took beyond its bytes at the rate above.
@@ -20,9 +22,10 @@
 //     latency each, beyond the sgemms alone) gives the latency, and an
 //     all-gather of --message-bytes (D - 1 steps, each device sending
 //     (D - 1) / D of the bytes, nothing to add) the bytes/s, as
-//     codegen/plan.cpp costs a collective; and the rate by size
-//     (bytes_per_s_by_size): all-gathers sending each of --sizes per device,
-//     each after an sgemm, as a step's collectives come after statements.
+//     codegen/plan.cpp costs a collective; and the rate by message size
+//     (bytes_per_s_by_message): all-gathers over every device whose ring
+//     steps move blocks of each of --message-sizes, each after an sgemm, as
+//     a step's collectives come after statements.
 // Each measurement is the fastest of --repeats runs (a neighbour's burst
 // slows a run, never speeds one up).
 //
@@ -53,7 +56,9 @@ struct Args {
   int repeats = 15;
   int gemm_size = 256;
   int64_t message_bytes = 1 << 20;
-  std::vector<int64_t> sizes = {16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
+  std::vector<int64_t> gemm_shapes = {8, 32, 128, 512, 1024};
+  int gemm_repeats = 3;
+  std::vector<int64_t> message_sizes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
   std::string name = "cpu";
   std::string out;
 };
@@ -84,10 +89,17 @@ int main(int argc, char** argv) {
       ->check(sharc::cli::at_least(1))
       ->capture_default_str();
   app.add_option("--gemm-size", a.gemm_size, "the square sgemm's size")->check(sharc::cli::at_least(16))->capture_default_str();
+  app.add_option("--gemm-shapes", a.gemm_shapes, "the sizes whose every (M, N, K) is timed for the GEMM rate by shape")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  app.add_option("--gemm-repeats", a.gemm_repeats, "runs per GEMM shape; the fastest counts")
+      ->check(sharc::cli::at_least(1))
+      ->capture_default_str();
   app.add_option("--message-bytes", a.message_bytes, "the all-gather's bytes (the link's bytes per second)")
       ->check(sharc::cli::at_least(4096))
       ->capture_default_str();
-  app.add_option("--sizes", a.sizes, "bytes a device sends in the all-gathers timed for the rate by size")
+  app.add_option("--message-sizes", a.message_sizes,
+                 "bytes of one message (a ring step's block) in the all-gathers timed for the rate by message size")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--name", a.name, "the machine's name in the file")->capture_default_str();
@@ -109,15 +121,44 @@ int main(int argc, char** argv) {
   });
   const double flops = 2.0 * n * n * n * gemm_reps / gemm_s;
 
-  // Memory: c = a + b over 1M floats, 12 bytes an element.
+  // GEMMs by shape: every (M, N, K) of the sizes, each transposition, the
+  // flops one device did over the wall time (enough calls for about 20
+  // MFLOP a device, at least one).
+  sharc::GemmRates by_shape;
+  std::sort(a.gemm_shapes.begin(), a.gemm_shapes.end());
+  a.gemm_shapes.erase(std::unique(a.gemm_shapes.begin(), a.gemm_shapes.end()), a.gemm_shapes.end());
+  for (int64_t s : a.gemm_shapes) by_shape.sizes.push_back(static_cast<double>(s));
+  {
+    const int64_t most = a.gemm_shapes.back() * a.gemm_shapes.back();
+    std::vector<std::vector<float>> sa(D, std::vector<float>(most, 0.5f)), sb = sa, sc = sa;
+    for (int t = 0; t < 4; ++t)
+      for (int64_t M : a.gemm_shapes)
+        for (int64_t N : a.gemm_shapes)
+          for (int64_t K : a.gemm_shapes) {
+            const double f = 2.0 * M * N * K;
+            const int calls = std::max(1, static_cast<int>(2e7 / f));
+            const double s = fastest_run(world, a.gemm_repeats, [&](int r) {
+              for (int i = 0; i < calls; ++i)
+                sharc::rt::gemm(1, M, N, K, sa[r].data(), t & 2, sb[r].data(), t & 1, sc[r].data(), 0.0f);
+            });
+            by_shape.rates[t].push_back(f * calls / s);
+          }
+  }
+
+  // Memory: c += a over 1M floats, 12 bytes an element (two reads and a
+  // write, as op_cost.h counts a statement's bytes). In place, so the bytes
+  // counted are the bytes moved: c = a + b into a third array would also
+  // read c's lines before writing them (write-allocate), a third more
+  // traffic than it counts, and measured 1.97e9 B/s against this 2.5e9 on
+  // the CI machine; the steps' elementwise statements ran at 2.5-3.1e9.
   const int64_t m = 1 << 20;
   const int add_reps = 10;
-  std::vector<std::vector<float>> xa(D, std::vector<float>(m, 1.0f)), xb = xa, xc = xa;
+  std::vector<std::vector<float>> xa(D, std::vector<float>(m, 1.0f)), xc = xa;
   const double add_s = fastest_run(world, a.repeats, [&](int r) {
     for (int i = 0; i < add_reps; ++i) {
       float* c = xc[r].data();
-      const float *x = xa[r].data(), *y = xb[r].data();
-      for (int64_t j = 0; j < m; ++j) c[j] = x[j] + y[j];
+      const float* x = xa[r].data();
+      for (int64_t j = 0; j < m; ++j) c[j] += x[j];
     }
   });
   const double bytes_per_s = 12.0 * m * add_reps / add_s;
@@ -127,8 +168,8 @@ int main(int argc, char** argv) {
   const double tiny_s = fastest_run(world, a.repeats, [&](int r) {
     for (int i = 0; i < tiny_reps; ++i) {
       float* c = xc[r].data() + (i % 64) * 16;
-      const float *x = xa[r].data(), *y = xb[r].data();
-      for (int j = 0; j < 16; ++j) c[j] = x[j] + y[j];
+      const float* x = xa[r].data();
+      for (int j = 0; j < 16; ++j) c[j] += x[j];
     }
   });
   const double overhead = std::max(0.0, tiny_s / tiny_reps - 12.0 * 16 / bytes_per_s);
@@ -136,7 +177,7 @@ int main(int argc, char** argv) {
   // The link: a ring all-reduce over every device takes 2 (D - 1) steps of
   // latency, its bytes at the link's rate, and adds half of them.
   double latency = 0, link_rate = 0;
-  std::vector<sharc::SizedRate> by_size;
+  std::vector<sharc::SizedRate> by_message;
   if (D > 1) {
     const int small_reps = 200;
     std::vector<std::vector<float>> one(D, std::vector<float>(1, 1.0f));
@@ -187,21 +228,23 @@ int main(int argc, char** argv) {
     const double per_call = big_s / big_reps;
     const double transfer = per_call - (D - 1) * latency;
     link_rate = transfer > 0 ? sent / transfer : sent / (0.1 * per_call);
-    // The rate by size: an all-gather sending each size per device, after
-    // an sgemm each time (as in a step, whose statements evict the caches a
-    // message would otherwise stay in), less the sgemms alone and the
-    // latency. Small messages stay in cache and beat the rate above; large
-    // ones do not (on the 2-core CI machine: 4x from 16 KiB to 4 MiB).
-    const int sized_reps = 20;
-    const double sized_sgemms_s = sgemms_s * sized_reps / loaded_reps;
-    std::vector<int64_t> sizes = a.sizes;  // ascending, each at least the one before
+    // The rate by message size: an all-gather over every device whose ring
+    // steps each move a block of the size, after an sgemm each time (as in
+    // a step, whose statements evict the caches a message would otherwise
+    // stay in), less the sgemm and the latency. Blocks that stay in a
+    // core's cache copy faster than those that do not (on the 2-core CI
+    // machine: 2.5e9 B/s at 16 KiB, 0.9e9 at 1 MiB and above).
+    const double sgemm_s = sgemms_s / loaded_reps;
+    std::vector<int64_t> sizes = a.message_sizes;  // ascending, each more than the one before
     std::sort(sizes.begin(), sizes.end());
     int64_t last_floats = 0;
     for (int64_t size : sizes) {
-      // At least `size` bytes a device, so the file's sizes read as asked.
-      const int64_t floats = std::max<int64_t>(1, (size + 4 * (D - 1) - 1) / (4 * (D - 1)));
+      // Messages of at least `size` bytes, so the file's sizes read as asked.
+      const int64_t floats = std::max<int64_t>(1, (size + 3) / 4);
       if (floats <= last_floats) continue;
       last_floats = floats;
+      // Enough calls to time: about 64 MiB sent a device.
+      const int sized_reps = static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / (floats * 4 * (D - 1)), 2, 20));
       std::vector<std::vector<float>> in(D, std::vector<float>(floats, 1.0f)), out(D, std::vector<float>(floats * D));
       const double with_s = fastest_run(world, a.repeats, [&](int r) {
         const sharc::rt::Group g{all, r};
@@ -211,16 +254,18 @@ int main(int argc, char** argv) {
         }
       });
       const double bytes = static_cast<double>(D - 1) * floats * 4;
-      const double call = (with_s - sized_sgemms_s) / sized_reps;
+      const double call = with_s / sized_reps - sgemm_s;
       const double moving = std::max(call - (D - 1) * latency, 0.1 * call);
-      by_size.push_back({.bytes = bytes, .bytes_per_s = bytes / moving});
-      std::fprintf(stderr, "sharc-calibrate: an all-gather sending %.0f bytes a device: %.3g s, %.3g B/s\n", bytes,
-                   call, bytes / moving);
+      by_message.push_back({.bytes = floats * 4.0, .bytes_per_s = bytes / moving});
+      std::fprintf(stderr, "sharc-calibrate: an all-gather of %lld-byte messages: %.3g s, %.3g B/s\n",
+                   static_cast<long long>(floats * 4), call, bytes / moving);
     }
   }
 
+  std::string shapes;
+  for (int64_t b : a.gemm_shapes) shapes += (shapes.empty() ? "" : ", ") + std::to_string(b);
   std::string sizes;
-  for (int64_t b : a.sizes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(b);
+  for (int64_t b : a.message_sizes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(b);
   sharc::PlanMachine machine;
   machine.name = a.name;
   const std::string core = sharc::rt::blas_info().core;
@@ -228,18 +273,21 @@ int main(int argc, char** argv) {
       "Measured by sharc-calibrate (bench/calibrate.cpp) with " + std::to_string(D) +
           " device threads running at once on this machine (" + std::to_string(std::thread::hardware_concurrency()) +
           " hardware threads, OpenBLAS core " + (core.empty() ? "unknown" : core) + "):",
-      "an sgemm of " + std::to_string(n) + ", adds of 1M and of 16 floats, a ring all-reduce over every device of",
+      "an sgemm of " + std::to_string(n) + " and sgemms of every (M, N, K) of " + shapes +
+          " with each transposition (gemm_flops_per_s_by_shape),",
+      "in-place adds of 1M and of 16 floats, a ring all-reduce over every device of",
       "4 bytes after each of many sgemms of 96 (the latency), an all-gather of " + std::to_string(a.message_bytes) +
           " bytes (bytes_per_s),",
-      "and all-gathers sending " + sizes + " bytes a device after sgemms of 96 (bytes_per_s_by_size);",
+      "and all-gathers over every device in messages of " + sizes + " bytes after sgemms of 96 (bytes_per_s_by_message);",
       "each figure the fastest of " + std::to_string(a.repeats) + " runs."};
   machine.compute.flops_per_s = flops;
+  machine.gemm = by_shape;
   machine.compute.bytes_per_s = bytes_per_s;
   machine.compute.overhead_s = overhead;
   machine.bf16_flops_per_s = flops;  // bf16 GEMMs widen to one sgemm here (runtime/kernels.h)
   machine.overlaps_compute = false;  // the device threads copy the messages themselves
   machine.links = {sharc::LinkLevel{.name = "thread world", .devices = 0, .latency_s = latency, .bytes_per_s = link_rate,
-                                    .by_size = by_size}};
+                                    .by_message = by_message}};
   const std::string json = sharc::machine_json(machine);
   std::fprintf(stderr,
                "sharc-calibrate, %d devices: %.3g flop/s, %.3g B/s of memory, %.3g s a statement; link %.3g s + "

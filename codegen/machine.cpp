@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -76,7 +77,7 @@ std::string rate(double v) {
   return buf;
 }
 
-// A "..._by_size" list: [{"bytes": ..., "bytes_per_s": ...}, ...], sizes
+// A "..._by_message" list: [{"bytes": ..., "bytes_per_s": ...}, ...], sizes
 // ascending.
 std::vector<SizedRate> sized_rates(const json& sizes, const std::string& list, const std::string& origin) {
   if (!sizes.is_array() || sizes.empty())
@@ -94,16 +95,52 @@ std::vector<SizedRate> sized_rates(const json& sizes, const std::string& list, c
   return rates;
 }
 
+// The GEMM tables' keys by index 2 * trans_a + trans_b.
+constexpr const char* kTranspositions[4] = {"nn", "nt", "tn", "tt"};
+
+// compute.gemm_flops_per_s_by_shape: {"sizes": [...], "nn": [...], ...}.
+GemmRates gemm_rates(const json& o, const std::string& where, const std::string& origin) {
+  if (!o.is_object()) bad(origin, where + " must be an object: {\"sizes\": [...], \"nn\": [...], \"nt\": [...], "
+                                          "\"tn\": [...], \"tt\": [...]}");
+  only(o, where, {"sizes", "nn", "nt", "tn", "tt"}, origin);
+  GemmRates g;
+  const json& sizes = field(o, "sizes", where, origin);
+  if (!sizes.is_array() || sizes.empty()) bad(origin, where + ".sizes must be a non-empty array of sizes");
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const std::string at = where + ".sizes[" + std::to_string(k) + "]";
+    if (!sizes[k].is_number() || !(sizes[k].get<double>() >= 1))
+      bad(origin, at + " must be a size of at least 1, not " + sizes[k].dump());
+    if (k > 0 && sizes[k].get<double>() <= g.sizes.back())
+      bad(origin, at + " must be more than the size before it (the sizes ascend)");
+    g.sizes.push_back(sizes[k].get<double>());
+  }
+  const size_t n = g.sizes.size(), cells = n * n * n;
+  for (int t = 0; t < 4; ++t) {
+    const json& r = field(o, kTranspositions[t], where, origin);
+    const std::string at = where + "." + kTranspositions[t];
+    if (!r.is_array() || r.size() != cells)
+      bad(origin, at + " must be an array of " + std::to_string(cells) + " rates (one per (M, N, K) of the " +
+                      std::to_string(n) + " sizes, K fastest), not " +
+                      (r.is_array() ? std::to_string(r.size()) : r.dump()));
+    for (size_t k = 0; k < cells; ++k) {
+      if (!r[k].is_number() || !(r[k].get<double>() > 0) || !std::isfinite(r[k].get<double>()))
+        bad(origin, at + "[" + std::to_string(k) + "] must be above 0, not " + r[k].dump());
+      g.rates[t].push_back(r[k].get<double>());
+    }
+  }
+  return g;
+}
+
 nlohmann::ordered_json sized_json(const std::vector<SizedRate>& rates) {
   nlohmann::ordered_json a = nlohmann::ordered_json::array();
   for (const SizedRate& r : rates) a.push_back({{"bytes", r.bytes}, {"bytes_per_s", r.bytes_per_s}});
   return a;
 }
 
-// " (1.7e+09 at 16 KiB, ...)"; "" for none.
+// " (by message: 1.7e+09 at 16 KiB, ...)"; "" for none.
 std::string sized_text(const std::vector<SizedRate>& rates) {
   if (rates.empty()) return "";
-  std::string s = " (";
+  std::string s = " (by message: ";
   for (size_t k = 0; k < rates.size(); ++k)
     s += (k ? ", " : "") + rate(rates[k].bytes_per_s) + " at " + bytes_text(rates[k].bytes);
   return s + ")";
@@ -111,15 +148,56 @@ std::string sized_text(const std::vector<SizedRate>& rates) {
 
 }  // namespace
 
-double LinkLevel::rate_for(double bytes) const {
-  if (by_size.empty()) return bytes_per_s;
-  if (bytes <= by_size.front().bytes) return by_size.front().bytes_per_s;
-  if (bytes >= by_size.back().bytes) return by_size.back().bytes_per_s;
+double LinkLevel::rate_for(double message_bytes) const {
+  const std::vector<SizedRate>& r = by_message;
+  if (r.empty()) return bytes_per_s;
+  if (message_bytes <= r.front().bytes) return r.front().bytes_per_s;
+  if (message_bytes >= r.back().bytes) return r.back().bytes_per_s;
   size_t i = 1;
-  while (by_size[i].bytes < bytes) ++i;  // by_size[i - 1].bytes < bytes <= by_size[i].bytes
-  const SizedRate &lo = by_size[i - 1], &hi = by_size[i];
-  const double t = std::log(bytes / lo.bytes) / std::log(hi.bytes / lo.bytes);
+  while (r[i].bytes < message_bytes) ++i;  // r[i - 1].bytes < message_bytes <= r[i].bytes
+  const SizedRate &lo = r[i - 1], &hi = r[i];
+  const double t = std::log(message_bytes / lo.bytes) / std::log(hi.bytes / lo.bytes);
   return lo.bytes_per_s + t * (hi.bytes_per_s - lo.bytes_per_s);
+}
+
+double GemmRates::rate(double M, double N, double K, bool trans_a, bool trans_b) const {
+  const std::vector<double>& r = rates[2 * trans_a + trans_b];
+  const size_t n = sizes.size();
+  // Along one dimension: the grid points below and above x, and x's weight
+  // on the one above (log(size)); both the nearest edge outside the grid.
+  struct Axis {
+    size_t lo = 0, hi = 0;
+    double t = 0;
+  };
+  auto axis = [&](double x) {
+    Axis a;
+    if (x <= sizes.front()) return a;
+    if (x >= sizes.back()) {
+      a.lo = a.hi = n - 1;
+      return a;
+    }
+    a.hi = 1;
+    while (sizes[a.hi] < x) ++a.hi;
+    a.lo = a.hi - 1;
+    a.t = std::log(x / sizes[a.lo]) / std::log(sizes[a.hi] / sizes[a.lo]);
+    return a;
+  };
+  const Axis am = axis(M), an = axis(N), ak = axis(K);
+  double sum = 0;
+  for (int c = 0; c < 8; ++c) {
+    const bool m1 = c & 4, n1 = c & 2, k1 = c & 1;
+    const double w = (m1 ? am.t : 1 - am.t) * (n1 ? an.t : 1 - an.t) * (k1 ? ak.t : 1 - ak.t);
+    if (w == 0) continue;
+    sum += w * r[((m1 ? am.hi : am.lo) * n + (n1 ? an.hi : an.lo)) * n + (k1 ? ak.hi : ak.lo)];
+  }
+  return sum;
+}
+
+rt::MachineModel PlanMachine::compute_for_gemm(ir::DType dtype, double M, double N, double K, bool trans_a,
+                                               bool trans_b) const {
+  rt::MachineModel m = compute_for(dtype);
+  if (!gemm.empty()) m.flops_per_s *= gemm.rate(M, N, K, trans_a, trans_b) / compute.flops_per_s;
+  return m;
 }
 
 rt::MachineModel PlanMachine::compute_for(ir::DType dtype) const {
@@ -159,10 +237,16 @@ std::string PlanMachine::str() const {
   else
     s += rate(compute.flops_per_s) + " flop/s";
   s += ", " + rate(compute.bytes_per_s) + " B/s memory, " + rate(compute.overhead_s * 1e6) + " us a statement";
+  if (!gemm.empty()) {
+    double lo = INFINITY, hi = 0;
+    for (const std::vector<double>& r : gemm.rates)
+      for (double x : r) lo = std::min(lo, x), hi = std::max(hi, x);
+    s += ", GEMMs by shape " + rate(lo) + " to " + rate(hi) + " flop/s";
+  }
   for (const LinkLevel& l : links) {
     s += "; " + l.name + (l.devices > 0 ? " (" + std::to_string(l.devices) + " devices)" : "") + " " +
          rate(l.latency_s * 1e6) + " us + " + rate(l.bytes_per_s) + " B/s";
-    s += sized_text(l.by_size);
+    s += sized_text(l.by_message);
   }
   if (!overlaps_compute) s += "; transfers take the compute's cores";
   return s;
@@ -196,7 +280,8 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     m.overlaps_compute = j.at("overlaps_compute").get<bool>();
   }
   const json& compute = field(j, "compute", "the machine", origin);
-  only(compute, "compute", {"flops_per_s", "memory_bytes_per_s", "statement_overhead_s"}, origin);
+  only(compute, "compute", {"flops_per_s", "memory_bytes_per_s", "statement_overhead_s", "gemm_flops_per_s_by_shape"},
+       origin);
   const json& flops = field(compute, "flops_per_s", "compute", origin);
   only(flops, "compute.flops_per_s", {"f32", "bf16"}, origin);
   m.compute.flops_per_s = number(flops, "f32", "compute.flops_per_s", origin, true);
@@ -204,6 +289,8 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
       flops.contains("bf16") ? number(flops, "bf16", "compute.flops_per_s", origin, true) : m.compute.flops_per_s;
   m.compute.bytes_per_s = number(compute, "memory_bytes_per_s", "compute", origin, true);
   m.compute.overhead_s = number(compute, "statement_overhead_s", "compute", origin, false);
+  if (compute.contains("gemm_flops_per_s_by_shape"))
+    m.gemm = gemm_rates(compute.at("gemm_flops_per_s_by_shape"), "compute.gemm_flops_per_s_by_shape", origin);
   const json& links = field(j, "links", "the machine", origin);
   if (!links.is_array() || links.empty()) bad(origin, "links must be a non-empty array, innermost level first");
   m.links.clear();
@@ -211,7 +298,7 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     const std::string where = "links[" + std::to_string(i) + "]";
     const json& l = links[i];
     if (!l.is_object()) bad(origin, where + " is not an object");
-    only(l, where, {"name", "devices", "latency_s", "bytes_per_s", "bytes_per_s_by_size"}, origin);
+    only(l, where, {"name", "devices", "latency_s", "bytes_per_s", "bytes_per_s_by_message"}, origin);
     LinkLevel level;
     const json& ln = field(l, "name", where, origin);
     if (!ln.is_string()) bad(origin, where + ".name must be a string");
@@ -231,8 +318,8 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     }
     level.latency_s = number(l, "latency_s", where, origin, false);
     level.bytes_per_s = number(l, "bytes_per_s", where, origin, true);
-    if (l.contains("bytes_per_s_by_size"))
-      level.by_size = sized_rates(l.at("bytes_per_s_by_size"), where + ".bytes_per_s_by_size", origin);
+    if (l.contains("bytes_per_s_by_message"))
+      level.by_message = sized_rates(l.at("bytes_per_s_by_message"), where + ".bytes_per_s_by_message", origin);
     m.links.push_back(std::move(level));
   }
   return m;
@@ -272,6 +359,11 @@ std::string machine_json(const PlanMachine& m) {
   j["compute"]["flops_per_s"]["bf16"] = m.bf16_flops_per_s > 0 ? m.bf16_flops_per_s : m.compute.flops_per_s;
   j["compute"]["memory_bytes_per_s"] = m.compute.bytes_per_s;
   j["compute"]["statement_overhead_s"] = m.compute.overhead_s;
+  if (!m.gemm.empty()) {
+    nlohmann::ordered_json& g = j["compute"]["gemm_flops_per_s_by_shape"];
+    g["sizes"] = m.gemm.sizes;
+    for (int t = 0; t < 4; ++t) g[kTranspositions[t]] = m.gemm.rates[t];
+  }
   j["links"] = nlohmann::ordered_json::array();
   for (const LinkLevel& l : m.links) {
     nlohmann::ordered_json o;
@@ -279,7 +371,7 @@ std::string machine_json(const PlanMachine& m) {
     if (l.devices > 0) o["devices"] = l.devices;
     o["latency_s"] = l.latency_s;
     o["bytes_per_s"] = l.bytes_per_s;
-    if (!l.by_size.empty()) o["bytes_per_s_by_size"] = sized_json(l.by_size);
+    if (!l.by_message.empty()) o["bytes_per_s_by_message"] = sized_json(l.by_message);
     j["links"].push_back(o);
   }
   j["overlaps_compute"] = m.overlaps_compute;

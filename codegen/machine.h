@@ -10,9 +10,11 @@
 //     "name": "h100-ib",
 //     "about": ["where each figure comes from", "..."],
 //     "compute": {"flops_per_s": {"f32": 5.1e13, "bf16": 7.0e14},
-//                 "memory_bytes_per_s": 2.5e12, "statement_overhead_s": 4e-6},
+//                 "memory_bytes_per_s": 2.5e12, "statement_overhead_s": 4e-6,
+//                 "gemm_flops_per_s_by_shape": {"sizes": [8, 32, ...],
+//                                               "nn": [...], "tn": [...], "nt": [...], "tt": [...]}},
 //     "links": [{"name": "nvlink", "devices": 8, "latency_s": 2e-6, "bytes_per_s": 3.6e11,
-//                "bytes_per_s_by_size": [{"bytes": 65536, "bytes_per_s": 1e11}, ...]},
+//                "bytes_per_s_by_message": [{"bytes": 65536, "bytes_per_s": 1e11}, ...]},
 //               {"name": "infiniband", "latency_s": 6e-6, "bytes_per_s": 4.5e10}]
 //   }
 //
@@ -24,6 +26,7 @@
 // that link's latency and rate are the collective's.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,10 +38,30 @@
 
 namespace sharc {
 
-// A rate measured for collectives of one size: `bytes` sent per device by
-// one call.
+// A rate measured for one message size: `bytes` in one message (a ring
+// step's block).
 struct SizedRate {
   double bytes = 0, bytes_per_s = 0;
+};
+
+// A GEMM's rate by its shape (optional, "gemm_flops_per_s_by_shape"): f32
+// flop/s per device measured at every (M, N, K) drawn from `sizes`, one
+// table for each way the operands are transposed. A GEMM's rate is not one
+// number: on the CI machine a 128-cube ran at 8.3e9 flop/s a device, one
+// with M = 16 rows against a 784x512 B at 3.9e9 (B no longer fits a core's
+// cache, and a few rows do not repay packing it). A shape between the
+// sizes is interpolated on log(size) along each dimension (trilinear),
+// one outside them takes the nearest edge. Empty: compute.flops_per_s for
+// every GEMM.
+struct GemmRates {
+  std::vector<double> sizes;  // ascending
+  // By transposition (index: 2 * trans_a + trans_b; JSON "nn", "nt", "tn",
+  // "tt"), the rate at (sizes[i], sizes[j], sizes[k]) for (M, N, K) at
+  // (i * n + j) * n + k, n = sizes.size().
+  std::array<std::vector<double>, 4> rates;
+
+  bool empty() const { return sizes.empty(); }
+  double rate(double M, double N, double K, bool trans_a, bool trans_b) const;
 };
 
 struct LinkLevel {
@@ -46,15 +69,20 @@ struct LinkLevel {
   int devices = 0;        // consecutive devices one unit holds; 0: all (the last level only)
   double latency_s = 0;   // per message (a ring step)
   double bytes_per_s = 0; // per device, each way
-  // Optional ("bytes_per_s_by_size"): the rate measured at several sizes,
-  // ascending by bytes. A link's rate depends on how much one collective
-  // moves (caches on a CPU, protocols and channels in NCCL); a call of a
-  // size between two is interpolated on log(bytes), one outside them takes
-  // the nearest. Empty: bytes_per_s at every size.
-  std::vector<SizedRate> by_size;
+  // Optional ("bytes_per_s_by_message"): the rate measured for messages of
+  // several sizes, ascending by bytes. A link's rate depends on how big its
+  // messages are: on a CPU a block that stays in a core's cache copies
+  // several times faster than one that does not (measured on the CI
+  // machine: 2.5e9 B/s at 16 KiB, 0.9e9 at 1 MiB); NCCL changes protocol
+  // with size. A collective's message is one ring step's block (a call's
+  // bytes over its steps), so an all-gather over 2 devices and one over 8
+  // that send the same bytes go at different rates. A size between two is
+  // interpolated on log(bytes); one outside them takes the nearest. Empty:
+  // bytes_per_s at every size.
+  std::vector<SizedRate> by_message;
 
-  // The rate for a collective that sends `bytes` per device in one call.
-  double rate_for(double bytes) const;
+  // The rate for messages of `message_bytes` each.
+  double rate_for(double message_bytes) const;
 };
 
 struct PlanMachine {
@@ -63,8 +91,9 @@ struct PlanMachine {
   // f32 rates: flops, memory bytes per second, overhead per statement.
   rt::MachineModel compute;
   double bf16_flops_per_s = 0;  // 0: compute.flops_per_s
+  GemmRates gemm;               // f32; a bf16 GEMM's scaled by bf16_flops_per_s / compute.flops_per_s
   // Innermost first; at least one.
-  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9, .by_size = {}}};
+  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9, .by_message = {}}};
   // Whether a device's transfers run while it computes (a GPU's copy
   // engines and NICs: a ring step of a collective matmul takes the longer
   // of its GEMM and its transfer), or take the same cores (the CPU thread
@@ -76,6 +105,11 @@ struct PlanMachine {
   // The statement cost model for a statement whose result is `dtype` (bf16
   // at the bf16 rate, everything else at f32's).
   rt::MachineModel compute_for(ir::DType dtype) const;
+  // The same for a GEMM statement of that shape (M x K times K x N, its A
+  // or B transposed by the flags): its flops at the rate `gemm` gives for
+  // the shape, when the machine has one.
+  rt::MachineModel compute_for_gemm(ir::DType dtype, double M, double N, double K, bool trans_a,
+                                    bool trans_b) const;
   // The link a collective over `axes` of `mesh` crosses.
   const LinkLevel& link_for(const Mesh& mesh, const std::vector<std::string>& axes) const;
   // The link model of the thread world's fabric: the innermost level.

@@ -55,20 +55,37 @@ std::string bytes_str(uint64_t b) {
   return buf;
 }
 
-// One collective on one device, as the runtime's ring algorithms run it
-// (runtime/ring_comm.cpp) on `link`: a ring step waits for its message (the
-// latency, and its bytes at the link's rate for a call of this size, one
-// step after another); an
-// all-to-all posts every block at once on links of their own; a reducing
-// ring adds each arriving chunk into its own (one flop, and two reads and a
-// write, per element, on the compute model; f32 assumed).
+}  // namespace
+
+// As the runtime's ring algorithms run it (runtime/ring_comm.cpp): a ring
+// step waits for its message (the latency, and its bytes at the link's rate
+// for a message of its size, one step after another); an all-to-all posts
+// every block at once on links of their own; a reducing ring adds each
+// arriving chunk into its own (one flop, and two reads and a write, per
+// element, on the compute model; f32 assumed).
 double collective_seconds(const CollectiveReport& col, uint64_t sent, const LinkLevel& link,
                           const PlanMachine& m) {
   const int g = col.group_size;
   if (g <= 1 || sent == 0) return 0;
   const double bytes = static_cast<double>(sent);
   const double calls = static_cast<double>(std::max<uint64_t>(col.calls, 1));
-  const double link_rate = link.rate_for(bytes / calls);
+  // A call's messages: a ring step's block each (an all-reduce's ring goes
+  // round twice), an all-to-all's block for each peer, one for a permute.
+  double messages = 1;
+  switch (col.kind) {
+    case rt::CollectiveKind::kAllReduce:
+      messages = 2.0 * (g - 1);
+      break;
+    case rt::CollectiveKind::kReduceScatter:
+    case rt::CollectiveKind::kAllGather:
+    case rt::CollectiveKind::kAllToAll:
+      messages = g - 1;
+      break;
+    case rt::CollectiveKind::kPPermute:
+    case rt::CollectiveKind::kSendRecv:
+      break;
+  }
+  const double link_rate = link.rate_for(bytes / calls / messages);
   const double rate = link_rate > 0 ? link_rate : INFINITY;
   double reduced = 0;  // bytes added into the device's own
   double t = 0;
@@ -96,6 +113,17 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
   return t;
 }
 
+namespace {
+
+// The cost model of a GEMM on operands of shapes `lhs` and `rhs`: the
+// machine's rate for its (M, N, K) and transposition (PlanMachine::gemm).
+rt::MachineModel gemm_model(const PlanMachine& m, ir::DType dtype, const ir::DotDims& d, const ir::Shape& lhs,
+                            const ir::Shape& rhs) {
+  const LocalDotLayout l = local_dot_layout(d, lhs, rhs);
+  return m.compute_for_gemm(dtype, static_cast<double>(l.M), static_cast<double>(l.N), static_cast<double>(l.K),
+                            l.trans_lhs, l.trans_rhs);
+}
+
 // A RingDot on one device (ring_plan.h): each step's GEMMs (one statement
 // for its halves) hide the transfer of the block the next step multiplies,
 // so a step after the first takes the longer of the two (on a machine whose
@@ -107,12 +135,12 @@ double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine
   const RingPlan p = ring_plan(n, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, ring);
   const RingStepCost step = ring_step_cost(g, n, ring);
   const rt::MachineModel compute = m.compute_for(n.dtype);
-  const double gemm = compute.seconds(step.gemm);
+  const double gemm = gemm_model(m, n.dtype, n.dot, p.step_operand[0], p.step_operand[1]).seconds(step.gemm);
   const double add = p.gather ? 0.0 : p.halves * compute.seconds(step.add);
   const double piece = static_cast<double>(ir::dtype_size(n.dtype)) *
                        static_cast<double>(p.gather ? p.step_operand_count(p.moving) : p.step_result_count());
   const LinkLevel& link = m.link_for(g.mesh, n.axes);
-  const double link_rate = link.rate_for(piece * (ring - 1));  // the ring's bytes, as one collective's
+  const double link_rate = link.rate_for(piece);  // a step's message
   const double transfer = link.latency_s + (link_rate > 0 ? piece / link_rate : 0.0);
   const double later_step = m.overlaps_compute ? std::max(gemm, transfer) : gemm + transfer;
   return gemm + (ring - 1) * (later_step + add);
@@ -165,6 +193,9 @@ std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m) {
     const ir::Node& n = g.nodes[st.node];
     if (n.op == ir::Op::kRingDot && st.bucket.empty())
       seconds[st.node] = ring_dot_seconds(g, n, m);
+    else if (n.op == ir::Op::kDot || (n.op == ir::Op::kKernel && n.kernel.rfind("gemm", 0) == 0))
+      seconds[st.node] =
+          gemm_model(m, n.dtype, n.dot, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape).seconds(statement_cost(g, st));
     else if (!is_comm_statement(g, st))
       seconds[st.node] = m.compute_for(n.dtype).seconds(statement_cost(g, st));
     else if (st.bucket.empty())

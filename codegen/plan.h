@@ -34,6 +34,7 @@
 
 #include "codegen/machine.h"
 #include "codegen/pipeline.h"
+#include "codegen/report.h"
 #include "dsl/program.h"
 #include "ir/ir.h"
 
@@ -151,6 +152,14 @@ Lowered lower_candidate(const ir::Graph& traced, const PlanCandidate& c, int dev
 // compute and communication parts, peak memory and bytes sent per device,
 // the verdict) and the chosen plan as a MESH the user could write.
 std::string format_plan(const Plan& p);
+
+// One collective's seconds on one device that sends `sent` bytes in it
+// (over all its calls) across `link` of machine `m`: each call's latency,
+// one per ring step (an all-reduce's ring goes round twice; an all-to-all
+// and a permute wait once), its bytes at the link's rate for its messages'
+// size (a call's bytes over its messages: a ring step's block, an
+// all-to-all's block for one peer), and a reducing ring's adds.
+double collective_seconds(const CollectiveReport& col, uint64_t sent, const LinkLevel& link, const PlanMachine& m);
 
 // "16GiB", "512MiB", "1e9" (bytes): a budget's bytes, or nullopt.
 std::optional<uint64_t> parse_bytes(const std::string& text);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -205,21 +206,88 @@ TEST(Machines, KnownMachinesParseAndSayWhereTheirFiguresComeFrom) {
   EXPECT_NE(text.str().find("set(_sharc_machines cpu h100-ib h100-nvlink)"), std::string::npos);
 }
 
-// A link's rate by size: the nearest measured size outside them, and
-// between two sizes interpolated on log(bytes); the cpu machine has one
-// (sharc-calibrate's all-gathers by size), and a collective's cost uses it.
-TEST(Machines, ALinksRateDependsOnTheCallsSize) {
+// A link's rate by message size: the nearest measured size outside them,
+// and between two sizes interpolated on log(bytes); the cpu machine has one
+// (sharc-calibrate's all-gathers by message size).
+TEST(Machines, ALinksRateDependsOnTheMessagesSize) {
   LinkLevel l{.name = "l", .devices = 0, .latency_s = 0, .bytes_per_s = 5e9,
-              .by_size = {{.bytes = 1024, .bytes_per_s = 1e9}, {.bytes = 4096, .bytes_per_s = 3e9}}};
+              .by_message = {{.bytes = 1024, .bytes_per_s = 1e9}, {.bytes = 4096, .bytes_per_s = 3e9}}};
   EXPECT_DOUBLE_EQ(l.rate_for(100), 1e9);
   EXPECT_DOUBLE_EQ(l.rate_for(1024), 1e9);
   EXPECT_DOUBLE_EQ(l.rate_for(2048), 2e9);  // halfway on log(bytes)
   EXPECT_DOUBLE_EQ(l.rate_for(1 << 20), 3e9);
-  l.by_size.clear();
+  l.by_message.clear();
   EXPECT_DOUBLE_EQ(l.rate_for(2048), 5e9);
   const PlanMachine cpu = *known_machine("cpu");
-  ASSERT_GE(cpu.links[0].by_size.size(), 2u);
-  EXPECT_NE(cpu.str().find(" at 1 MiB"), std::string::npos) << cpu.str();
+  ASSERT_GE(cpu.links[0].by_message.size(), 2u);
+  EXPECT_NE(cpu.str().find(" (by message: "), std::string::npos) << cpu.str();
+}
+
+// A GEMM's rate by shape: trilinear on log(size) between the grid's sizes,
+// the nearest edge outside them, a table per transposition; bf16 GEMMs
+// scale by the machine's bf16 rate over its f32 one; the cpu machine has
+// one (sharc-calibrate's sgemms by shape).
+TEST(Machines, AGemmsRateDependsOnItsShape) {
+  PlanMachine m;
+  m.compute.flops_per_s = 4e9;
+  m.bf16_flops_per_s = 8e9;
+  m.gemm.sizes = {8, 64};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (int k = 0; k < 2; ++k) m.gemm.rates[0].push_back(1e9 * (1 + i + 2 * j + 4 * k));  // (M, N, K)
+  m.gemm.rates[1].assign(8, 7e9);  // B transposed
+  m.gemm.rates[2].assign(8, 6e9);  // A transposed
+  m.gemm.rates[3].assign(8, 5e9);
+  const GemmRates& g = m.gemm;
+  EXPECT_DOUBLE_EQ(g.rate(8, 8, 8, false, false), 1e9);
+  EXPECT_DOUBLE_EQ(g.rate(64, 8, 8, false, false), 2e9);
+  EXPECT_DOUBLE_EQ(g.rate(8, 64, 8, false, false), 3e9);
+  EXPECT_DOUBLE_EQ(g.rate(8, 8, 64, false, false), 5e9);
+  EXPECT_DOUBLE_EQ(g.rate(64, 64, 64, false, false), 8e9);
+  EXPECT_NEAR(g.rate(std::sqrt(8.0 * 64), 8, 8, false, false), 1.5e9, 1);  // halfway on log(M)
+  EXPECT_NEAR(g.rate(std::sqrt(8.0 * 64), std::sqrt(8.0 * 64), std::sqrt(8.0 * 64), false, false), 4.5e9, 1);
+  EXPECT_DOUBLE_EQ(g.rate(2, 8, 8, false, false), 1e9);     // below the grid: its edge
+  EXPECT_DOUBLE_EQ(g.rate(4096, 8, 8, false, false), 2e9);  // above
+  EXPECT_DOUBLE_EQ(g.rate(20, 30, 40, false, true), 7e9);
+  EXPECT_DOUBLE_EQ(g.rate(20, 30, 40, true, false), 6e9);
+  EXPECT_DOUBLE_EQ(g.rate(20, 30, 40, true, true), 5e9);
+  EXPECT_DOUBLE_EQ(m.compute_for_gemm(ir::DType::kF32, 64, 8, 8, false, false).flops_per_s, 2e9);
+  EXPECT_DOUBLE_EQ(m.compute_for_gemm(ir::DType::kBF16, 64, 8, 8, false, false).flops_per_s, 4e9);
+  m.gemm = {};
+  EXPECT_DOUBLE_EQ(m.compute_for_gemm(ir::DType::kF32, 64, 8, 8, false, false).flops_per_s, 4e9);
+  const PlanMachine cpu = *known_machine("cpu");
+  ASSERT_GE(cpu.gemm.sizes.size(), 2u);
+  EXPECT_NE(cpu.str().find(", GEMMs by shape "), std::string::npos) << cpu.str();
+  // Written and read back the same.
+  EXPECT_EQ(parse_machine(machine_json(cpu), "cpu.json").gemm.rates, cpu.gemm.rates);
+}
+
+// A collective's message is a ring step's block: the same bytes sent over
+// 8 devices go in 7 blocks of a seventh, over 2 in one block, and an
+// all-reduce's ring goes round twice. On the CI machine a 1 MiB block went
+// at a third of a 16 KiB one's rate (codegen/machines/cpu.json).
+TEST(Machines, ACollectivesBytesGoAtItsMessagesRate) {
+  PlanMachine m;
+  m.links = {{.name = "l", .devices = 0, .latency_s = 1e-6, .bytes_per_s = 1e9,
+              .by_message = {{.bytes = 16384, .bytes_per_s = 4e9}, {.bytes = 1 << 20, .bytes_per_s = 1e9}}}};
+  const LinkLevel& link = m.links[0];
+  auto gather = [](int group, uint64_t calls) {
+    CollectiveReport c;
+    c.kind = rt::CollectiveKind::kAllGather;
+    c.group_size = group;
+    c.calls = calls;
+    return c;
+  };
+  const uint64_t sent = 7 * 16384;
+  EXPECT_DOUBLE_EQ(collective_seconds(gather(8, 1), sent, link, m), 7 * 1e-6 + sent / 4e9);
+  const double t = std::log(7.0) / std::log(64.0);  // 7 * 16 KiB on log(bytes) from 16 KiB to 1 MiB
+  EXPECT_DOUBLE_EQ(collective_seconds(gather(2, 1), sent, link, m), 1e-6 + sent / (4e9 - t * 3e9));
+  EXPECT_DOUBLE_EQ(collective_seconds(gather(2, 7), sent, link, m), 7 * 1e-6 + sent / 4e9);  // 7 calls of 16 KiB
+  CollectiveReport reduce = gather(8, 1);
+  reduce.kind = rt::CollectiveKind::kAllReduce;  // 14 messages of 8 KiB, and adds of half the bytes
+  const uint64_t reduced = 14 * 8192;
+  EXPECT_DOUBLE_EQ(collective_seconds(reduce, reduced, link, m),
+                   14 * 1e-6 + reduced / 4e9 + m.compute.seconds(rt::OpCost{reduced / 2.0 / 4, 1.5 * reduced}));
 }
 
 TEST(Machines, ACollectiveCrossesTheSlowestLinkItsGroupSpans) {
@@ -264,18 +332,37 @@ TEST(Machines, ErrorsNameTheFileAndTheField) {
   EXPECT_NE(error("{").find("machine my.json: not JSON: "), std::string::npos);
   auto sized = [&](const std::string& list) {
     return error(R"({"name": "m", )" + compute +
-                 R"(, "links": [{"name": "l", "latency_s": 0, "bytes_per_s": 1e9, "bytes_per_s_by_size": )" + list +
+                 R"(, "links": [{"name": "l", "latency_s": 0, "bytes_per_s": 1e9, "bytes_per_s_by_message": )" + list +
                  "}]}");
   };
-  EXPECT_EQ(sized("[]"), "machine my.json: links[0].bytes_per_s_by_size must be a non-empty array of "
+  EXPECT_EQ(sized("[]"), "machine my.json: links[0].bytes_per_s_by_message must be a non-empty array of "
                          "{\"bytes\": ..., \"bytes_per_s\": ...}");
   EXPECT_EQ(sized(R"([{"bytes": 1024, "bytes_per_s": 1e9}, {"bytes": 512, "bytes_per_s": 2e9}])"),
-            "machine my.json: links[0].bytes_per_s_by_size[1].bytes must be more than the entry before it (the "
+            "machine my.json: links[0].bytes_per_s_by_message[1].bytes must be more than the entry before it (the "
             "sizes ascend)");
   EXPECT_EQ(sized(R"([{"bytes": 1024, "rate": 1e9}])"),
-            "machine my.json: unknown field 'rate' in links[0].bytes_per_s_by_size[0] (it has: bytes, bytes_per_s)");
+            "machine my.json: unknown field 'rate' in links[0].bytes_per_s_by_message[0] (it has: bytes, bytes_per_s)");
   EXPECT_EQ(sized(R"([{"bytes": 1024, "bytes_per_s": 0}])"),
-            "machine my.json: links[0].bytes_per_s_by_size[0].bytes_per_s must be above 0, not 0");
+            "machine my.json: links[0].bytes_per_s_by_message[0].bytes_per_s must be above 0, not 0");
+  auto gemm = [&](const std::string& table) {
+    return error(R"({"name": "m", "compute": {"flops_per_s": {"f32": 1e12}, "memory_bytes_per_s": 1e11, )"
+                 R"("statement_overhead_s": 0, "gemm_flops_per_s_by_shape": )" +
+                 table + "}, \"links\": [" + link + "]}");
+  };
+  const std::string eight = "[1, 1, 1, 1, 1, 1, 1, 1]";
+  EXPECT_EQ(gemm(R"({"sizes": [8, 64], "nn": )" + eight + R"(, "nt": )" + eight + R"(, "tn": )" + eight + "}"),
+            "machine my.json: compute.gemm_flops_per_s_by_shape has no 'tt'");
+  EXPECT_EQ(gemm(R"({"sizes": [64, 8], "nn": )" + eight + "}"),
+            "machine my.json: compute.gemm_flops_per_s_by_shape.sizes[1] must be more than the size before it (the "
+            "sizes ascend)");
+  EXPECT_EQ(gemm(R"({"sizes": [8, 64], "nn": [1, 2, 3]})"),
+            "machine my.json: compute.gemm_flops_per_s_by_shape.nn must be an array of 8 rates (one per (M, N, K) "
+            "of the 2 sizes, K fastest), not 3");
+  EXPECT_EQ(gemm(R"({"sizes": [8, 64], "nn": [1, 1, 1, 1, 1, 1, 0, 1]})"),
+            "machine my.json: compute.gemm_flops_per_s_by_shape.nn[6] must be above 0, not 0");
+  EXPECT_EQ(gemm(R"({"sizes": [8], "nn": [1], "nt": [1], "tn": [1], "tt": [1], "mnk": 1})"),
+            "machine my.json: unknown field 'mnk' in compute.gemm_flops_per_s_by_shape (it has: sizes, nn, nt, tn, "
+            "tt)");
   try {
     load_machine("tpu-v5");
     ADD_FAILURE() << "no error";
