@@ -47,8 +47,8 @@ struct SizedRate {
 // A GEMM's rate by its shape (optional, "gemm_flops_per_s_by_shape"): f32
 // flop/s per device measured at every (M, N, K) drawn from `sizes`, one
 // table for each way the operands are transposed. A GEMM's rate is not one
-// number: on the CI machine a 128-cube ran at 8.3e9 flop/s a device, one
-// with M = 16 rows against a 784x512 B at 3.9e9 (B no longer fits a core's
+// number: on the CI machine a 128-cube ran at 9.4e9 flop/s a device, one
+// with M = 8 rows against a 512x1024 B at 3.5e9 (B no longer fits a core's
 // cache, and a few rows do not repay packing it). A shape between the
 // sizes is interpolated on log(size) along each dimension (trilinear),
 // one outside them takes the nearest edge. Empty: compute.flops_per_s for
@@ -73,7 +73,7 @@ struct LinkLevel {
   // several sizes, ascending by bytes. A link's rate depends on how big its
   // messages are: on a CPU a block that stays in a core's cache copies
   // several times faster than one that does not (measured on the CI
-  // machine: 2.5e9 B/s at 16 KiB, 0.9e9 at 1 MiB); NCCL changes protocol
+  // machine: 4.2e9 B/s at 16 KiB, 0.9e9 at 1 MiB); NCCL changes protocol
   // with size. A collective's message is one ring step's block (a call's
   // bytes over its steps), so an all-gather over 2 devices and one over 8
   // that send the same bytes go at different rates. A size between two is

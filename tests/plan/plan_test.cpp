@@ -265,7 +265,7 @@ TEST(Machines, AGemmsRateDependsOnItsShape) {
 // A collective's message is a ring step's block: the same bytes sent over
 // 8 devices go in 7 blocks of a seventh, over 2 in one block, and an
 // all-reduce's ring goes round twice. On the CI machine a 1 MiB block went
-// at a third of a 16 KiB one's rate (codegen/machines/cpu.json).
+// at a fifth of a 16 KiB one's rate (codegen/machines/cpu.json).
 TEST(Machines, ACollectivesBytesGoAtItsMessagesRate) {
   PlanMachine m;
   m.links = {{.name = "l", .devices = 0, .latency_s = 1e-6, .bytes_per_s = 1e9,
