@@ -77,6 +77,28 @@ std::string rate(double v) {
   return buf;
 }
 
+// Where x falls on an ascending grid of n points (at(i) the i-th): the
+// points below and above it and its weight on the one above, on log(x);
+// outside the grid both are the nearest end, with weight 0.
+struct LogBracket {
+  size_t lo = 0, hi = 0;
+  double t = 0;
+};
+template <class At>
+LogBracket log_bracket(size_t n, At at, double x) {
+  LogBracket b;
+  if (x <= at(0)) return b;
+  if (x >= at(n - 1)) {
+    b.lo = b.hi = n - 1;
+    return b;
+  }
+  b.hi = 1;
+  while (at(b.hi) < x) ++b.hi;  // at(hi - 1) < x <= at(hi)
+  b.lo = b.hi - 1;
+  b.t = std::log(x / at(b.lo)) / std::log(at(b.hi) / at(b.lo));
+  return b;
+}
+
 // A "..._by_message" list: [{"bytes": ..., "bytes_per_s": ...}, ...], sizes
 // ascending.
 std::vector<SizedRate> sized_rates(const json& sizes, const std::string& list, const std::string& origin) {
@@ -151,38 +173,15 @@ std::string sized_text(const std::vector<SizedRate>& rates) {
 double LinkLevel::rate_for(double message_bytes) const {
   const std::vector<SizedRate>& r = by_message;
   if (r.empty()) return bytes_per_s;
-  if (message_bytes <= r.front().bytes) return r.front().bytes_per_s;
-  if (message_bytes >= r.back().bytes) return r.back().bytes_per_s;
-  size_t i = 1;
-  while (r[i].bytes < message_bytes) ++i;  // r[i - 1].bytes < message_bytes <= r[i].bytes
-  const SizedRate &lo = r[i - 1], &hi = r[i];
-  const double t = std::log(message_bytes / lo.bytes) / std::log(hi.bytes / lo.bytes);
-  return lo.bytes_per_s + t * (hi.bytes_per_s - lo.bytes_per_s);
+  const LogBracket b = log_bracket(r.size(), [&](size_t i) { return r[i].bytes; }, message_bytes);
+  return r[b.lo].bytes_per_s + b.t * (r[b.hi].bytes_per_s - r[b.lo].bytes_per_s);
 }
 
 double GemmRates::rate(double M, double N, double K, bool trans_a, bool trans_b) const {
   const std::vector<double>& r = rates[2 * trans_a + trans_b];
   const size_t n = sizes.size();
-  // Along one dimension: the grid points below and above x, and x's weight
-  // on the one above (log(size)); both the nearest edge outside the grid.
-  struct Axis {
-    size_t lo = 0, hi = 0;
-    double t = 0;
-  };
-  auto axis = [&](double x) {
-    Axis a;
-    if (x <= sizes.front()) return a;
-    if (x >= sizes.back()) {
-      a.lo = a.hi = n - 1;
-      return a;
-    }
-    a.hi = 1;
-    while (sizes[a.hi] < x) ++a.hi;
-    a.lo = a.hi - 1;
-    a.t = std::log(x / sizes[a.lo]) / std::log(sizes[a.hi] / sizes[a.lo]);
-    return a;
-  };
-  const Axis am = axis(M), an = axis(N), ak = axis(K);
+  auto axis = [&](double x) { return log_bracket(n, [&](size_t i) { return sizes[i]; }, x); };
+  const LogBracket am = axis(M), an = axis(N), ak = axis(K);
   double sum = 0;
   for (int c = 0; c < 8; ++c) {
     const bool m1 = c & 4, n1 = c & 2, k1 = c & 1;

@@ -37,6 +37,10 @@ rt::OpCost gemm_cost(const ir::DotDims& d, const ir::Shape& lhs, const ir::Shape
 
 }  // namespace
 
+bool is_gemm_kernel(const Node& n) {
+  return n.op == Op::kKernel && n.kernel.rfind("gemm", 0) == 0;
+}
+
 bool is_comm_statement(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
   if (!stmt.bucket.empty()) return true;
   const Op op = g.nodes[stmt.node].op;
@@ -50,7 +54,7 @@ rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
   if (n.op == Op::kDot)
     return gemm_cost(n.dot, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, n.shape,
                      static_cast<double>(ir::dtype_size(n.dtype)));
-  if (n.op == Op::kKernel && n.kernel.rfind("gemm", 0) == 0) {
+  if (is_gemm_kernel(n)) {
     // A GEMM with its epilogue: the GEMM, then the bias or gelu's argument
     // read, gelu's argument written where it is kept, and a few flops per
     // element of the result (gelu's tanh: about eight).

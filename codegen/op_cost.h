@@ -27,6 +27,10 @@
 
 namespace sharc {
 
+// True when `n` is a GEMM kernel with its epilogue ("gemm_bias",
+// "gemm_dgelu", ...: passes/use_gpu_kernels.cpp's gemm_node).
+bool is_gemm_kernel(const ir::Node& n);
+
 // True when statement `stmt` is communication (its time is the
 // communicator's); a RingDot counts as communication, its steps' GEMMs are
 // marked one by one with ring_step_cost.

@@ -69,17 +69,27 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
   if (g <= 1 || sent == 0) return 0;
   const double bytes = static_cast<double>(sent);
   const double calls = static_cast<double>(std::max<uint64_t>(col.calls, 1));
-  // A call's messages: a ring step's block each (an all-reduce's ring goes
-  // round twice), an all-to-all's block for each peer, one for a permute.
-  double messages = 1;
+  // Per call: the messages it waits for one after another (a ring's
+  // steps; an all-reduce's ring goes round twice; an all-to-all posts every
+  // block at once and waits once), its messages (a ring step's block each,
+  // an all-to-all's block for each peer), how many links its bytes share
+  // (an all-to-all's blocks go on links of their own), and the bytes it
+  // adds into the device's own.
+  double waits = 1, messages = 1, links = 1, reduced = 0;
   switch (col.kind) {
     case rt::CollectiveKind::kAllReduce:
-      messages = 2.0 * (g - 1);
+      waits = messages = 2.0 * (g - 1);
+      reduced = bytes / 2;
       break;
     case rt::CollectiveKind::kReduceScatter:
+      waits = messages = g - 1;
+      reduced = bytes;
+      break;
     case rt::CollectiveKind::kAllGather:
+      waits = messages = g - 1;
+      break;
     case rt::CollectiveKind::kAllToAll:
-      messages = g - 1;
+      messages = links = g - 1;
       break;
     case rt::CollectiveKind::kPPermute:
     case rt::CollectiveKind::kSendRecv:
@@ -87,28 +97,7 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
   }
   const double link_rate = link.rate_for(bytes / calls / messages);
   const double rate = link_rate > 0 ? link_rate : INFINITY;
-  double reduced = 0;  // bytes added into the device's own
-  double t = 0;
-  switch (col.kind) {
-    case rt::CollectiveKind::kAllReduce:
-      t = calls * 2 * (g - 1) * link.latency_s + bytes / rate;
-      reduced = bytes / 2;
-      break;
-    case rt::CollectiveKind::kReduceScatter:
-      t = calls * (g - 1) * link.latency_s + bytes / rate;
-      reduced = bytes;
-      break;
-    case rt::CollectiveKind::kAllGather:
-      t = calls * (g - 1) * link.latency_s + bytes / rate;
-      break;
-    case rt::CollectiveKind::kAllToAll:
-      t = calls * link.latency_s + bytes / (g - 1) / rate;
-      break;
-    case rt::CollectiveKind::kPPermute:
-    case rt::CollectiveKind::kSendRecv:
-      t = calls * link.latency_s + bytes / rate;
-      break;
-  }
+  double t = calls * waits * link.latency_s + bytes / links / rate;
   if (reduced > 0) t += m.compute.seconds(rt::OpCost{reduced / 4, 3 * reduced});
   return t;
 }
@@ -193,7 +182,7 @@ std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m) {
     const ir::Node& n = g.nodes[st.node];
     if (n.op == ir::Op::kRingDot && st.bucket.empty())
       seconds[st.node] = ring_dot_seconds(g, n, m);
-    else if (n.op == ir::Op::kDot || (n.op == ir::Op::kKernel && n.kernel.rfind("gemm", 0) == 0))
+    else if (n.op == ir::Op::kDot || is_gemm_kernel(n))
       seconds[st.node] =
           gemm_model(m, n.dtype, n.dot, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape).seconds(statement_cost(g, st));
     else if (!is_comm_statement(g, st))
