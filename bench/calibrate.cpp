@@ -15,6 +15,14 @@
 //   - memory bytes/s: every device adds a vector of 1M floats into another
 //     in place (two reads and a write an element), the bytes one device moved
 //     over the wall time.
+//   - cached memory bytes/s by size: every device repeats an in-place add
+//     over the same arrays, moving each of --cached-sizes bytes a time (what
+//     fits a core's cache stays there): the rate of a collective's packing
+//     and adds, and a ring dot's, over the block just written or received.
+//   - transcendentals/s: every device evaluates the generated code's exp,
+//     gelu and random numbers over a block in cache (calibrate_kernels.cpp,
+//     compiled as the generated code is, so that they vectorise as in a
+//     step); one over their mean time an element.
 //   - statement overhead: every device runs many 16-element adds; what each
 //     took beyond its bytes at the rate above.
 //   - the thread world's link: a ring all-reduce over every device of one
@@ -25,7 +33,10 @@
 //     codegen/plan.cpp costs a collective; and the rate by message size
 //     (bytes_per_s_by_message): all-gathers over every device whose ring
 //     steps move blocks of each of --message-sizes, each after an sgemm, as
-//     a step's collectives come after statements.
+//     a step's collectives come after statements; and ppermutes of those
+//     blocks round the ring, each around an sgemm as a ring dot's step
+//     (permute_bytes_per_s_by_message: the thread world copies a ppermute's
+//     block twice, a ring collective's once).
 // Each measurement is the fastest of --repeats runs (a neighbour's burst
 // slows a run, never speeds one up).
 //
@@ -40,11 +51,13 @@
 #include <thread>
 #include <vector>
 
+#include "bench/calibrate_kernels.h"
 #include "codegen/cli.h"
 #include "codegen/machine.h"
 #include "runtime/blas.h"
 #include "runtime/kernels.h"
 #include "runtime/mesh.h"
+#include "runtime/tensor_collectives.h"
 #include "runtime/thread_world.h"
 
 namespace {
@@ -59,6 +72,7 @@ struct Args {
   std::vector<int64_t> gemm_shapes = {8, 32, 128, 512, 1024};
   int gemm_repeats = 3;
   std::vector<int64_t> message_sizes = {4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
+  std::vector<int64_t> cached_sizes = {16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
   std::string name = "cpu";
   std::string out;
 };
@@ -101,6 +115,11 @@ int main(int argc, char** argv) {
   app.add_option("--message-sizes", a.message_sizes,
                  "bytes of one message (a ring step's block) in the all-gathers timed for the rate by message size")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--cached-sizes", a.cached_sizes,
+                 "bytes one add moves, for the memory rate of data in cache by size (an add repeated over the same "
+                 "arrays)")
+      ->check(CLI::Range(int64_t{12}, int64_t{1} << 30))
       ->capture_default_str();
   app.add_option("--name", a.name, "the machine's name in the file")->capture_default_str();
   app.add_option("--out", a.out, "the machine file to write (default: print it)");
@@ -162,6 +181,30 @@ int main(int argc, char** argv) {
     }
   });
   const double bytes_per_s = 12.0 * m * add_reps / add_s;
+  // Cached memory by size: the same add repeated over the same arrays, so
+  // that what fits a core's cache stays there, as the block a collective
+  // packs or adds was just written by the statement before it (or
+  // received). By the bytes one add moves, 12 an element.
+  std::vector<sharc::SizedRate> cached;
+  std::sort(a.cached_sizes.begin(), a.cached_sizes.end());
+  for (int64_t size : a.cached_sizes) {
+    const int64_t e = std::max<int64_t>(1, (size + 11) / 12);  // at least `size` bytes an add
+    if (!cached.empty() && 12.0 * e <= cached.back().bytes) continue;
+    const int reps = static_cast<int>(std::clamp<int64_t>((int64_t{48} << 20) / (12 * e), 4, 100000));
+    std::vector<std::vector<float>> ca(D, std::vector<float>(e, 1.0f)), cc = ca;
+    const double s = fastest_run(world, a.repeats, [&](int r) {
+      for (int i = 0; i < reps; ++i) {
+        float* c = cc[r].data();
+        const float* x = ca[r].data();
+        for (int64_t j = 0; j < e; ++j) c[j] += x[j];
+      }
+    });
+    cached.push_back({.bytes = 12.0 * e, .bytes_per_s = 12.0 * e * reps / s});
+  }
+
+  // Transcendentals (calibrate_kernels.cpp): the rate of one, their mean
+  // time.
+  const double transcendentals_per_s = 1 / sharc::bench::transcendental_seconds(world, a.repeats);
 
   // Statement overhead: tiny adds, beyond their bytes.
   const int tiny_reps = 20000;
@@ -177,7 +220,7 @@ int main(int argc, char** argv) {
   // The link: a ring all-reduce over every device takes 2 (D - 1) steps of
   // latency, its bytes at the link's rate, and adds half of them.
   double latency = 0, link_rate = 0;
-  std::vector<sharc::SizedRate> by_message;
+  std::vector<sharc::SizedRate> by_message, permute_by_message;
   if (D > 1) {
     const int small_reps = 200;
     std::vector<std::vector<float>> one(D, std::vector<float>(1, 1.0f));
@@ -259,6 +302,23 @@ int main(int argc, char** argv) {
       by_message.push_back({.bytes = floats * 4.0, .bytes_per_s = bytes / moving});
       std::fprintf(stderr, "sharc-calibrate: an all-gather of %lld-byte messages: %.3g s, %.3g B/s\n",
                    static_cast<long long>(floats * 4), call, bytes / moving);
+      // The same block as a ppermute round the ring, started before an
+      // sgemm and waited for after it, as a ring dot's step runs it.
+      const sharc::rt::Permutation right = sharc::rt::ring_shift(D, +1);
+      const double permute_s = fastest_run(world, a.repeats, [&](int r) {
+        const sharc::rt::Group g{all, r};
+        for (int i = 0; i < sized_reps; ++i) {
+          sharc::rt::PendingRecv recv =
+              world.comm(r).ppermute_start(in[r].data(), out[r].data(), static_cast<size_t>(floats), g, right);
+          small_sgemm(r);
+          world.comm(r).ppermute_wait(recv);
+        }
+      });
+      const double one = permute_s / sized_reps - sgemm_s;
+      const double permute_moving = std::max(one - latency, 0.1 * one);
+      permute_by_message.push_back({.bytes = floats * 4.0, .bytes_per_s = floats * 4.0 / permute_moving});
+      std::fprintf(stderr, "sharc-calibrate: a ppermute of %lld bytes: %.3g s, %.3g B/s\n",
+                   static_cast<long long>(floats * 4), one, floats * 4.0 / permute_moving);
     }
   }
 
@@ -266,6 +326,9 @@ int main(int argc, char** argv) {
   for (int64_t b : a.gemm_shapes) shapes += (shapes.empty() ? "" : ", ") + std::to_string(b);
   std::string sizes;
   for (int64_t b : a.message_sizes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(b);
+  std::string cached_text;
+  for (const sharc::SizedRate& r : cached)
+    cached_text += (cached_text.empty() ? "" : ", ") + std::to_string(static_cast<int64_t>(r.bytes));
   sharc::PlanMachine machine;
   machine.name = a.name;
   const std::string core = sharc::rt::blas_info().core;
@@ -275,10 +338,13 @@ int main(int argc, char** argv) {
           " hardware threads, OpenBLAS core " + (core.empty() ? "unknown" : core) + "):",
       "an sgemm of " + std::to_string(n) + " and sgemms of every (M, N, K) of " + shapes +
           " with each transposition (gemm_flops_per_s_by_shape),",
-      "in-place adds of 1M and of 16 floats, a ring all-reduce over every device of",
+      "exp, gelu and philox random numbers over 4096 floats (transcendentals_per_s), "
+      "in-place adds of 1M and of 16 floats, and adds moving " + cached_text +
+          " bytes repeated over the same arrays (cached_memory_bytes_per_s_by_size), a ring all-reduce over every device of",
       "4 bytes after each of many sgemms of 96 (the latency), an all-gather of " + std::to_string(a.message_bytes) +
           " bytes (bytes_per_s),",
-      "and all-gathers over every device in messages of " + sizes + " bytes after sgemms of 96 (bytes_per_s_by_message);",
+      "and all-gathers over every device in messages of " + sizes + " bytes after sgemms of 96 (bytes_per_s_by_message),",
+      "and ppermutes round the ring of those bytes around sgemms of 96 (permute_bytes_per_s_by_message);",
       "each figure the fastest of " + std::to_string(a.repeats) + " runs."};
   machine.compute.flops_per_s = flops;
   machine.gemm = by_shape;
@@ -286,8 +352,10 @@ int main(int argc, char** argv) {
   machine.compute.overhead_s = overhead;
   machine.bf16_flops_per_s = flops;  // bf16 GEMMs widen to one sgemm here (runtime/kernels.h)
   machine.overlaps_compute = false;  // the device threads copy the messages themselves
+  machine.cached_memory = cached;
+  machine.transcendentals_per_s = transcendentals_per_s;
   machine.links = {sharc::LinkLevel{.name = "thread world", .devices = 0, .latency_s = latency, .bytes_per_s = link_rate,
-                                    .by_message = by_message}};
+                                    .by_message = by_message, .permute_by_message = permute_by_message}};
   const std::string json = sharc::machine_json(machine);
   std::fprintf(stderr,
                "sharc-calibrate, %d devices: %.3g flop/s, %.3g B/s of memory, %.3g s a statement; link %.3g s + "

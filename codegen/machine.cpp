@@ -99,8 +99,8 @@ LogBracket log_bracket(size_t n, At at, double x) {
   return b;
 }
 
-// A "..._by_message" list: [{"bytes": ..., "bytes_per_s": ...}, ...], sizes
-// ascending.
+// A list of rates by size ("..._by_message", "..._by_size"): [{"bytes": ...,
+// "bytes_per_s": ...}, ...], sizes ascending.
 std::vector<SizedRate> sized_rates(const json& sizes, const std::string& list, const std::string& origin) {
   if (!sizes.is_array() || sizes.empty())
     bad(origin, list + " must be a non-empty array of {\"bytes\": ..., \"bytes_per_s\": ...}");
@@ -159,10 +159,11 @@ nlohmann::ordered_json sized_json(const std::vector<SizedRate>& rates) {
   return a;
 }
 
-// " (by message: 1.7e+09 at 16 KiB, ...)"; "" for none.
-std::string sized_text(const std::vector<SizedRate>& rates) {
+// " (by message: 1.7e+09 at 16 KiB, ...)" for `what` "by message"; "" for
+// none.
+std::string sized_text(const std::vector<SizedRate>& rates, const std::string& what) {
   if (rates.empty()) return "";
-  std::string s = " (by message: ";
+  std::string s = " (" + what + ": ";
   for (size_t k = 0; k < rates.size(); ++k)
     s += (k ? ", " : "") + rate(rates[k].bytes_per_s) + " at " + bytes_text(rates[k].bytes);
   return s + ")";
@@ -170,11 +171,17 @@ std::string sized_text(const std::vector<SizedRate>& rates) {
 
 }  // namespace
 
-double LinkLevel::rate_for(double message_bytes) const {
-  const std::vector<SizedRate>& r = by_message;
-  if (r.empty()) return bytes_per_s;
-  const LogBracket b = log_bracket(r.size(), [&](size_t i) { return r[i].bytes; }, message_bytes);
+double rate_for_size(const std::vector<SizedRate>& r, double bytes, double fallback) {
+  if (r.empty()) return fallback;
+  const LogBracket b = log_bracket(r.size(), [&](size_t i) { return r[i].bytes; }, bytes);
   return r[b.lo].bytes_per_s + b.t * (r[b.hi].bytes_per_s - r[b.lo].bytes_per_s);
+}
+
+double LinkLevel::rate_for(double message_bytes) const { return rate_for_size(by_message, message_bytes, bytes_per_s); }
+
+double LinkLevel::permute_rate_for(double message_bytes) const {
+  return permute_by_message.empty() ? rate_for(message_bytes)
+                                    : rate_for_size(permute_by_message, message_bytes, bytes_per_s);
 }
 
 double GemmRates::rate(double M, double N, double K, bool trans_a, bool trans_b) const {
@@ -196,6 +203,12 @@ rt::MachineModel PlanMachine::compute_for_gemm(ir::DType dtype, double M, double
                                                bool trans_b) const {
   rt::MachineModel m = compute_for(dtype);
   if (!gemm.empty()) m.flops_per_s *= gemm.rate(M, N, K, trans_a, trans_b) / compute.flops_per_s;
+  return m;
+}
+
+rt::MachineModel PlanMachine::compute_for_cached(ir::DType dtype, double bytes) const {
+  rt::MachineModel m = compute_for(dtype);
+  m.bytes_per_s = rate_for_size(cached_memory, bytes, m.bytes_per_s);
   return m;
 }
 
@@ -242,10 +255,13 @@ std::string PlanMachine::str() const {
       for (double x : r) lo = std::min(lo, x), hi = std::max(hi, x);
     s += ", GEMMs by shape " + rate(lo) + " to " + rate(hi) + " flop/s";
   }
+  s += sized_text(cached_memory, "cached memory");
+  if (transcendentals_per_s > 0) s += ", " + rate(transcendentals_per_s) + " transcendentals/s";
   for (const LinkLevel& l : links) {
     s += "; " + l.name + (l.devices > 0 ? " (" + std::to_string(l.devices) + " devices)" : "") + " " +
          rate(l.latency_s * 1e6) + " us + " + rate(l.bytes_per_s) + " B/s";
-    s += sized_text(l.by_message);
+    s += sized_text(l.by_message, "by message");
+    s += sized_text(l.permute_by_message, "permutes by message");
   }
   if (!overlaps_compute) s += "; transfers take the compute's cores";
   return s;
@@ -279,7 +295,9 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     m.overlaps_compute = j.at("overlaps_compute").get<bool>();
   }
   const json& compute = field(j, "compute", "the machine", origin);
-  only(compute, "compute", {"flops_per_s", "memory_bytes_per_s", "statement_overhead_s", "gemm_flops_per_s_by_shape"},
+  only(compute, "compute",
+       {"flops_per_s", "memory_bytes_per_s", "statement_overhead_s", "gemm_flops_per_s_by_shape",
+        "cached_memory_bytes_per_s_by_size", "transcendentals_per_s"},
        origin);
   const json& flops = field(compute, "flops_per_s", "compute", origin);
   only(flops, "compute.flops_per_s", {"f32", "bf16"}, origin);
@@ -290,6 +308,11 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
   m.compute.overhead_s = number(compute, "statement_overhead_s", "compute", origin, false);
   if (compute.contains("gemm_flops_per_s_by_shape"))
     m.gemm = gemm_rates(compute.at("gemm_flops_per_s_by_shape"), "compute.gemm_flops_per_s_by_shape", origin);
+  if (compute.contains("transcendentals_per_s"))
+    m.transcendentals_per_s = number(compute, "transcendentals_per_s", "compute", origin, true);
+  if (compute.contains("cached_memory_bytes_per_s_by_size"))
+    m.cached_memory = sized_rates(compute.at("cached_memory_bytes_per_s_by_size"),
+                                  "compute.cached_memory_bytes_per_s_by_size", origin);
   const json& links = field(j, "links", "the machine", origin);
   if (!links.is_array() || links.empty()) bad(origin, "links must be a non-empty array, innermost level first");
   m.links.clear();
@@ -297,7 +320,8 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     const std::string where = "links[" + std::to_string(i) + "]";
     const json& l = links[i];
     if (!l.is_object()) bad(origin, where + " is not an object");
-    only(l, where, {"name", "devices", "latency_s", "bytes_per_s", "bytes_per_s_by_message"}, origin);
+    only(l, where, {"name", "devices", "latency_s", "bytes_per_s", "bytes_per_s_by_message", "permute_bytes_per_s_by_message"},
+         origin);
     LinkLevel level;
     const json& ln = field(l, "name", where, origin);
     if (!ln.is_string()) bad(origin, where + ".name must be a string");
@@ -319,6 +343,9 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     level.bytes_per_s = number(l, "bytes_per_s", where, origin, true);
     if (l.contains("bytes_per_s_by_message"))
       level.by_message = sized_rates(l.at("bytes_per_s_by_message"), where + ".bytes_per_s_by_message", origin);
+    if (l.contains("permute_bytes_per_s_by_message"))
+      level.permute_by_message =
+          sized_rates(l.at("permute_bytes_per_s_by_message"), where + ".permute_bytes_per_s_by_message", origin);
     m.links.push_back(std::move(level));
   }
   return m;
@@ -363,6 +390,8 @@ std::string machine_json(const PlanMachine& m) {
     g["sizes"] = m.gemm.sizes;
     for (int t = 0; t < 4; ++t) g[kTranspositions[t]] = m.gemm.rates[t];
   }
+  if (!m.cached_memory.empty()) j["compute"]["cached_memory_bytes_per_s_by_size"] = sized_json(m.cached_memory);
+  if (m.transcendentals_per_s > 0) j["compute"]["transcendentals_per_s"] = m.transcendentals_per_s;
   j["links"] = nlohmann::ordered_json::array();
   for (const LinkLevel& l : m.links) {
     nlohmann::ordered_json o;
@@ -371,6 +400,7 @@ std::string machine_json(const PlanMachine& m) {
     o["latency_s"] = l.latency_s;
     o["bytes_per_s"] = l.bytes_per_s;
     if (!l.by_message.empty()) o["bytes_per_s_by_message"] = sized_json(l.by_message);
+    if (!l.permute_by_message.empty()) o["permute_bytes_per_s_by_message"] = sized_json(l.permute_by_message);
     j["links"].push_back(o);
   }
   j["overlaps_compute"] = m.overlaps_compute;

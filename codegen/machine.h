@@ -12,9 +12,12 @@
 //     "compute": {"flops_per_s": {"f32": 5.1e13, "bf16": 7.0e14},
 //                 "memory_bytes_per_s": 2.5e12, "statement_overhead_s": 4e-6,
 //                 "gemm_flops_per_s_by_shape": {"sizes": [8, 32, ...],
-//                                               "nn": [...], "tn": [...], "nt": [...], "tt": [...]}},
+//                                               "nn": [...], "tn": [...], "nt": [...], "tt": [...]},
+//                 "cached_memory_bytes_per_s_by_size": [{"bytes": 65536, "bytes_per_s": 5e12}, ...],
+//                 "transcendentals_per_s": 4e12},
 //     "links": [{"name": "nvlink", "devices": 8, "latency_s": 2e-6, "bytes_per_s": 3.6e11,
-//                "bytes_per_s_by_message": [{"bytes": 65536, "bytes_per_s": 1e11}, ...]},
+//                "bytes_per_s_by_message": [{"bytes": 65536, "bytes_per_s": 1e11}, ...],
+//                "permute_bytes_per_s_by_message": [{"bytes": 65536, "bytes_per_s": 1e11}, ...]},
 //               {"name": "infiniband", "latency_s": 6e-6, "bytes_per_s": 4.5e10}]
 //   }
 //
@@ -38,11 +41,16 @@
 
 namespace sharc {
 
-// A rate measured for one message size: `bytes` in one message (a ring
-// step's block).
+// A rate measured for one size: `bytes` in one message (a ring step's
+// block), or moved by one statement.
 struct SizedRate {
   double bytes = 0, bytes_per_s = 0;
 };
+
+// The rate for `bytes` from rates measured at ascending sizes: interpolated
+// on log(bytes) between two, the nearest outside them; `fallback` when
+// there are none.
+double rate_for_size(const std::vector<SizedRate>& rates, double bytes, double fallback);
 
 // A GEMM's rate by its shape (optional, "gemm_flops_per_s_by_shape"): f32
 // flop/s per device measured at every (M, N, K) drawn from `sizes`, one
@@ -80,9 +88,20 @@ struct LinkLevel {
   // interpolated on log(bytes); one outside them takes the nearest. Empty:
   // bytes_per_s at every size.
   std::vector<SizedRate> by_message;
+  // Optional ("permute_bytes_per_s_by_message"): the same for point-to-point
+  // messages (a ppermute, a ring dot's steps, a pipeline's sends), where
+  // they go at another rate than a collective's ring steps. On the thread
+  // world a ppermute copies its block twice (into a message as it is sent,
+  // out of it as it is received) where a ring collective lends its blocks
+  // and copies them once: measured on the CI machine, a ring dot's 16 KiB
+  // ppermute block took 15 us of a device's time, where the all-gathers'
+  // rate for 16 KiB blocks gave 6 us. Empty: by_message.
+  std::vector<SizedRate> permute_by_message;
 
   // The rate for messages of `message_bytes` each.
   double rate_for(double message_bytes) const;
+  // ... for point-to-point messages.
+  double permute_rate_for(double message_bytes) const;
 };
 
 struct PlanMachine {
@@ -92,8 +111,24 @@ struct PlanMachine {
   rt::MachineModel compute;
   double bf16_flops_per_s = 0;  // 0: compute.flops_per_s
   GemmRates gemm;               // f32; a bf16 GEMM's scaled by bf16_flops_per_s / compute.flops_per_s
+  // Optional ("cached_memory_bytes_per_s_by_size"): the memory rate of a
+  // copy or add over data that was just written, by the bytes it moves: a
+  // collective's packing and the adds of a reducing one, a ring dot's adds
+  // and copies, which touch the block the statement before them wrote or
+  // the message that just arrived. Such data is still in a core's cache,
+  // and moves faster than compute.bytes_per_s, which is the rate of a
+  // statement whose operands were last touched a layer or a step before
+  // (measured on the CI machine: a reduce-scatter's adds and packing ran
+  // at 3 times it). Empty: compute.bytes_per_s.
+  std::vector<SizedRate> cached_memory;
+  // Optional ("transcendentals_per_s"): exp, tanh, gelu, a random number
+  // and the like (op_cost.h statement_transcendentals) evaluated per second
+  // per device. A statement's are its compute beside its flops. 0: each
+  // counts as a flop (the virtual clock's op_cost.h cost). On the CI
+  // machine one took about 150 flops' time at the GEMM rate.
+  double transcendentals_per_s = 0;
   // Innermost first; at least one.
-  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9, .by_message = {}}};
+  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9, .by_message = {}, .permute_by_message = {}}};
   // Whether a device's transfers run while it computes (a GPU's copy
   // engines and NICs: a ring step of a collective matmul takes the longer
   // of its GEMM and its transfer), or take the same cores (the CPU thread
@@ -110,6 +145,9 @@ struct PlanMachine {
   // the shape, when the machine has one.
   rt::MachineModel compute_for_gemm(ir::DType dtype, double M, double N, double K, bool trans_a,
                                     bool trans_b) const;
+  // The statement cost model for a copy or add of `dtype` over data just
+  // written that moves `bytes` (cached_memory's rate for them).
+  rt::MachineModel compute_for_cached(ir::DType dtype, double bytes) const;
   // The link a collective over `axes` of `mesh` crosses.
   const LinkLevel& link_for(const Mesh& mesh, const std::vector<std::string>& axes) const;
   // The link model of the thread world's fabric: the innermost level.

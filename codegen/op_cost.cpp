@@ -114,6 +114,51 @@ rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
   return c;
 }
 
+namespace {
+
+bool is_transcendental(Op op) {
+  switch (op) {
+    case Op::kExp:
+    case Op::kLog:
+    case Op::kTanh:
+    case Op::kGelu:
+    case Op::kSigmoid:
+    case Op::kErf:
+    case Op::kLog1p:
+    case Op::kExpm1:
+    case Op::kSin:
+    case Op::kCos:
+    case Op::kPow:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+double statement_transcendentals(const ir::Graph& g, const BufferPlan::Stmt& stmt) {
+  const Node& n = g.nodes[stmt.node];
+  if (is_comm_statement(g, stmt)) return 0;
+  if (n.op == Op::kRandomUniform) return elements(n.shape);
+  if (ir::is_elementwise(n.op)) {
+    int ops = 0;
+    for (int t : stmt.tree) ops += is_transcendental(g.nodes[t].op);
+    if (stmt.tree.empty()) ops = is_transcendental(n.op);
+    return elements(n.shape) * ops;
+  }
+  if (n.op != Op::kKernel) return 0;
+  if (n.kernel.find("gelu") != std::string::npos) return elements(n.shape);  // gemm_gelu, gemm_dgelu
+  if (n.kernel == "cross_entropy") return (n.args.size() == 2 ? 1 : 2) * elements(g.nodes[n.args[0]].shape);
+  if (n.kernel.rfind("attention_", 0) == 0) {
+    // An exp per score [B, H, T, T]; the backward recomputes them.
+    const ir::Shape& p = g.nodes[n.args[n.kernel == "attention_forward" ? 0 : 1]].shape;
+    return static_cast<double>(p[0]) * static_cast<double>(p[2]) * static_cast<double>(p[1]) *
+           static_cast<double>(p[1]);
+  }
+  return 0;
+}
+
 RingStepCost ring_step_cost(const ir::Graph& g, const Node& n, int ring) {
   const RingPlan plan = ring_plan(n, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, ring);
   const double es = static_cast<double>(ir::dtype_size(n.dtype));

@@ -39,6 +39,16 @@ bool is_comm_statement(const ir::Graph& g, const BufferPlan::Stmt& stmt);
 // The cost of a compute statement.
 rt::OpCost statement_cost(const ir::Graph& g, const BufferPlan::Stmt& stmt);
 
+// The transcendental functions a compute statement evaluates (exp, log,
+// tanh, gelu, sigmoid, erf, sin, cos, pow, and a random number each): one
+// per element per such op in an elementwise loop, a random_uniform's
+// elements, the exps of cross_entropy and attention kernels and the gelu of
+// a GEMM's epilogue. statement_cost counts each as one flop, which is
+// what the virtual clock charges; the planner charges them at a machine's
+// own rate for them (PlanMachine::transcendentals_per_s): on the CI
+// machine one took about 150 flops' time at the GEMM rate.
+double statement_transcendentals(const ir::Graph& g, const BufferPlan::Stmt& stmt);
+
 // One step of RingDot `n` on a ring of `ring` devices: its halves' GEMMs
 // (one mark before them), and a scatter ring's add of the arriving sum into
 // one half (one mark per half, after its transfer has landed; steps after

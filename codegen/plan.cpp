@@ -60,9 +60,10 @@ std::string bytes_str(uint64_t b) {
 // As the runtime's ring algorithms run it (runtime/ring_comm.cpp): a ring
 // step waits for its message (the latency, and its bytes at the link's rate
 // for a message of its size, one step after another); an all-to-all posts
-// every block at once on links of their own; a reducing ring adds each
-// arriving chunk into its own (one flop, and two reads and a write, per
-// element, on the compute model; f32 assumed).
+// every block at once on links of their own; a point-to-point message goes
+// at the link's rate for those; a reducing ring adds each arriving chunk
+// into its own (one flop, and two reads and a write, per element, at the
+// rate of data in cache: the chunk just arrived; f32 assumed).
 double collective_seconds(const CollectiveReport& col, uint64_t sent, const LinkLevel& link,
                           const PlanMachine& m) {
   const int g = col.group_size;
@@ -95,10 +96,14 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
     case rt::CollectiveKind::kSendRecv:
       break;
   }
-  const double link_rate = link.rate_for(bytes / calls / messages);
+  const double message = bytes / calls / messages;
+  const bool point_to_point =
+      col.kind == rt::CollectiveKind::kPPermute || col.kind == rt::CollectiveKind::kSendRecv;
+  const double link_rate = point_to_point ? link.permute_rate_for(message) : link.rate_for(message);
   const double rate = link_rate > 0 ? link_rate : INFINITY;
   double t = calls * waits * link.latency_s + bytes / links / rate;
-  if (reduced > 0) t += m.compute.seconds(rt::OpCost{reduced / 4, 3 * reduced});
+  if (reduced > 0)
+    t += m.compute_for_cached(ir::DType::kF32, 3 * reduced / calls).seconds(rt::OpCost{reduced / 4, 3 * reduced});
   return t;
 }
 
@@ -113,27 +118,75 @@ rt::MachineModel gemm_model(const PlanMachine& m, ir::DType dtype, const ir::Dot
                             l.trans_lhs, l.trans_rhs);
 }
 
-// A RingDot on one device (ring_plan.h): each step's GEMMs (one statement
-// for its halves) hide the transfer of the block the next step multiplies,
-// so a step after the first takes the longer of the two (on a machine whose
-// transfers take the compute's cores, the sum); a scatter ring then adds the
-// arriving sum into each half.
-double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m) {
+}  // namespace
+
+// A RingDot on one device (ring_plan.h), as the emitted loop runs it: each
+// step's GEMMs (one statement for its halves) hide the transfers of the
+// pieces the next step multiplies, so a step after the first takes the
+// longer of the two (on a machine whose transfers take the compute's
+// cores, the sum); a scatter ring then adds the arriving sums. A step's
+// GEMMs go at the rate of their own shape, but never faster than the whole
+// GEMM they are cut from: BLAS blocks the whole as well as any caller
+// could, so a piece that the rate table puts faster is the table's
+// interpolation, not the machine (measured on this repo's CPU: 4 GEMMs of
+// 196x128x64 took the time of the one 784x128x64 they split, where the
+// table had them 15% faster). A step sends one piece for each half (two
+// messages, a block's bytes, both ways round the ring), and copies what
+// is not contiguous: the sliced operand's piece before each GEMM, a gather
+// ring's result piece into place after it, a scatter ring's sums into
+// place at the end (a read and a write of each element). The adds and
+// copies touch what was just computed or received: they go at the rate of
+// data in cache, the messages at the link's point-to-point rate.
+double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m, double* copy_s) {
   const int ring = g.mesh.size(n.axes);
   if (ring <= 1) return 0;
   const RingPlan p = ring_plan(n, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape, ring);
   const RingStepCost step = ring_step_cost(g, n, ring);
-  const rt::MachineModel compute = m.compute_for(n.dtype);
-  const double gemm = gemm_model(m, n.dtype, n.dot, p.step_operand[0], p.step_operand[1]).seconds(step.gemm);
-  const double add = p.gather ? 0.0 : p.halves * compute.seconds(step.add);
-  const double piece = static_cast<double>(ir::dtype_size(n.dtype)) *
-                       static_cast<double>(p.gather ? p.step_operand_count(p.moving) : p.step_result_count());
+  // The whole GEMM: what the synchronous dot multiplies (a gather ring's
+  // travelling operand gathered whole).
+  ir::Shape whole[2] = {p.operand[0], p.operand[1]};
+  if (p.gather) whole[p.moving][p.move_dim] *= p.n;
+  const rt::MachineModel piece_rate = gemm_model(m, n.dtype, n.dot, p.step_operand[0], p.step_operand[1]);
+  const rt::MachineModel whole_rate = gemm_model(m, n.dtype, n.dot, whole[0], whole[1]);
+  const double gemm =
+      (piece_rate.flops_per_s < whole_rate.flops_per_s ? piece_rate : whole_rate).seconds(step.gemm);
+  const double add = p.gather ? 0.0 : p.halves * m.compute_for_cached(n.dtype, step.add.bytes).seconds(step.add);
+  const double es = static_cast<double>(ir::dtype_size(n.dtype));
+  const double piece = es * static_cast<double>(p.gather ? p.step_operand_count(p.moving) : p.step_result_count());
   const LinkLevel& link = m.link_for(g.mesh, n.axes);
-  const double link_rate = link.rate_for(piece);  // a step's message
-  const double transfer = link.latency_s + (link_rate > 0 ? piece / link_rate : 0.0);
-  const double later_step = m.overlaps_compute ? std::max(gemm, transfer) : gemm + transfer;
-  return gemm + (ring - 1) * (later_step + add);
+  const double link_rate = link.permute_rate_for(piece);  // a step's message
+  // The halves go round the ring in opposite directions. Where transfers
+  // run beside the compute (a GPU's copy engines), they run beside each
+  // other too: a step waits for one piece. Where the cores make them (the
+  // thread world copies every message), each is its own latency and bytes.
+  const double messages = m.overlaps_compute ? 1.0 : p.halves;
+  const double transfer = messages * (link.latency_s + (link_rate > 0 ? piece / link_rate : 0.0));
+  // Copies, in elements read and written once: per step, and once.
+  double step_copies = 0, once_copies = 0;
+  if (p.sliced >= 0 && !p.slice_contiguous)
+    step_copies += p.halves * static_cast<double>(p.step_operand_count(p.sliced));
+  if (!p.out_contiguous) {
+    if (p.gather)
+      step_copies += p.halves * static_cast<double>(p.step_result_count());
+    else
+      once_copies += p.halves * static_cast<double>(p.step_result_count());
+  }
+  if (p.gather) once_copies += static_cast<double>(ir::num_elements(p.operand[p.moving]));
+  auto copy_seconds = [&](double elements) {
+    const double bytes = 2 * elements * es;
+    return m.compute_for_cached(n.dtype, bytes).seconds(rt::OpCost{0, bytes});
+  };
+  auto total = [&](bool copies) {
+    const double first = gemm + (copies ? copy_seconds(step_copies) : 0.0);
+    const double later_step = m.overlaps_compute ? std::max(first, transfer) : first + transfer;
+    return first + (ring - 1) * (later_step + add) + (copies ? copy_seconds(once_copies) : 0.0);
+  };
+  const double seconds = total(true);
+  if (copy_s) *copy_s = seconds - total(false);  // what the copies add: some hide under the transfers
+  return seconds;
 }
+
+namespace {
 
 // The elements of `shape` before `dim`: 1 when blocks along `dim` are
 // contiguous runs.
@@ -147,7 +200,9 @@ int64_t outer_elements(const ir::Shape& shape, int dim) {
 // (runtime/tensor_collectives.h): a gather along an inner dim lands in a
 // temporary and is copied into place, a reduce-scatter along one packs its
 // input first, an all-to-all both as needed. Each copy reads and writes its
-// elements once, at the memory rate; contiguous blocks cost nothing.
+// elements once, at the rate of data in cache (the block the statement
+// before wrote, or the one the collective just received); contiguous
+// blocks cost nothing.
 double pack_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m) {
   if (n.args.empty()) return 0;
   const ir::Shape& in = g.nodes[n.args[0]].shape;
@@ -169,24 +224,36 @@ double pack_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m)
   }
   if (elements == 0) return 0;
   const double bytes = 2 * elements * static_cast<double>(ir::dtype_size(n.dtype));
-  return m.compute_for(n.dtype).seconds(rt::OpCost{0, bytes});
+  return m.compute_for_cached(n.dtype, bytes).seconds(rt::OpCost{0, bytes});
+}
+
+// The seconds of compute statement `st` at `model`'s rates, its
+// transcendentals at the machine's rate for them.
+double statement_seconds_on(const ir::Graph& g, const BufferPlan::Stmt& st, const PlanMachine& m,
+                            const rt::MachineModel& model) {
+  rt::OpCost c = statement_cost(g, st);
+  if (m.transcendentals_per_s > 0)
+    c.flops += statement_transcendentals(g, st) * model.flops_per_s / m.transcendentals_per_s;
+  return model.seconds(c);
 }
 
 // Per node of `g`: the seconds its statement takes on `m` (statement_cost at
 // its dtype's rates; a RingDot with its transfers; a collective's packing,
 // its transfers being the collective's own time; 0 for nodes that are no
-// statement of their own).
-std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m) {
+// statement of their own). `ring_copy_s` adds up the ring dots' copies.
+std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m, double& ring_copy_s) {
   std::vector<double> seconds(g.nodes.size(), 0.0);
   for (const BufferPlan::Stmt& st : plan_buffers(g).stmts) {
     const ir::Node& n = g.nodes[st.node];
-    if (n.op == ir::Op::kRingDot && st.bucket.empty())
-      seconds[st.node] = ring_dot_seconds(g, n, m);
-    else if (n.op == ir::Op::kDot || is_gemm_kernel(n))
-      seconds[st.node] =
-          gemm_model(m, n.dtype, n.dot, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape).seconds(statement_cost(g, st));
+    double copies = 0;
+    if (n.op == ir::Op::kRingDot && st.bucket.empty()) {
+      seconds[st.node] = ring_dot_seconds(g, n, m, &copies);
+      ring_copy_s += copies;
+    } else if (n.op == ir::Op::kDot || is_gemm_kernel(n))
+      seconds[st.node] = statement_seconds_on(
+          g, st, m, gemm_model(m, n.dtype, n.dot, g.nodes[n.args[0]].shape, g.nodes[n.args[1]].shape));
     else if (!is_comm_statement(g, st))
-      seconds[st.node] = m.compute_for(n.dtype).seconds(statement_cost(g, st));
+      seconds[st.node] = statement_seconds_on(g, st, m, m.compute_for(n.dtype));
     else if (st.bucket.empty())
       seconds[st.node] = pack_seconds(g, n, m);
   }
@@ -225,14 +292,16 @@ void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
   if (l.stages) {
     // The stages through their schedule, each step its statement's cost.
     std::vector<std::vector<double>> seconds;
-    for (const ir::Graph& g : l.stage_graphs) seconds.push_back(step_seconds(g, m));
+    double copies = 0;  // every stage's: a bound on what the schedule's critical path holds
+    for (const ir::Graph& g : l.stage_graphs) seconds.push_back(step_seconds(g, m, copies));
+    c.ring_copy_s = copies;
     const StageTimeline t = simulate_stage_steps(
         *l.stages, l.partitioned, [&](int stage, int step) { return seconds[stage][step]; },
         [](int) { return 0.0; });
     c.compute_s = t.makespan;
     c.bubble = t.bubble_fraction();
   } else {
-    for (double s : step_seconds(l.partitioned, m)) c.compute_s += s;
+    for (double s : step_seconds(l.partitioned, m, c.ring_copy_s)) c.compute_s += s;
   }
   c.step_s = c.compute_s + c.comm_s;
 }

@@ -53,6 +53,9 @@ struct PlanCandidate {
   uint64_t peak_bytes = 0;     // per device, the largest
   uint64_t sent_bytes = 0;     // per device per step, the largest
   double compute_s = 0, comm_s = 0;  // on the slowest device
+  // Of compute_s: the copies ring dots make of what is not contiguous
+  // (ring_dot_seconds), which the virtual clock does not charge.
+  double ring_copy_s = 0;
   double step_s = 0;           // predicted step time
   double bubble = 0;           // pipelined: the schedule's idle share
   bool fits = false;           // peak_bytes <= the budget
@@ -158,8 +161,17 @@ std::string format_plan(const Plan& p);
 // one per ring step (an all-reduce's ring goes round twice; an all-to-all
 // and a permute wait once), its bytes at the link's rate for its messages'
 // size (a call's bytes over its messages: a ring step's block, an
-// all-to-all's block for one peer), and a reducing ring's adds.
+// all-to-all's block for one peer; a permute's or a send's at the rate for
+// point-to-point messages), and a reducing ring's adds (at the rate of data
+// in cache).
 double collective_seconds(const CollectiveReport& col, uint64_t sent, const LinkLevel& link, const PlanMachine& m);
+
+// RingDot `n` of `g` on one device of machine `m`, as the emitted loop runs
+// it: its steps' GEMMs (never faster than the whole GEMM they are cut
+// from), each step's transfers (a piece for each half) beside them or after
+// them, a scatter ring's adds, and the copies of what is not contiguous.
+// `copy_s`, when given, gets the copies' part.
+double ring_dot_seconds(const ir::Graph& g, const ir::Node& n, const PlanMachine& m, double* copy_s = nullptr);
 
 // "16GiB", "512MiB", "1e9" (bytes): a budget's bytes, or nullopt.
 std::optional<uint64_t> parse_bytes(const std::string& text);

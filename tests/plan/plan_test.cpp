@@ -15,8 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "codegen/buffer_plan.h"
 #include "codegen/execute.h"
+#include "codegen/op_cost.h"
 #include "codegen/report.h"
+#include "codegen/ring_plan.h"
 #include "dsl/program.h"
 
 namespace sharc {
@@ -68,8 +71,9 @@ TEST(Plan, EnumeratesEveryFactorisation) {
   EXPECT_EQ(plan_meshes({{"data"}, {}}, 1), (std::vector<std::string>{"data=1"}));
 }
 
-// Each candidate that partitions: the report's peak, and a step time within
-// 5% of the virtual clock's, which runs the program (the interpreter, each
+// Each candidate that partitions: the report's peak, and a step time (less
+// its ring dots' copies, which the clock does not charge) within 5% of the
+// virtual clock's, which runs the program (the interpreter, each
 // statement charged its op_cost.h cost, each message its time on the link,
 // each inner-dimension gather's or scatter's copy through its temporary
 // its bytes; deterministic). Without those copies in the plan's costs
@@ -95,9 +99,13 @@ void expect_predictions_hold(const std::string& program, int classes) {
                                  {.link = machine.thread_link(), .virtual_clock = true, .machine = machine.compute});
     double measured = 0;
     for (const rt::DeviceTime& t : e.device_times) measured = std::max(measured, t.now_s);
-    std::printf("%-36s predicted %9.3f us  virtual clock %9.3f us  (%+.1f%%)\n", what.c_str(), c.step_s * 1e6,
-                measured * 1e6, 100 * (c.step_s - measured) / measured);
-    EXPECT_NEAR(c.step_s, measured, 0.05 * measured) << what;
+    // The clock does not charge a ring dot's copies of what is not
+    // contiguous; the plan does (measured on the CPU: a ring step's slice
+    // of a weight can take longer than its GEMM).
+    const double predicted = c.step_s - c.ring_copy_s;
+    std::printf("%-36s predicted %9.3f us  virtual clock %9.3f us  (%+.1f%%; ring copies %.3f us)\n", what.c_str(),
+                predicted * 1e6, measured * 1e6, 100 * (predicted - measured) / measured, c.ring_copy_s * 1e6);
+    EXPECT_NEAR(predicted, measured, 0.05 * measured) << what;
     ++ran;
   }
   EXPECT_GE(ran, 2);
@@ -211,7 +219,7 @@ TEST(Machines, KnownMachinesParseAndSayWhereTheirFiguresComeFrom) {
 // (sharc-calibrate's all-gathers by message size).
 TEST(Machines, ALinksRateDependsOnTheMessagesSize) {
   LinkLevel l{.name = "l", .devices = 0, .latency_s = 0, .bytes_per_s = 5e9,
-              .by_message = {{.bytes = 1024, .bytes_per_s = 1e9}, {.bytes = 4096, .bytes_per_s = 3e9}}};
+              .by_message = {{.bytes = 1024, .bytes_per_s = 1e9}, {.bytes = 4096, .bytes_per_s = 3e9}}, .permute_by_message = {}};
   EXPECT_DOUBLE_EQ(l.rate_for(100), 1e9);
   EXPECT_DOUBLE_EQ(l.rate_for(1024), 1e9);
   EXPECT_DOUBLE_EQ(l.rate_for(2048), 2e9);  // halfway on log(bytes)
@@ -269,7 +277,7 @@ TEST(Machines, AGemmsRateDependsOnItsShape) {
 TEST(Machines, ACollectivesBytesGoAtItsMessagesRate) {
   PlanMachine m;
   m.links = {{.name = "l", .devices = 0, .latency_s = 1e-6, .bytes_per_s = 1e9,
-              .by_message = {{.bytes = 16384, .bytes_per_s = 4e9}, {.bytes = 1 << 20, .bytes_per_s = 1e9}}}};
+              .by_message = {{.bytes = 16384, .bytes_per_s = 4e9}, {.bytes = 1 << 20, .bytes_per_s = 1e9}}, .permute_by_message = {}}};
   const LinkLevel& link = m.links[0];
   auto gather = [](int group, uint64_t calls) {
     CollectiveReport c;
@@ -288,6 +296,139 @@ TEST(Machines, ACollectivesBytesGoAtItsMessagesRate) {
   const uint64_t reduced = 14 * 8192;
   EXPECT_DOUBLE_EQ(collective_seconds(reduce, reduced, link, m),
                    14 * 1e-6 + reduced / 4e9 + m.compute.seconds(rt::OpCost{reduced / 2.0 / 4, 1.5 * reduced}));
+}
+
+// Data just written (a collective's packing and adds, a ring dot's adds and
+// copies) moves at the cached rate for its bytes, and point-to-point
+// messages (a ppermute, a send) at the link's rate for them; each falls
+// back to the plain figure where the machine has no table. The cpu machine
+// has all three (sharc-calibrate), and they survive a JSON round trip.
+TEST(Machines, CachedDataAndPointToPointMessagesGoAtTheirOwnRates) {
+  PlanMachine m;
+  m.compute.bytes_per_s = 1e9;
+  EXPECT_DOUBLE_EQ(m.compute_for_cached(ir::DType::kF32, 4096).bytes_per_s, 1e9);
+  m.cached_memory = {{.bytes = 1024, .bytes_per_s = 8e9}, {.bytes = 1 << 20, .bytes_per_s = 2e9}};
+  EXPECT_DOUBLE_EQ(m.compute_for_cached(ir::DType::kF32, 512).bytes_per_s, 8e9);
+  EXPECT_DOUBLE_EQ(m.compute_for_cached(ir::DType::kF32, 32768).bytes_per_s, 5e9);  // halfway on log(bytes)
+  EXPECT_DOUBLE_EQ(m.compute_for_cached(ir::DType::kF32, 1 << 30).bytes_per_s, 2e9);
+  EXPECT_DOUBLE_EQ(m.compute_for(ir::DType::kF32).bytes_per_s, 1e9);  // a statement's own operands: not cached
+  m.links = {{.name = "l", .devices = 0, .latency_s = 1e-6, .bytes_per_s = 1e9,
+              .by_message = {{.bytes = 16384, .bytes_per_s = 4e9}},
+              .permute_by_message = {{.bytes = 16384, .bytes_per_s = 2e9}}}};
+  const LinkLevel& link = m.links[0];
+  EXPECT_DOUBLE_EQ(link.rate_for(16384), 4e9);
+  EXPECT_DOUBLE_EQ(link.permute_rate_for(16384), 2e9);
+  CollectiveReport c;
+  c.kind = rt::CollectiveKind::kPPermute;
+  c.group_size = 8;
+  c.calls = 1;
+  EXPECT_DOUBLE_EQ(collective_seconds(c, 16384, link, m), 1e-6 + 16384 / 2e9);
+  c.kind = rt::CollectiveKind::kAllGather;  // 7 blocks of 16 KiB at the collective rate
+  EXPECT_DOUBLE_EQ(collective_seconds(c, 7 * 16384, link, m), 7e-6 + 7 * 16384 / 4e9);
+  c.kind = rt::CollectiveKind::kReduceScatter;  // the same, and adds of every byte received, in cache
+  const double adds = 3.0 * 7 * 16384;
+  EXPECT_DOUBLE_EQ(collective_seconds(c, 7 * 16384, link, m),
+                   7e-6 + 7 * 16384 / 4e9 + m.compute_for_cached(ir::DType::kF32, adds).seconds({7 * 16384 / 4.0, adds}));
+  LinkLevel plain = link;
+  plain.permute_by_message.clear();
+  EXPECT_DOUBLE_EQ(plain.permute_rate_for(16384), 4e9);
+  const PlanMachine cpu = *known_machine("cpu");
+  EXPECT_FALSE(cpu.cached_memory.empty());
+  EXPECT_FALSE(cpu.links[0].permute_by_message.empty());
+  EXPECT_GT(cpu.transcendentals_per_s, 0);
+  for (const char* part : {" (cached memory: ", " (permutes by message: ", " transcendentals/s"})
+    EXPECT_NE(cpu.str().find(part), std::string::npos) << part << " in " << cpu.str();
+  const PlanMachine back = parse_machine(machine_json(cpu), "cpu.json");
+  EXPECT_EQ(back.cached_memory.size(), cpu.cached_memory.size());
+  EXPECT_EQ(back.links[0].permute_by_message.size(), cpu.links[0].permute_by_message.size());
+  EXPECT_DOUBLE_EQ(back.transcendentals_per_s, cpu.transcendentals_per_s);
+  EXPECT_EQ(machine_json(back), machine_json(cpu));
+}
+
+// The functions a CPU evaluates slowly (exp, gelu, a random number) are
+// counted per element and op of a statement; the planner charges them at
+// the machine's rate for them, beside the statement's flops.
+TEST(Plan, CountsTranscendentalsAndChargesThemAtTheMachinesRate) {
+  const ir::Graph g = traced("gpt2_train");
+  PlanCandidate data8;
+  data8.mesh = "data=8";
+  const Lowered l = lower_candidate(g, data8, 8);
+  const ir::Graph& local = l.partitioned;
+  double exps = 0, randoms = 0, gemms = 0, all = 0;
+  for (const BufferPlan::Stmt& st : plan_buffers(local).stmts) {
+    const ir::Node& n = local.nodes[st.node];
+    const double t = statement_transcendentals(local, st);
+    all += t;
+    if (n.op == ir::Op::kRandomUniform) {
+      EXPECT_EQ(t, static_cast<double>(ir::num_elements(n.shape)));
+      randoms += t;
+    } else if (n.op == ir::Op::kDot) {
+      gemms += t;
+    } else if (n.op == ir::Op::kExp && st.tree.size() <= 1) {
+      EXPECT_EQ(t, static_cast<double>(ir::num_elements(n.shape)));
+      exps += t;
+    }
+  }
+  EXPECT_GT(randoms, 0);  // dropout
+  EXPECT_GT(exps + all - randoms, 0);
+  EXPECT_EQ(gemms, 0);
+  // At a rate of 1000 a second they are the step: the planner's step on
+  // that machine is the transcendentals' seconds and the rest's, within the
+  // memory time a statement's compute now exceeds.
+  PlanMachine slow;
+  slow.transcendentals_per_s = 1e3;
+  const Plan fast_plan = plan("gpt2_train", g, 8, 0, PlanMachine{});
+  const Plan slow_plan = plan("gpt2_train", g, 8, 0, slow);
+  auto data8_step = [](const Plan& p) {
+    for (const PlanCandidate& c : p.candidates)
+      if (c.mesh == "data=8" && !c.ring) return c.compute_s;
+    return -1.0;
+  };
+  const double extra = data8_step(slow_plan) - data8_step(fast_plan);
+  EXPECT_NEAR(extra, all / 1e3, 0.01 * all / 1e3);
+}
+
+// A ring dot as the emitted loop runs it, checked on machines that isolate
+// one term. Where the cores make the transfers and compute is free, the
+// ring is its transfers: n - 1 steps, each a piece for each half (a
+// bidirectional ring sends two). And a step's GEMM pieces are never priced
+// faster than the whole GEMM, however fast a rate table makes small GEMMs.
+TEST(Plan, CostsARingDotsTransfersAndGemmPiecesAsItRuns) {
+  const ir::Graph g = traced("mlp_train");
+  PlanCandidate ring;
+  ring.mesh = "model=8";
+  ring.ring = true;
+  const Lowered l = lower_candidate(g, ring, 8);
+  const ir::Graph& local = l.partitioned;
+  const ir::Node* dot = nullptr;
+  for (const ir::Node& n : local.nodes)
+    if (n.op == ir::Op::kRingDot) dot = &n;
+  ASSERT_NE(dot, nullptr);
+  const int n = local.mesh.size(dot->axes);
+  const RingPlan p = ring_plan(*dot, local.nodes[dot->args[0]].shape, local.nodes[dot->args[1]].shape, n);
+  ASSERT_EQ(p.halves, 2);
+  const double piece = 4.0 * static_cast<double>(p.gather ? p.step_operand_count(p.moving) : p.step_result_count());
+  PlanMachine free_compute;
+  free_compute.compute = {.flops_per_s = 1e30, .bytes_per_s = 1e30, .overhead_s = 0};
+  free_compute.overlaps_compute = false;
+  free_compute.links = {{.name = "l", .devices = 0, .latency_s = 0, .bytes_per_s = 1e9, .by_message = {},
+                         .permute_by_message = {}}};
+  EXPECT_NEAR(ring_dot_seconds(local, *dot, free_compute), (n - 1) * 2 * piece / 1e9, 1e-12);
+  // Small GEMMs 100 times the rate of large ones: the pieces at the whole's.
+  PlanMachine table;
+  table.compute.flops_per_s = 1e9;
+  table.compute.bytes_per_s = 1e30;
+  table.links = free_compute.links;
+  table.links[0].bytes_per_s = 1e30;
+  table.gemm.sizes = {8, 1024};
+  for (std::vector<double>& r : table.gemm.rates) r = {1e11, 1e11, 1e11, 1e11, 1e9, 1e9, 1e9, 1e9};  // by M
+  const RingStepCost step = ring_step_cost(local, *dot, n);
+  ir::Shape whole[2] = {p.operand[0], p.operand[1]};
+  if (p.gather) whole[p.moving][p.move_dim] *= n;
+  const LocalDotLayout w = local_dot_layout(dot->dot, whole[0], whole[1]);
+  const double whole_rate = table.gemm.rate(static_cast<double>(w.M), static_cast<double>(w.N),
+                                            static_cast<double>(w.K), w.trans_lhs, w.trans_rhs);
+  EXPECT_GE(ring_dot_seconds(local, *dot, table), n * step.gemm.flops / whole_rate * (1 - 1e-9));
 }
 
 TEST(Machines, ACollectiveCrossesTheSlowestLinkItsGroupSpans) {
@@ -363,6 +504,24 @@ TEST(Machines, ErrorsNameTheFileAndTheField) {
   EXPECT_EQ(gemm(R"({"sizes": [8], "nn": [1], "nt": [1], "tn": [1], "tt": [1], "mnk": 1})"),
             "machine my.json: unknown field 'mnk' in compute.gemm_flops_per_s_by_shape (it has: sizes, nn, nt, tn, "
             "tt)");
+  auto compute_field = [&](const std::string& field) {
+    return error(R"({"name": "m", "compute": {"flops_per_s": {"f32": 1e12}, "memory_bytes_per_s": 1e11, )"
+                 R"("statement_overhead_s": 0, )" +
+                 field + "}, \"links\": [" + link + "]}");
+  };
+  EXPECT_EQ(compute_field(R"("transcendentals_per_s": 0)"),
+            "machine my.json: compute.transcendentals_per_s must be above 0, not 0");
+  EXPECT_EQ(compute_field(R"("cached_memory_bytes_per_s_by_size": [])"),
+            "machine my.json: compute.cached_memory_bytes_per_s_by_size must be a non-empty array of "
+            "{\"bytes\": ..., \"bytes_per_s\": ...}");
+  EXPECT_EQ(compute_field(R"("cache": 1)"),
+            "machine my.json: unknown field 'cache' in compute (it has: flops_per_s, memory_bytes_per_s, "
+            "statement_overhead_s, gemm_flops_per_s_by_shape, cached_memory_bytes_per_s_by_size, "
+            "transcendentals_per_s)");
+  EXPECT_EQ(error(R"({"name": "m", )" + compute +
+                  R"(, "links": [{"name": "l", "latency_s": 0, "bytes_per_s": 1e9, )"
+                  R"("permute_bytes_per_s_by_message": [{"bytes": 1024, "bytes_per_s": -2}]}]})"),
+            "machine my.json: links[0].permute_bytes_per_s_by_message[0].bytes_per_s must be above 0, not -2");
   try {
     load_machine("tpu-v5");
     ADD_FAILURE() << "no error";
