@@ -170,17 +170,20 @@ int main(int argc, char** argv) {
   // read c's lines before writing them (write-allocate), a third more
   // traffic than it counts, and measured 1.97e9 B/s against this 2.5e9 on
   // the CI machine; the steps' elementwise statements ran at 2.5-3.1e9.
-  const int64_t m = 1 << 20;
-  const int add_reps = 10;
-  std::vector<std::vector<float>> xa(D, std::vector<float>(m, 1.0f)), xc = xa;
-  const double add_s = fastest_run(world, a.repeats, [&](int r) {
-    for (int i = 0; i < add_reps; ++i) {
-      float* c = xc[r].data();
-      const float* x = xa[r].data();
-      for (int64_t j = 0; j < m; ++j) c[j] += x[j];
-    }
-  });
-  const double bytes_per_s = 12.0 * m * add_reps / add_s;
+  // Every device adds `elements` floats into as many in place, `reps`
+  // times over the same arrays: the bytes one device moved a second.
+  auto in_place_add_rate = [&](int64_t elements, int reps) {
+    std::vector<std::vector<float>> x(D, std::vector<float>(elements, 1.0f)), c = x;
+    const double s = fastest_run(world, a.repeats, [&](int r) {
+      for (int i = 0; i < reps; ++i) {
+        float* cr = c[r].data();
+        const float* xr = x[r].data();
+        for (int64_t j = 0; j < elements; ++j) cr[j] += xr[j];
+      }
+    });
+    return 12.0 * elements * reps / s;
+  };
+  const double bytes_per_s = in_place_add_rate(int64_t{1} << 20, 10);
   // Cached memory by size: the same add repeated over the same arrays, so
   // that what fits a core's cache stays there, as the block a collective
   // packs or adds was just written by the statement before it (or
@@ -191,15 +194,7 @@ int main(int argc, char** argv) {
     const int64_t e = std::max<int64_t>(1, (size + 11) / 12);  // at least `size` bytes an add
     if (!cached.empty() && 12.0 * e <= cached.back().bytes) continue;
     const int reps = static_cast<int>(std::clamp<int64_t>((int64_t{48} << 20) / (12 * e), 4, 100000));
-    std::vector<std::vector<float>> ca(D, std::vector<float>(e, 1.0f)), cc = ca;
-    const double s = fastest_run(world, a.repeats, [&](int r) {
-      for (int i = 0; i < reps; ++i) {
-        float* c = cc[r].data();
-        const float* x = ca[r].data();
-        for (int64_t j = 0; j < e; ++j) c[j] += x[j];
-      }
-    });
-    cached.push_back({.bytes = 12.0 * e, .bytes_per_s = 12.0 * e * reps / s});
+    cached.push_back({.bytes = 12.0 * e, .bytes_per_s = in_place_add_rate(e, reps)});
   }
 
   // Transcendentals (calibrate_kernels.cpp): the rate of one, their mean
@@ -207,6 +202,7 @@ int main(int argc, char** argv) {
   const double transcendentals_per_s = 1 / sharc::bench::transcendental_seconds(world, a.repeats);
 
   // Statement overhead: tiny adds, beyond their bytes.
+  std::vector<std::vector<float>> xa(D, std::vector<float>(64 * 16, 1.0f)), xc = xa;
   const int tiny_reps = 20000;
   const double tiny_s = fastest_run(world, a.repeats, [&](int r) {
     for (int i = 0; i < tiny_reps; ++i) {
@@ -276,7 +272,7 @@ int main(int argc, char** argv) {
     // a step, whose statements evict the caches a message would otherwise
     // stay in), less the sgemm and the latency. Blocks that stay in a
     // core's cache copy faster than those that do not (on the 2-core CI
-    // machine: 4.2e9 B/s at 16 KiB, 0.9e9 at 1 MiB and above).
+    // machine: 2.3e9 B/s at 16 KiB, 0.84e9 at 1 MiB and above).
     const double sgemm_s = sgemms_s / loaded_reps;
     std::vector<int64_t> sizes = a.message_sizes;  // ascending, each more than the one before
     std::sort(sizes.begin(), sizes.end());

@@ -55,8 +55,8 @@ double rate_for_size(const std::vector<SizedRate>& rates, double bytes, double f
 // A GEMM's rate by its shape (optional, "gemm_flops_per_s_by_shape"): f32
 // flop/s per device measured at every (M, N, K) drawn from `sizes`, one
 // table for each way the operands are transposed. A GEMM's rate is not one
-// number: on the CI machine a 128-cube ran at 9.4e9 flop/s a device, one
-// with M = 8 rows against a 512x1024 B at 3.5e9 (B no longer fits a core's
+// number: on the CI machine a 128-cube ran at 9.2e9 flop/s a device, one
+// with M = 8 rows against a 512x1024 B at 3.4e9 (B no longer fits a core's
 // cache, and a few rows do not repay packing it). A shape between the
 // sizes is interpolated on log(size) along each dimension (trilinear),
 // one outside them takes the nearest edge. Empty: compute.flops_per_s for
@@ -80,8 +80,8 @@ struct LinkLevel {
   // Optional ("bytes_per_s_by_message"): the rate measured for messages of
   // several sizes, ascending by bytes. A link's rate depends on how big its
   // messages are: on a CPU a block that stays in a core's cache copies
-  // several times faster than one that does not (measured on the CI
-  // machine: 4.2e9 B/s at 16 KiB, 0.9e9 at 1 MiB); NCCL changes protocol
+  // more than twice as fast as one that does not (measured on the CI
+  // machine: 2.3e9 B/s at 16 KiB, 0.84e9 at 1 MiB); NCCL changes protocol
   // with size. A collective's message is one ring step's block (a call's
   // bytes over its steps), so an all-gather over 2 devices and one over 8
   // that send the same bytes go at different rates. A size between two is
@@ -118,8 +118,9 @@ struct PlanMachine {
   // the message that just arrived. Such data is still in a core's cache,
   // and moves faster than compute.bytes_per_s, which is the rate of a
   // statement whose operands were last touched a layer or a step before
-  // (measured on the CI machine: a reduce-scatter's adds and packing ran
-  // at 3 times it). Empty: compute.bytes_per_s.
+  // (measured on the CI machine, statement by statement: at that rate the
+  // MLP's reduce-scatters were predicted at 2.3 times their time). Empty:
+  // compute.bytes_per_s.
   std::vector<SizedRate> cached_memory;
   // Optional ("transcendentals_per_s"): exp, tanh, gelu, a random number
   // and the like (op_cost.h statement_transcendentals) evaluated per second

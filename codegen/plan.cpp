@@ -245,8 +245,8 @@ std::vector<double> step_seconds(const ir::Graph& g, const PlanMachine& m, doubl
   std::vector<double> seconds(g.nodes.size(), 0.0);
   for (const BufferPlan::Stmt& st : plan_buffers(g).stmts) {
     const ir::Node& n = g.nodes[st.node];
-    double copies = 0;
     if (n.op == ir::Op::kRingDot && st.bucket.empty()) {
+      double copies = 0;
       seconds[st.node] = ring_dot_seconds(g, n, m, &copies);
       ring_copy_s += copies;
     } else if (n.op == ir::Op::kDot || is_gemm_kernel(n))
