@@ -59,9 +59,19 @@ using Context = void*;
 
 struct FiberPool::Fiber {
   int index = 0;
-  Worker* worker = nullptr;
+  Worker* home = nullptr;  // the thread whose round it is in
   Context context = nullptr;  // where it resumes, while switched out
-  bool done = true;
+  // Set by the thread that runs it, for as long as it does (the only
+  // claim on a fiber that may migrate: FiberPool::run_fiber).
+  std::atomic<bool> claimed{false};
+  std::atomic<bool> done{true};
+  // Bumped by notify() for it; `seen` is its value when the fiber was last
+  // entered, so signal != seen means something it may wait for happened
+  // since it last looked.
+  std::atomic<unsigned long long> signal{0};
+  std::atomic<unsigned long long> seen{0};
+  // The deadline of its current wait (Clock ticks), for its home thread.
+  std::atomic<Clock::rep> deadline{Clock::time_point::max().time_since_epoch().count()};
   void* map = nullptr;  // the mapping: guard page, then the stack
   size_t map_bytes = 0;
   std::byte* stack_bottom = nullptr;  // just above the guard page
@@ -89,11 +99,11 @@ struct FiberPool::Fiber {
 
 struct FiberPool::Worker {
   FiberPool* pool = nullptr;
-  std::vector<Fiber*> fibers;
+  std::vector<Fiber*> fibers;  // those whose home it is
   Context scheduler = nullptr;  // the thread's own context, while a fiber runs
   Fiber* current = nullptr;
-  Clock::time_point wake_by;  // the earliest deadline a waiting fiber gave this pass
-  // Bumped by notify() for any of this thread's fibers; a pass during which
+  // Bumped by notify() for any of this thread's fibers (and, with
+  // migration, for a fiber whose home is busy); a pass during which
   // it moved is followed by another before the thread may sleep.
   std::atomic<unsigned long long> signal{0};
   std::atomic<bool> parked{false};
@@ -112,6 +122,18 @@ struct FiberPool::Worker {
 namespace {
 
 thread_local void* t_worker = nullptr;  // FiberPool::Worker* of the run on this thread
+
+// This thread's worker. A fiber that migrates resumes on another thread
+// inside the same function call, so code that may run before and after a
+// switch reads it through here: not inlined, and opaque to the optimiser
+// (the memory clobber), so the thread-local's address is never one
+// computed on the thread before.
+[[gnu::noinline]] FiberPool::Worker* current_worker() {
+  asm volatile("" ::: "memory");
+  return static_cast<FiberPool::Worker*>(t_worker);
+}
+
+[[maybe_unused]] FiberPool::Clock::rep ticks(FiberPool::Clock::time_point t) { return t.time_since_epoch().count(); }
 
 size_t page_bytes() {
   const long page = sysconf(_SC_PAGESIZE);
@@ -143,7 +165,7 @@ FiberPool::FiberPool(int fibers, int threads, size_t stack_bytes) {
     // same pass. Against round-robin placement, where every ring edge
     // crossed threads: MLP model=8 1.89 -> 1.50 ms, GPT model=8 13.5 ->
     // 11.3 ms per step on 2 cores.
-    f->worker = workers_[static_cast<size_t>(static_cast<int64_t>(i) * threads / fibers)].get();
+    f->home = workers_[static_cast<size_t>(static_cast<int64_t>(i) * threads / fibers)].get();
     f->map_bytes = usable + page;
     f->map = mmap(nullptr, f->map_bytes, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
@@ -157,7 +179,7 @@ FiberPool::FiberPool(int fibers, int threads, size_t stack_bytes) {
     mprotect(f->map, page, PROT_NONE);
     f->stack_bottom = static_cast<std::byte*>(f->map) + page;
     f->stack_bytes = usable;
-    f->worker->fibers.push_back(f.get());
+    f->home->fibers.push_back(f.get());
     fibers_.push_back(std::move(f));
   }
   // Spinning (the team's between runs, idle()'s between messages) pays only
@@ -168,9 +190,27 @@ FiberPool::FiberPool(int fibers, int threads, size_t stack_bytes) {
 
 FiberPool::~FiberPool() = default;
 
-void FiberPool::notify(int fiber) { wake(*fibers_.at(static_cast<size_t>(fiber))->worker); }
+void FiberPool::set_migration(bool on) {
+  if (job_) throw std::logic_error("FiberPool::set_migration while running");
+  migrate_ = on;
+}
+
+void FiberPool::notify(int fiber) {
+  Fiber& f = *fibers_.at(static_cast<size_t>(fiber));
+  f.signal.fetch_add(1, std::memory_order_seq_cst);
+  wake(*f.home);
+  // Its home thread may be busy with another of its fibers for a long while:
+  // a thread that sleeps for want of work may take it meanwhile.
+  if (migrate_ && !f.home->parked.load(std::memory_order_seq_cst))
+    for (auto& w : workers_)
+      if (w.get() != f.home && w->parked.load(std::memory_order_relaxed)) {
+        wake(*w);
+        break;
+      }
+}
 
 void FiberPool::notify_all() {
+  for (auto& f : fibers_) f->signal.fetch_add(1, std::memory_order_seq_cst);
   for (auto& w : workers_) wake(*w);
 }
 
@@ -201,8 +241,10 @@ struct FiberAccess {
 namespace {
 
 // The switches, with what the sanitizers must be told around each:
-// leave() from a fiber to its thread's scheduler, enter() back, and
-// fiber_main() where a fiber starts.
+// leave() from a fiber to the scheduler of the thread it runs on, enter()
+// into it from a thread's scheduler (which passes its Worker: with
+// migration the thread that resumes a fiber need not be the one it left),
+// and fiber_main() where a fiber starts.
 
 void leave(FiberPool::Worker& w, FiberPool::Fiber& f, bool finished) {
   f.team = current_team();
@@ -214,25 +256,29 @@ void leave(FiberPool::Worker& w, FiberPool::Fiber& f, bool finished) {
   __tsan_switch_to_fiber(w.tsan, 0);
 #endif
   const fc::transfer_t t = fc::jump_fcontext(w.scheduler, nullptr);
-  // Resumed (never after finished): on the same thread, by enter().
-  w.scheduler = t.fctx;
+  // Resumed (never after finished) by enter(), on the thread of the Worker
+  // it passes: `w` may be another thread's.
+  FiberPool::Worker& now = *static_cast<FiberPool::Worker*>(t.data);
+  now.scheduler = t.fctx;
 #if SHARC_ASAN
-  __sanitizer_finish_switch_fiber(f.fake_stack, &w.stack_bottom, &w.stack_size);
+  __sanitizer_finish_switch_fiber(f.fake_stack, &now.stack_bottom, &now.stack_size);
 #endif
   set_current_team(f.team);
 }
 
 [[noreturn]] void fiber_main(fc::transfer_t t) {
-  auto* f = static_cast<FiberPool::Fiber*>(t.data);
-  FiberPool::Worker& w = *f->worker;
+  FiberPool::Worker& w = *static_cast<FiberPool::Worker*>(t.data);
+  FiberPool::Fiber& f = *w.current;
   w.scheduler = t.fctx;
 #if SHARC_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &w.stack_bottom, &w.stack_size);
 #endif
   set_current_team(nullptr);
-  FiberAccess::call(*w.pool, f->index);
-  f->done = true;
-  leave(w, *f, /*finished=*/true);
+  FiberAccess::call(*w.pool, f.index);
+  // The call may have ended on another thread than it began.
+  FiberPool::Worker& last = *current_worker();
+  f.done.store(true, std::memory_order_release);
+  leave(last, f, /*finished=*/true);
   __builtin_unreachable();
 }
 
@@ -245,7 +291,7 @@ void enter(FiberPool::Worker& w, FiberPool::Fiber& f) {
 #if SHARC_TSAN
   __tsan_switch_to_fiber(f.tsan, 0);
 #endif
-  const fc::transfer_t t = fc::jump_fcontext(f.context, &f);
+  const fc::transfer_t t = fc::jump_fcontext(f.context, &w);
 #if SHARC_ASAN
   __sanitizer_finish_switch_fiber(w.fake_stack, nullptr, nullptr);
 #endif
@@ -256,60 +302,124 @@ void enter(FiberPool::Worker& w, FiberPool::Fiber& f) {
 
 }  // namespace
 
+// Makes the calling thread the one that runs `f`, unless another does or it
+// has returned (with migration, possibly on another thread since the caller
+// looked).
+static bool claim(FiberPool::Fiber& f) {
+  if (f.claimed.exchange(true, std::memory_order_acquire)) return false;
+  if (!f.done.load(std::memory_order_acquire)) return true;
+  f.claimed.store(false, std::memory_order_release);
+  return false;
+}
+
 void FiberPool::schedule(Worker& w) {
   t_worker = &w;
 #if SHARC_TSAN
   w.tsan = __tsan_get_current_fiber();
 #endif
-  size_t live = 0;
-  for (Fiber* f : w.fibers) {
-    f->context = fc::make_fcontext(f->stack_top(), f->stack_bytes, &fiber_main);
-    f->done = false;
-    f->team = nullptr;
-#if SHARC_TSAN
-    f->tsan = __tsan_create_fiber(0);
-#endif
-    ++live;
-  }
-  while (live > 0) {
+  while (live_.load(std::memory_order_acquire) > 0) {
     const unsigned long long seen = w.signal.load(std::memory_order_seq_cst);
-    w.wake_by = Clock::time_point::max();
+    bool mine = false;  // some fiber of this thread's round has not returned
+    Clock::rep wake_by = ticks(Clock::time_point::max());
     for (Fiber* f : w.fibers) {
-      if (f->done) continue;
-      enter(w, *f);
-      if (f->done) {
-        --live;
-#if SHARC_TSAN
-        __tsan_destroy_fiber(f->tsan);
-        f->tsan = nullptr;
-#endif
+      if (f->done.load(std::memory_order_acquire)) continue;
+      // Not claimed: another thread runs it, or ran it to its end meanwhile.
+      if (claim(*f)) run_fiber(w, *f);
+      if (!f->done.load(std::memory_order_acquire)) {
+        mine = true;
+        wake_by = std::min(wake_by, f->deadline.load(std::memory_order_relaxed));
       }
     }
+    // Without migration a thread is done with its own fibers; with it, it
+    // helps the others until every fiber has returned.
+    if (!mine && !migrate_) break;
+    if (migrate_ && steal(w)) continue;
     // Every fiber left waits. A notify during the pass may concern one
     // that had already looked: look again before idling.
-    if (live > 0 && w.signal.load(std::memory_order_seq_cst) == seen) idle(w, seen);
+    if (w.signal.load(std::memory_order_seq_cst) == seen && live_.load(std::memory_order_acquire) > 0)
+      idle(w, seen, Clock::time_point(Clock::duration(wake_by)));
   }
   t_worker = nullptr;
+}
+
+void FiberPool::run_fiber(Worker& w, Fiber& f) {
+  f.seen.store(f.signal.load(std::memory_order_seq_cst), std::memory_order_relaxed);
+  f.deadline.store(ticks(Clock::time_point::max()), std::memory_order_relaxed);
+  enter(w, f);
+  const bool finished = f.done.load(std::memory_order_relaxed);
+#if SHARC_TSAN
+  if (finished) {
+    __tsan_destroy_fiber(f.tsan);
+    f.tsan = nullptr;
+  }
+#endif
+  f.claimed.store(false, std::memory_order_release);
+  if (finished) {
+    // The last fiber of the run: threads that help others may be asleep.
+    if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      for (auto& other : workers_) wake(*other);
+  } else if (f.home != &w &&
+             (f.signal.load(std::memory_order_seq_cst) != f.seen.load(std::memory_order_relaxed) ||
+              f.deadline.load(std::memory_order_relaxed) != ticks(Clock::time_point::max()))) {
+    // Ran here, and a notify for it came while it did (its home thread
+    // found it claimed), or it waits for a deadline its home must keep.
+    wake(*f.home);
+  }
+}
+
+// Another thread's fiber that is not running, not done, and was notified
+// since it was last entered (or never was this run).
+static bool ready_elsewhere(const FiberPool::Fiber& f) {
+  return !f.claimed.load(std::memory_order_relaxed) && !f.done.load(std::memory_order_relaxed) &&
+         f.signal.load(std::memory_order_seq_cst) != f.seen.load(std::memory_order_relaxed);
+}
+
+bool FiberPool::stealable(const Worker& w) const {
+  for (const auto& v : workers_)
+    if (v.get() != &w)
+      for (const Fiber* f : v->fibers)
+        if (ready_elsewhere(*f)) return true;
+  return false;
+}
+
+bool FiberPool::steal(Worker& w) {
+  for (auto& v : workers_) {
+    if (v.get() == &w) continue;
+    // From the back of its home's round: the home goes from the front.
+    for (auto it = v->fibers.rbegin(); it != v->fibers.rend(); ++it) {
+      Fiber& f = **it;
+      if (!ready_elsewhere(f) || !claim(f)) continue;
+      run_fiber(w, f);
+      return true;
+    }
+  }
+  return false;
 }
 
 #else  // !SHARC_HAVE_BOOST_CONTEXT
 
 void FiberPool::schedule(Worker&) {}
+void FiberPool::run_fiber(Worker&, Fiber&) {}
+bool FiberPool::steal(Worker&) { return false; }
+bool FiberPool::stealable(const Worker&) const { return false; }
 
 #endif
 
-void FiberPool::idle(Worker& w, unsigned long long seen) {
+void FiberPool::idle(Worker& w, unsigned long long seen, Clock::time_point wake_by) {
   // With a core per thread, spin a little: a message usually follows within
   // a kernel's time. Then sleep until a notify, the earliest deadline of a
   // waiting fiber, or 1 ms (a fiber that waits with no notify to come, e.g.
-  // for the poison flag or a timeout, looks again then).
-  if (w.pool->spin_ && spin_for(std::chrono::microseconds(50), [&] {
-        return w.signal.load(std::memory_order_acquire) != seen;
-      }))
-    return;
-  const Clock::time_point until = std::min(w.wake_by, Clock::now() + std::chrono::milliseconds(1));
+  // for the poison flag or a timeout, looks again then). With migration,
+  // another thread's fiber that became ready ends the wait too.
+  const auto woken = [&] {
+    return w.signal.load(std::memory_order_seq_cst) != seen || (migrate_ && stealable(w));
+  };
+  if (spin_ && spin_for(std::chrono::microseconds(50), woken)) return;
+  const Clock::time_point until = std::min(wake_by, Clock::now() + std::chrono::milliseconds(1));
+  // Pairs with notify(): parked is set before looking at the signals, and
+  // notify bumps a signal before reading parked; one sees the other.
   w.parked.store(true, std::memory_order_seq_cst);
-  if (w.signal.load(std::memory_order_seq_cst) == seen) {
+  if (!woken()) {
     std::unique_lock<std::mutex> lock(w.mu);
     w.cv.wait_until(lock, until, [&] { return w.signal.load(std::memory_order_seq_cst) != seen; });
   }
@@ -324,21 +434,39 @@ void FiberPool::run(const std::function<void(int)>& fn) {
     FiberPool* pool;
     ~Clear() { pool->job_ = nullptr; }
   } clear{this};
+#if SHARC_HAVE_BOOST_CONTEXT
+  // Every fiber is ready before any thread starts: with migration a thread
+  // may start another's.
+  for (auto& f : fibers_) {
+    f->context = fc::make_fcontext(f->stack_top(), f->stack_bytes, &fiber_main);
+    f->team = nullptr;
+    f->claimed.store(false, std::memory_order_relaxed);
+    f->done.store(false, std::memory_order_relaxed);
+    f->deadline.store(ticks(Clock::time_point::max()), std::memory_order_relaxed);
+    // Never entered this run: counts as notified.
+    f->seen.store(f->signal.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+#if SHARC_TSAN
+    f->tsan = __tsan_create_fiber(0);
+#endif
+  }
+  live_.store(fibers(), std::memory_order_release);
+#endif
   threads_->run(threads(), [&](int w) { schedule(*workers_[static_cast<size_t>(w)]); });
   if (error_) std::rethrow_exception(error_);
 }
 
 bool in_fiber() {
-  auto* w = static_cast<FiberPool::Worker*>(t_worker);
+  const FiberPool::Worker* w = current_worker();
   return w && w->current;
 }
 
 bool fiber_wait(FiberPool::Clock::time_point until) {
 #if SHARC_HAVE_BOOST_CONTEXT
-  auto* w = static_cast<FiberPool::Worker*>(t_worker);
+  FiberPool::Worker* w = current_worker();
   if (!w || !w->current) return false;
-  if (until < w->wake_by) w->wake_by = until;
-  leave(*w, *w->current, /*finished=*/false);
+  FiberPool::Fiber& f = *w->current;
+  f.deadline.store(ticks(until), std::memory_order_relaxed);
+  leave(*w, f, /*finished=*/false);
   return true;
 #else
   (void)until;

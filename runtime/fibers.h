@@ -13,20 +13,30 @@
 // message for one of them is posted (notify) or a waiting device's deadline
 // passes.
 //
-// Threads take contiguous blocks of devices: device i lives on thread
-// i * threads / fibers (so ring neighbours mostly share a thread) for the
-// whole run and never moves, so
-// thread-locals (a kernel's scratch buffer, the current Team) stay with
-// their device between switches, and a fiber only ever waits inside
-// fiber_wait(): device code that blocks by other means (a mutex held across a
-// collective, a sleep) blocks its thread's other devices too, as it would a
-// real accelerator's host thread.
+// Threads take contiguous blocks of devices: device i's home is thread
+// i * threads / fibers (so ring neighbours mostly share a thread). By
+// default a fiber runs only on its home thread, so thread-locals stay with
+// their device between switches. With set_migration(true) (ThreadWorld's
+// devices) a thread whose own fibers all wait takes another thread's fiber
+// that was notified since it last waited and runs it until it waits again;
+// the fiber then goes back to its home thread's round. Devices cost what
+// they cost, not the same: one thread's block of devices finishes its work
+// before the other's, and without migration it idles at the next
+// collective that needs them (GPT-2 fsdp=8 on 2 cores: 14% of each
+// thread's time). A migrating fiber carries its current Team; other
+// thread-locals are the thread's, so device code must not hold one across a
+// wait, nor the thread's identity: within one function the compiler may
+// keep pthread_self()'s answer (std::this_thread::get_id()) or errno's
+// address across a call, as both are declared const. A fiber only ever waits inside fiber_wait(): device code that
+// blocks by other means (a mutex held across a collective, a sleep) blocks
+// the thread it is on, as it would a real accelerator's host thread.
 //
 // Under AddressSanitizer and ThreadSanitizer every switch is announced to the
 // sanitizer (__sanitizer_start_switch_fiber, __tsan_switch_to_fiber), so both
 // see each fiber's stack as its own.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -56,6 +66,11 @@ class FiberPool {
   int fibers() const { return static_cast<int>(fibers_.size()); }
   int threads() const { return static_cast<int>(workers_.size()); }
 
+  // Whether an idle thread may run another thread's waiting fibers (see
+  // above); off by default. Not while running.
+  void set_migration(bool on);
+  bool migration() const { return migrate_; }
+
   // Calls fn(i) for every i in [0, fibers()), each on fiber i, the caller's
   // thread running thread 0's fibers; returns when all have returned. The
   // first exception a call throws is rethrown here once all are done (fn
@@ -76,13 +91,18 @@ class FiberPool {
  private:
   friend struct FiberAccess;
   void schedule(Worker& w);
-  static void idle(Worker& w, unsigned long long seen);
+  void run_fiber(Worker& w, Fiber& f);
+  bool steal(Worker& w);
+  bool stealable(const Worker& w) const;
+  void idle(Worker& w, unsigned long long seen, Clock::time_point wake_by);
   static void wake(Worker& w);
 
   std::vector<std::unique_ptr<Fiber>> fibers_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Team> threads_;
   bool spin_ = true;  // threads <= cores
+  bool migrate_ = false;
+  std::atomic<int> live_{0};  // fibers of the current run not yet returned
   const std::function<void(int)>* job_ = nullptr;
   std::mutex error_mu_;
   std::exception_ptr error_;

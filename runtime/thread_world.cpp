@@ -369,6 +369,9 @@ void ThreadWorld::set_device_threads(int threads) {
   devices_.reset();
   if (threads < n) {
     fibers_ = std::make_unique<FiberPool>(n, threads);
+    // A thread whose devices all wait runs another's ready device (fibers.h).
+    const char* migrate = std::getenv("SHARC_DEVICE_MIGRATION");
+    fibers_->set_migration(!(migrate && std::string(migrate) == "0"));
     fabric_->fibers = fibers_.get();
   } else {
     // The device threads spin between steps only if each has a core.

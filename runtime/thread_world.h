@@ -78,6 +78,10 @@ class ThreadWorld final : public World {
   // min(devices, cores / threads_per_device()), at least 1, when fibers are
   // built in (rt::fibers_available()); otherwise one thread per device. The
   // environment variable SHARC_DEVICE_THREADS=K sets it to min(K, devices).
+  // As fibers, device r starts on thread r * threads / devices, and a thread
+  // whose devices all wait runs another thread's device that can go on
+  // (FiberPool::set_migration); SHARC_DEVICE_MIGRATION=0 keeps every device
+  // on its own thread.
   // Throws std::invalid_argument outside [1, devices] and std::runtime_error
   // for fewer threads than devices without fibers. Not while running.
   void set_device_threads(int threads);

@@ -113,6 +113,78 @@ TEST(FiberPool, EachFiberKeepsItsTeam) {
   EXPECT_EQ(current_team(), nullptr);
 }
 
+// The calling thread's id, read afresh: std::this_thread::get_id() is
+// pthread_self(), which glibc declares const, so the compiler may keep one
+// call's answer across a fiber's switch to another thread within a function.
+[[gnu::noinline]] std::thread::id thread_now() {
+  asm volatile("" ::: "memory");
+  return std::this_thread::get_id();
+}
+
+// With migration, a fiber notified while its home thread is busy (fiber 0
+// computes until fiber 1 is done: without migration, never) is resumed by
+// the other thread, and takes its Team with it. Fiber 2 keeps the other
+// thread busy until fiber 1 has started on its home thread.
+TEST(FiberPool, AnIdleThreadRunsAnotherThreadsReadyFiber) {
+  SKIP_WITHOUT_FIBERS();
+  FiberPool pool(4, 2);  // fibers 0, 1 on the caller's thread; 2, 3 on the other
+  EXPECT_FALSE(pool.migration());
+  pool.set_migration(true);
+  EXPECT_TRUE(pool.migration());
+  Team team(1);
+  std::atomic<bool> waiting{false}, released{false}, done{false};
+  std::thread::id home, before, after, other;
+  Team* team_after = nullptr;
+  bool timed_out = false;
+  pool.run([&](int i) {
+    if (i == 0) {
+      home = thread_now();
+      fiber_wait(FiberPool::Clock::now());  // let fiber 1 start here first
+      const auto give_up = FiberPool::Clock::now() + std::chrono::seconds(10);
+      while (!done.load())  // busy: this thread runs nothing else meanwhile
+        if (FiberPool::Clock::now() > give_up) {
+          timed_out = true;
+          done.store(true);
+        }
+    } else if (i == 1) {
+      before = thread_now();
+      TeamScope scope(&team);
+      waiting.store(true);
+      do fiber_wait();  // at least once, released or not
+      while (!released.load());
+      after = thread_now();
+      team_after = current_team();
+      done.store(true);
+    } else if (i == 2) {
+      // Busy too until fiber 1 waits, so that it starts on its home thread.
+      other = thread_now();
+      const auto give_up = FiberPool::Clock::now() + std::chrono::seconds(10);
+      while (!waiting.load() && FiberPool::Clock::now() < give_up) {
+      }
+      released.store(true);
+      pool.notify(1);
+    }
+  });
+  EXPECT_FALSE(timed_out) << "fiber 1 never ran again while its thread was busy";
+  EXPECT_EQ(before, home);
+  EXPECT_EQ(after, other);
+  EXPECT_NE(after, home);
+  EXPECT_EQ(team_after, &team);
+  EXPECT_EQ(current_team(), nullptr);
+  EXPECT_THROW(
+      {
+        pool.run([&](int) {
+          try {
+            pool.set_migration(false);
+          } catch (const std::logic_error& e) {
+            EXPECT_STREQ(e.what(), "FiberPool::set_migration while running");
+            throw;
+          }
+        });
+      },
+      std::logic_error);
+}
+
 TEST(FiberPool, RethrowsTheFirstExceptionAfterEveryFiberEnds) {
   SKIP_WITHOUT_FIBERS();
   FiberPool pool(6, 2);
@@ -213,6 +285,43 @@ TEST(ThreadWorld, DeviceFibersComputeWhatDeviceThreadsCompute) {
       EXPECT_EQ(on_fibers.count(k), on_threads.count(k)) << threads;
     }
   }
+}
+
+// Devices 0-3 start on thread 0 and 4-7 on thread 1; device 0 computes for
+// 30 ms before an all-reduce over all eight. Thread 1, its own devices
+// waiting, runs some of devices 1-3 meanwhile; with SHARC_DEVICE_MIGRATION=0
+// none. The sums are the same either way.
+std::vector<int> devices_run_elsewhere(bool migration) {
+  if (!migration) setenv("SHARC_DEVICE_MIGRATION", "0", 1);
+  ThreadWorld world(MeshShape{{"x"}, {8}});
+  world.set_device_threads(2);
+  unsetenv("SHARC_DEVICE_MIGRATION");
+  std::vector<std::thread::id> thread(8);
+  std::vector<int> moved;
+  std::mutex mu;
+  world.run([&](int r) {
+    const std::thread::id start = std::this_thread::get_id();
+    if (r == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
+    std::vector<float> x(1024, static_cast<float>(r));
+    world.comm(r).all_reduce(x.data(), x.size(), make_group(world.mesh(), r, {0}), ReduceOp::kSum);
+    EXPECT_EQ(x[0], 28.0f);
+    EXPECT_EQ(x[1023], 28.0f);
+    thread[static_cast<size_t>(r)] = start;
+  });
+  for (int r = 1; r < 4; ++r)
+    if (thread[static_cast<size_t>(r)] != thread[0]) moved.push_back(r);
+  for (int r = 5; r < 8; ++r) EXPECT_EQ(thread[static_cast<size_t>(r)], thread[4]) << r;
+  return moved;
+}
+
+TEST(ThreadWorld, AnIdleDeviceThreadRunsAnotherThreadsDevices) {
+  SKIP_WITHOUT_FIBERS();
+  EXPECT_FALSE(devices_run_elsewhere(true).empty());
+  EXPECT_TRUE(devices_run_elsewhere(false).empty());
 }
 
 TEST(ThreadWorld, DeviceFibersFailLikeDeviceThreads) {
