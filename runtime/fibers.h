@@ -17,8 +17,9 @@
 // i * threads / fibers (so ring neighbours mostly share a thread). By
 // default a fiber runs only on its home thread, so thread-locals stay with
 // their device between switches. With set_migration(true) (ThreadWorld's
-// devices) a thread whose own fibers all wait takes another thread's fiber
-// that was notified since it last waited and runs it until it waits again;
+// devices) a thread whose own fibers have all waited for 10 us takes
+// another thread's fiber that was notified since it last waited and runs it
+// until it waits again;
 // the fiber then goes back to its home thread's round. Devices cost what
 // they cost, not the same: one thread's block of devices finishes its work
 // before the other's, and without migration it idles at the next
@@ -94,7 +95,7 @@ class FiberPool {
   void run_fiber(Worker& w, Fiber& f);
   bool steal(Worker& w);
   bool stealable(const Worker& w) const;
-  void idle(Worker& w, unsigned long long seen, Clock::time_point wake_by);
+  bool idle(Worker& w, unsigned long long seen, Clock::time_point wake_by);
   static void wake(Worker& w);
 
   std::vector<std::unique_ptr<Fiber>> fibers_;

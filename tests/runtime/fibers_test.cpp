@@ -288,7 +288,7 @@ TEST(ThreadWorld, DeviceFibersComputeWhatDeviceThreadsCompute) {
 }
 
 // Devices 0-3 start on thread 0 and 4-7 on thread 1; device 0 computes for
-// 30 ms before an all-reduce over all eight. Thread 1, its own devices
+// 100 ms before an all-reduce over all eight. Thread 1, its own devices
 // waiting, runs some of devices 1-3 meanwhile; with SHARC_DEVICE_MIGRATION=0
 // none. The sums are the same either way.
 std::vector<int> devices_run_elsewhere(bool migration) {
@@ -298,11 +298,10 @@ std::vector<int> devices_run_elsewhere(bool migration) {
   unsetenv("SHARC_DEVICE_MIGRATION");
   std::vector<std::thread::id> thread(8);
   std::vector<int> moved;
-  std::mutex mu;
   world.run([&](int r) {
     const std::thread::id start = std::this_thread::get_id();
     if (r == 0) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
       while (std::chrono::steady_clock::now() < until) {
       }
     }
