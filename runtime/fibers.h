@@ -18,19 +18,21 @@
 // default a fiber runs only on its home thread, so thread-locals stay with
 // their device between switches. With set_migration(true) (ThreadWorld's
 // devices) a thread whose own fibers have all waited for 10 us takes
-// another thread's fiber that was notified since it last waited and runs it
-// until it waits again;
-// the fiber then goes back to its home thread's round. Devices cost what
-// they cost, not the same: one thread's block of devices finishes its work
-// before the other's, and without migration it idles at the next
-// collective that needs them (GPT-2 fsdp=8 on 2 cores: 14% of each
-// thread's time). A migrating fiber carries its current Team; other
-// thread-locals are the thread's, so device code must not hold one across a
-// wait, nor the thread's identity: within one function the compiler may
-// keep pthread_self()'s answer (std::this_thread::get_id()) or errno's
-// address across a call, as both are declared const. A fiber only ever waits inside fiber_wait(): device code that
-// blocks by other means (a mutex held across a collective, a sleep) blocks
-// the thread it is on, as it would a real accelerator's host thread.
+// another thread's fiber that was notified since it last waited and runs
+// it until it waits again; the fiber then goes back to its home thread's
+// round. Devices cost what they cost, not the same: one thread's block of
+// devices finishes its work before the other's, and without migration it
+// idles at the next collective that needs them (GPT-2 fsdp=8 on 2 cores:
+// 14% of each thread's time).
+//
+// A migrating fiber carries its current Team; other thread-locals are the
+// thread's, so device code must not hold one across a wait, nor the
+// thread's identity: within one function the compiler may keep
+// pthread_self()'s answer (std::this_thread::get_id()) or errno's address
+// across a call, as both are declared const. A fiber only ever waits
+// inside fiber_wait(): device code that blocks by other means (a mutex
+// held across a collective, a sleep) blocks the thread it is on, as it
+// would a real accelerator's host thread.
 //
 // Under AddressSanitizer and ThreadSanitizer every switch is announced to the
 // sanitizer (__sanitizer_start_switch_fiber, __tsan_switch_to_fiber), so both
