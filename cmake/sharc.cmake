@@ -5,7 +5,7 @@
 #   sharc_add_program(NAME SOURCE model.cpp [PROGRAM registered-name]
 #                     MESH "data=2,model=4" [DEVICES 8] [NAMESPACE ns] [DUMP_IR]
 #                     [CPP_FILES n] [OPTIONS name=value...] [BACKEND cpu|cuda]
-#                     [HF_CONFIG config.json])
+#                     [HF_CONFIG config.json] [BUCKET_BYTES 1MiB])
 #   sharc_add_program(NAME SOURCE model.cpp MESH auto DEVICES 8 [MEMORY 16GiB]
 #                     [MACHINE cpu|h100-nvlink|h100-ib|file.json] [CANDIDATE k] ...)
 #
@@ -60,6 +60,11 @@
 # the smallest peak found and its mesh. CANDIDATE k generates the plan's
 # k-th candidate that fits instead (0 is its choice, 1 the next fastest):
 # bench/bench_plan builds a program for each to time them.
+#
+# BUCKET_BYTES (1MiB, 256KiB, bytes; default 25MiB) is the most one
+# gradient bucket carries: the backward pass's all-reduces are grouped into
+# buckets of at most that many bytes a device, each bucket one collective.
+# With MESH auto and no BUCKET_BYTES the planner chooses it.
 #
 # PROGRAM defaults to NAME; DEVICES defaults to the product of MESH (give it
 # when one axis is -1). OPTIONS are generation-time integers the model reads
@@ -230,7 +235,8 @@ endfunction()
 
 function(sharc_add_program NAME)
   set(options DUMP_IR LIFT)
-  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND HF_CONFIG MEMORY MACHINE CANDIDATE)
+  set(one_value SOURCE PROGRAM MESH DEVICES NAMESPACE CPP_FILES BACKEND HF_CONFIG MEMORY MACHINE CANDIDATE
+                BUCKET_BYTES)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "${options}" "${one_value}" "OPTIONS")
   set(keywords "${one_value};OPTIONS;${options}")
   string(REPLACE ";" ", " keywords "${keywords}")
@@ -267,6 +273,15 @@ function(sharc_add_program NAME)
   endif()
   set(plan_args "")
   set(plan_depends "")
+  if(DEFINED ARG_BUCKET_BYTES)
+    # The gradient buckets' size (codegen/passes/bucket_all_reduces.h); with
+    # MESH auto it replaces the planner's search.
+    if(NOT ARG_BUCKET_BYTES MATCHES "^[0-9]+(\\.[0-9]+)?(B|KiB|MiB|GiB|KB|MB|GB)?$" OR ARG_BUCKET_BYTES MATCHES "^0+(\\.0*)?[A-Za-z]*$")
+      _sharc_fail(${NAME} "BUCKET_BYTES ${ARG_BUCKET_BYTES} is not a size: write the most bytes one gradient "
+                          "bucket carries as 1MiB, 256KiB or a byte count")
+    endif()
+    list(APPEND plan_args --bucket-bytes ${ARG_BUCKET_BYTES})
+  endif()
   if(ARG_MESH STREQUAL "auto")
     # The planner picks the mesh at build time (codegen/plan.h).
     if(NOT DEFINED ARG_DEVICES OR NOT ARG_DEVICES MATCHES "^[1-9][0-9]*$")

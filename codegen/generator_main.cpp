@@ -80,6 +80,9 @@ struct Args {
   // (print the ranked table instead of generating).
   std::string memory, machine = "cpu";
   bool plan = false;
+  // --bucket-bytes: the gradient buckets' size ("" the default, or with
+  // --mesh auto the planner's choice).
+  std::string bucket_bytes;
   // --candidate K: generate the plan's K-th candidate that fits (0 is its
   // choice) instead of its choice, so a benchmark can measure the ranking.
   int candidate = -1;
@@ -119,6 +122,9 @@ int parse_args(int argc, char** argv, Args& a) {
   app.add_option("--machine", a.machine,
                  "with --mesh auto: the machine the plan is costed on (cpu, h100-nvlink, h100-ib, or a .json file)")
       ->capture_default_str();
+  app.add_option("--bucket-bytes", a.bucket_bytes,
+                 "the most bytes one gradient bucket's all-reduce carries (1MiB, 256KiB, bytes; default 25MiB, "
+                 "or with --mesh auto the planner's choice)");
   app.add_flag("--plan", a.plan, "with --mesh auto: print the ranked plans and write nothing");
   app.add_option("--candidate", a.candidate,
                  "with --mesh auto: generate the plan's K-th candidate that fits (0: its choice) instead of its choice")
@@ -213,6 +219,13 @@ int run(const Args& a) {
   auto [traced, retrace] = sharc::trace_for_plan(a.program, it->second, given);
   sharc::PipelineOptions options;
   options.gpu_kernels = a.backend == sharc::Backend::kCuda;
+  if (!a.bucket_bytes.empty()) {
+    const std::optional<uint64_t> bytes = sharc::parse_bytes(a.bucket_bytes);
+    if (!bytes)
+      throw sharc::Error(sharc::SrcLoc(),
+                         "BUCKET_BYTES " + a.bucket_bytes + " is not a size: write 1MiB, 256KiB or a byte count");
+    options.bucket_bytes = static_cast<size_t>(*bytes);
+  }
   // The mesh comes from the build (or the planner), not from a DSL line: its
   // errors carry no location and main() prefixes them with the flag.
   std::string mesh_text = a.mesh, plan_text;

@@ -108,7 +108,8 @@ Lowered lower(ir::Graph g, const Mesh& mesh, const PipelineOptions& options) {
     local = use_gpu_kernels(local, &kernels);
     stage("after_use_gpu_kernels", local);
   }
-  local = bucket_all_reduces(local);  // last: it only reorders and groups
+  // Last: it only reorders and groups.
+  local = bucket_all_reduces(local, options.bucket_bytes.value_or(kDefaultBucketBytes));
   stage("after_bucket_all_reduces", local);
   ir::verify(local);
   std::optional<StagePlan> stages;

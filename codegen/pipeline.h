@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/ir.h"
+#include "codegen/passes/bucket_all_reduces.h"
 #include "codegen/passes/ring_collective_matmul.h"
 #include "codegen/kernel_select.h"
 #include "codegen/stage_plan.h"
@@ -42,6 +43,10 @@ struct PipelineOptions {
   // A GPU program (BACKEND cuda): composite regions run as KernelSet kernels
   // where they fit (passes/use_gpu_kernels.h); Lowered::kernels says which.
   bool gpu_kernels = false;
+  // Gradient buckets (passes/bucket_all_reduces.h): the most local bytes
+  // one bucket's all-reduce carries (BUCKET_BYTES of sharc_add_program).
+  // Unset: kDefaultBucketBytes, and MESH auto searches the size.
+  std::optional<size_t> bucket_bytes;
 };
 
 struct Lowered {

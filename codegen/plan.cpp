@@ -272,22 +272,35 @@ int count_ring_dots(const Lowered& l) {
 
 // The candidate's numbers from its lowered program.
 void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
+  c.peak_bytes = c.sent_bytes = 0;  // a variant starts from a copy of the candidate it varies
+  c.compute_s = c.comm_s = c.ring_copy_s = c.bucket_s = c.bucket_floor_s = c.step_s = c.bubble = 0;
   const Report r = predict(l);
   const Mesh& mesh = l.partitioned.mesh;
   std::map<std::vector<std::string>, const LinkLevel*> links;  // by the collective's axes
   for (uint64_t p : r.peak_bytes) c.peak_bytes = std::max(c.peak_bytes, p);
+  c.buckets = static_cast<int>(
+      std::count_if(r.collectives.begin(), r.collectives.end(), [](const CollectiveReport& col) { return col.bucket; }));
   for (int d = 0; d < r.num_devices; ++d) {
     uint64_t sent = 0;
     for (uint64_t b : r.bytes[d]) sent += b;
     c.sent_bytes = std::max(c.sent_bytes, sent);
-    double comm = 0;
+    double comm = 0, buckets = 0, floor = 0;
     for (const CollectiveReport& col : r.collectives) {
       if (col.bytes.empty() || col.ring_dot) continue;  // a ring dot's transfers are in its time
       const LinkLevel*& link = links[col.axes];
       if (!link) link = &m.link_for(mesh, col.axes);
-      comm += collective_seconds(col, col.bytes[d], *link, m);
+      const double s = collective_seconds(col, col.bytes[d], *link, m);
+      comm += s;
+      if (col.bucket) {
+        buckets += s;
+        LinkLevel fastest = *link;
+        for (const SizedRate& rate : link->by_message)
+          fastest.bytes_per_s = std::max(fastest.bytes_per_s, rate.bytes_per_s);
+        fastest.by_message.clear();
+        floor += collective_seconds(col, col.bytes[d], fastest, m);
+      }
     }
-    c.comm_s = std::max(c.comm_s, comm);
+    if (comm > c.comm_s) c.comm_s = comm, c.bucket_s = buckets, c.bucket_floor_s = floor;
   }
   if (l.stages) {
     // The stages through their schedule, each step its statement's cost.
@@ -472,6 +485,8 @@ Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint
     return it->second ? &*it->second : nullptr;
   };
   p.microbatch_search = static_cast<bool>(retrace);
+  // The gradient buckets' size is searched unless the options fix it.
+  const bool search_buckets = training && !options.bucket_bytes;
   // One variant of a mesh, lowered and costed; nullopt when it does not
   // trace or partition (`why` says why).
   auto evaluate = [&](const std::string& mesh_text, const PlanCandidate& v, int* rings,
@@ -558,7 +573,9 @@ Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint
       if (!ring) base_rings = rings;
       if (ring && rings == base_rings) break;  // rings nothing more: the same program
       m.rings |= ring;
-      m.bound = std::min(m.bound, stages > 1 ? c->compute_s * (1 - c->bubble) + c->comm_s : c->step_s);
+      // Other bucket sizes can at most save the buckets' time above its floor.
+      const double buckets = search_buckets ? c->bucket_s - c->bucket_floor_s : 0.0;
+      m.bound = std::min(m.bound, (stages > 1 ? c->compute_s * (1 - c->bubble) + c->comm_s : c->step_s) - buckets);
       m.made.push_back(std::move(*c));
     }
     searches.push_back(std::move(m));
@@ -623,6 +640,34 @@ Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint
           if (refused || ((fits_saving_all || slow_first) && !pipelined)) break;  // more accumulation is only slower
         }
   }
+  // Smaller gradient buckets (plan.h): for each candidate that fits and
+  // whose buckets' time is enough that it could become the fastest, the
+  // sizes of kBucketSizes from the largest down, while each is faster than
+  // the one before; a size that buckets nothing differently is skipped.
+  if (search_buckets) {
+    for (MeshSearch& m : searches) {
+      const size_t variants = m.made.size();
+      for (size_t i = 0; i < variants; ++i) {
+        const PlanCandidate base = m.made[i];
+        if (!base.partitions || !base.fits || base.buckets == 0 ||
+            base.step_s - base.bucket_s + base.bucket_floor_s >= best)
+          continue;
+        const PlanCandidate* before = &base;
+        for (size_t size : kBucketSizes) {
+          PlanCandidate v = base;
+          v.bucket_bytes = size;
+          std::string why;
+          std::optional<PlanCandidate> c = evaluate(m.mesh, v, nullptr, why);
+          if (!c) break;
+          if (c->buckets == before->buckets) continue;  // the same program
+          if (c->step_s >= before->step_s) break;      // smaller ones go on losing
+          m.made.push_back(std::move(*c));
+          before = &m.made.back();
+          if (before->fits) best = std::min(best, before->step_s);
+        }
+      }
+    }
+  }
   for (MeshSearch& m : searches) {
     if (m.made.empty()) {
       PlanCandidate c;
@@ -677,6 +722,13 @@ std::string PlanCandidate::remat_str() const {
   return remat ? ir::remat_policy_name(*remat) : "";
 }
 
+std::string PlanCandidate::bucket_str() const {
+  if (!bucket_bytes) return "";
+  if (bucket_bytes % (size_t{1} << 20) == 0) return std::to_string(bucket_bytes >> 20) + "MiB";
+  if (bucket_bytes % 1024 == 0) return std::to_string(bucket_bytes >> 10) + "KiB";
+  return std::to_string(bucket_bytes);
+}
+
 Lowered lower_candidate(const ir::Graph& traced, const PlanCandidate& c, int devices,
                         const PipelineOptions& options) {
   PipelineOptions o = options;
@@ -685,6 +737,7 @@ Lowered lower_candidate(const ir::Graph& traced, const PlanCandidate& c, int dev
     o.virtual_stages = c.virtual_stages;
   }
   if (c.ring) o.collective_matmul = CollectiveMatmul::kAlways;
+  if (c.bucket_bytes) o.bucket_bytes = c.bucket_bytes;
   const Mesh mesh = Mesh::parse(c.mesh, devices, SrcLoc());
   if (!c.remat) return lower(traced, mesh, o);
   ir::Graph g = traced;
@@ -701,7 +754,7 @@ std::string format_plan(const Plan& p) {
   for (size_t i = 0; i < p.axes.size(); ++i) o << (i ? ", " : "") << p.axes[i];
   o << " (" << p.candidates.size() << " candidates)\n\n";
   // The columns of the choices some candidate makes.
-  bool schedules = false, remats = false, rings = false;
+  bool schedules = false, remats = false, rings = false, buckets = false;
   size_t width = 4, schedule_width = 8;
   for (const PlanCandidate& c : p.candidates) {
     width = std::max(width, c.mesh.size());
@@ -709,10 +762,12 @@ std::string format_plan(const Plan& p) {
     schedule_width = std::max(schedule_width, c.schedule_str().size());
     remats |= c.remat.has_value();
     rings |= c.ring;
+    buckets |= c.bucket_bytes > 0;
   }
   const bool micro = p.microbatch_search;
+  const std::string default_buckets = std::to_string(kDefaultBucketBytes >> 20) + "MiB";
   auto choices = [&](const std::string& schedule, const std::string& k, const std::string& remat,
-                     const std::string& tp) {
+                     const std::string& tp, const std::string& bucket) {
     char buf[96];
     std::string s;
     if (micro) {
@@ -731,11 +786,15 @@ std::string format_plan(const Plan& p) {
       std::snprintf(buf, sizeof buf, "  %-4s", tp.c_str());
       s += buf;
     }
+    if (buckets) {
+      std::snprintf(buf, sizeof buf, "  %-7s", bucket.c_str());
+      s += buf;
+    }
     return s;
   };
   char row[256];
   std::snprintf(row, sizeof row, "%4s  %-*s", "rank", static_cast<int>(width), "mesh");
-  o << row << choices("schedule", "micro", "remat", "tp");
+  o << row << choices("schedule", "micro", "remat", "tp", "buckets");
   std::snprintf(row, sizeof row, "  %11s  %11s  %11s  %12s  %12s  %s\n", "step", "compute", "comm", "peak/device",
                 "sent/device", "verdict");
   o << row;
@@ -746,12 +805,12 @@ std::string format_plan(const Plan& p) {
     o << row;
     if (c.partitions) {
       o << choices(c.schedule ? c.schedule_str() : "-", c.microbatches ? std::to_string(c.microbatches) : "-",
-                   c.remat ? c.remat_str() : "-", c.ring ? "ring" : "auto");
+                   c.remat ? c.remat_str() : "-", c.ring ? "ring" : "auto", c.bucket_str().empty() ? default_buckets : c.bucket_str());
       std::snprintf(row, sizeof row, "  %11s  %11s  %11s  %12s  %12s  ", seconds_str(c.step_s).c_str(),
                     seconds_str(c.compute_s).c_str(), seconds_str(c.comm_s).c_str(), bytes_str(c.peak_bytes).c_str(),
                     bytes_str(c.sent_bytes).c_str());
     } else {
-      o << choices("-", "-", "-", "-");
+      o << choices("-", "-", "-", "-", "-");
       std::snprintf(row, sizeof row, "  %11s  %11s  %11s  %12s  %12s  ", "-", "-", "-", "-", "-");
     }
     o << row << c.verdict << "\n";
@@ -769,9 +828,11 @@ std::string format_plan(const Plan& p) {
     if (c.remat && (*c.remat != ir::RematPolicy::kSaveAll || p.program_remat))
       also.push_back("remat " + c.remat_str());
     if (c.ring) also.push_back("ring tensor parallelism");
+    if (c.bucket_bytes) also.push_back(c.bucket_str() + " gradient buckets");
     for (size_t i = 0; i < also.size(); ++i) o << (i ? ", " : " with ") << also[i];
     o << "; as you would write it:\n";
     o << "  sharc_add_program(NAME SOURCE ... PROGRAM " << p.program << " MESH \"" << c.mesh << "\""
+      << (c.bucket_bytes ? " BUCKET_BYTES " + c.bucket_str() : std::string())
       << (c.microbatches ? " OPTIONS microbatches=" + std::to_string(c.microbatches) : std::string()) << ")\n";
     // Saving every activation is what a program without remat rules does.
     const bool remat = c.remat && (*c.remat != ir::RematPolicy::kSaveAll || p.program_remat);

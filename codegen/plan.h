@@ -49,6 +49,10 @@ struct PlanCandidate {
   int pipeline_microbatches = 0;                 // pipelined: the count traced
   std::optional<ir::RematPolicy> remat;          // every repeated block's policy
   bool ring = false;           // every tensor-parallel dot that can, as a ring (CollectiveMatmul::kAlways)
+  // The gradient buckets' size the planner chose (BUCKET_BYTES); 0: the
+  // options' (PipelineOptions::bucket_bytes, by default 25 MiB).
+  size_t bucket_bytes = 0;
+  int buckets = 0;             // gradient buckets a step all-reduces (a pipeline's: every stage's)
   bool partitions = false;     // false: `verdict` is the partitioner's error
   uint64_t peak_bytes = 0;     // per device, the largest
   uint64_t sent_bytes = 0;     // per device per step, the largest
@@ -56,6 +60,10 @@ struct PlanCandidate {
   // Of compute_s: the copies ring dots make of what is not contiguous
   // (ring_dot_seconds), which the virtual clock does not charge.
   double ring_copy_s = 0;
+  double bucket_s = 0;         // of comm_s: the gradient buckets' all-reduces
+  // The least those could take in buckets of any size: the same calls
+  // (smaller buckets only add some), every byte at the link's best rate.
+  double bucket_floor_s = 0;
   double step_s = 0;           // predicted step time
   double bubble = 0;           // pipelined: the schedule's idle share
   bool fits = false;           // peak_bytes <= the budget
@@ -65,6 +73,8 @@ struct PlanCandidate {
   std::string schedule_str() const;
   // "save_dots", "" (the program's own).
   std::string remat_str() const;
+  // "1MiB", "256KiB": BUCKET_BYTES as written; "" (the options').
+  std::string bucket_str() const;
 };
 
 struct Plan {
@@ -124,6 +134,14 @@ std::vector<std::string> plan_meshes(const PlanAxes& axes, int devices);
 //    never faster);
 //  - tensor-parallel dots as rings or not, on meshes with a model or
 //    tensor axis where a ring changes anything;
+//  - the gradient buckets' size, when `options` does not fix it: smaller
+//    buckets than the default 25 MiB (kBucketSizes), for a candidate
+//    whose buckets' all-reduces are enough of its time that it could
+//    become the fastest, tried from the largest down while each is
+//    predicted faster than the one before (a bucket pays a ring's
+//    latency per call, and its ring steps' blocks go at the link's rate
+//    for their size: on the CPU thread world a block that stays in a
+//    core's cache moves faster);
 //  - with a Retrace, the micro-batch count (the program's option
 //    "microbatches": gradient accumulation, or a pipeline's micro-batches).
 //
@@ -132,6 +150,10 @@ std::vector<std::string> plan_meshes(const PlanAxes& axes, int devices);
 // generator gives one when the program reads that option and the build
 // did not set it.
 using Retrace = std::function<ir::Graph(int microbatches)>;
+
+// The bucket sizes the search tries below the default, largest first.
+inline constexpr size_t kBucketSizes[] = {size_t{4} << 20, size_t{1} << 20, size_t{256} << 10};
+
 Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint64_t budget_bytes,
           const PlanMachine& machine, const PipelineOptions& options = {}, const Retrace& retrace = {});
 

@@ -149,6 +149,7 @@ Report predict(const ir::Graph& g) {
     c.node = s.node;
     c.axes = v.axes;
     c.where = where(v);
+    c.bucket = v.op == Op::kAllReduce && v.dim2 >= 0;  // a bucket of one value too
     const std::string axes = "(" + join(v.axes, ", ") + ")";
     // Element size: a collective moves its operand's type, which is its own.
     const uint64_t es = ir::dtype_size(v.dtype);

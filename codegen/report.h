@@ -53,6 +53,7 @@ struct CollectiveReport {
   int group_size = 1;
   uint64_t calls = 0;              // runtime calls per device (a ring_dot: its ppermutes)
   bool ring_dot = false;           // a RingDot's transfers, which its GEMMs overlap
+  bool bucket = false;             // a gradient bucket (bucket_all_reduces; maybe of one value)
   std::vector<uint64_t> bytes;     // bytes sent, per device (rank)
 };
 

@@ -41,7 +41,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Args {
-  std::string model, program, memory, machine = "cpu", backend = "cpu", work;
+  std::string model, program, memory, machine = "cpu", backend = "cpu", work, bucket_bytes;
   int devices = 0;
   std::vector<std::string> options, includes;
   bool verbose = false;
@@ -182,6 +182,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(sharc::cli::at_least(1));
   app.add_option("--memory", a.memory, "the memory budget per device (16GiB, 512MiB, bytes); default none");
+  app.add_option("--bucket-bytes", a.bucket_bytes,
+                 "the gradient buckets' size (1MiB, 256KiB, bytes), as BUCKET_BYTES; default: searched");
   app.add_option("--machine", a.machine, "the machine the plan is costed on (cpu, h100-nvlink, h100-ib, or a .json file)")
       ->capture_default_str();
   app.add_option("--backend", a.backend, "whose costs: the CPU program's or the CUDA program's (its fused kernels)")
@@ -242,6 +244,7 @@ int main(int argc, char** argv) {
                                   "--devices", std::to_string(a.devices), "--plan", "--machine", a.machine,
                                   "--backend", a.backend, "--source-root", model.parent_path().string()};
   if (!a.memory.empty()) gen.insert(gen.end(), {"--memory", a.memory});
+  if (!a.bucket_bytes.empty()) gen.insert(gen.end(), {"--bucket-bytes", a.bucket_bytes});
   for (const std::string& o : a.options) gen.insert(gen.end(), {"--option", o});
   return run(gen, {});
 }

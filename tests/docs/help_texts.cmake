@@ -27,7 +27,7 @@ set(_outputs
     "plan_mlp_8_1900kib.txt|0|mlp_train_data8.generator|--program|mlp_train|--mesh|auto|--devices|8|--memory|1900KiB|--plan")
 foreach(tool dot_relu_dot.generator sharc-lift dot_relu_dot_main mlp_classifier_main gpt2_main finetune_main
              custom_activation_main bench_mlp_train bench_pipeline bench_ring_matmul bench_train bench_compile
-             bench_lift bench_gpu_kernels bench_gpt2_gpu sharc-hf sharc-calibrate bench_plan sharc-plan)
+             bench_lift bench_gpu_kernels bench_gpt2_gpu sharc-hf sharc-calibrate bench_plan bench_buckets sharc-plan)
   list(APPEND _outputs "${tool}.txt|0|${tool}|--help")
 endforeach()
 

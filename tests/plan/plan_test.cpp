@@ -21,6 +21,7 @@
 #include "codegen/report.h"
 #include "codegen/ring_plan.h"
 #include "dsl/program.h"
+#include "samples/mlp_classifier/model.h"
 
 namespace sharc {
 namespace {
@@ -570,6 +571,79 @@ TEST(Plan, RefusesMoreDevicesThanTheMachineHas) {
   } catch (const Error& e) {
     EXPECT_EQ(e.message(), "machine h100-nvlink has 8 devices, fewer than DEVICES 16 (a machine with a level "
                            "across nodes has no limit: h100-ib)");
+  }
+}
+
+// Gradient buckets: on a machine whose link moves small messages ten times
+// faster than large ones and computes for free, the data-parallel gradient
+// all-reduces are the step, and smaller buckets than the default win: the
+// planner tries them (plan.h kBucketSizes) and chooses one. Each bucket
+// variant buckets the gradients differently from the candidate it refines
+// (more buckets) and is faster than it, its peak is the report's, and the
+// table says what to write. Given a size (PipelineOptions::bucket_bytes,
+// BUCKET_BYTES), nothing is searched.
+TEST(Plan, SearchesGradientBucketsWhereTheyCanWin) {
+  PlanMachine m;
+  m.name = "small messages fast";
+  m.compute = {.flops_per_s = 1e15, .bytes_per_s = 1e15, .overhead_s = 0};
+  m.links = {LinkLevel{.name = "link", .devices = 0, .latency_s = 1e-6, .bytes_per_s = 1e9,
+                       .by_message = {{4096, 1e10}, {262144, 1e10}, {327680, 1e8}}, .permute_by_message = {}}};
+  m.overlaps_compute = false;
+  // The MLP classifier data-parallel only: its batch on 'data', nothing
+  // else split.
+  const ir::Graph g = trace("mlp_train_data", [](ProgramBuilder& b) {
+    mlp_classifier::build_train(b, mlp_classifier::Config{}, mlp_classifier::default_optimizer(), {}, {});
+    b.set_logical_rules({{"batch", "data"}, {"hidden", std::nullopt}, {"embed", std::nullopt},
+                         {"classes", std::nullopt}});
+  });
+  const Plan p = plan("mlp_train", g, 8, 0, m);
+  ASSERT_EQ(p.axes, std::vector<std::string>{"data"});
+  ASSERT_GE(p.chosen, 0);
+  const PlanCandidate& chosen = p.candidates[p.chosen];
+  EXPECT_GT(chosen.bucket_bytes, 0u) << format_plan(p);
+  int variants = 0;
+  for (const PlanCandidate& c : p.candidates) {
+    if (!c.bucket_bytes) continue;
+    ++variants;
+    const auto base = std::find_if(p.candidates.begin(), p.candidates.end(), [&](const PlanCandidate& b) {
+      return b.mesh == c.mesh && b.ring == c.ring && b.remat == c.remat && b.bucket_bytes == 0;
+    });
+    ASSERT_NE(base, p.candidates.end()) << c.mesh;
+    EXPECT_GT(c.buckets, base->buckets) << c.mesh << " " << c.bucket_str();
+    EXPECT_LT(c.step_s, base->step_s) << c.mesh << " " << c.bucket_str();
+    EXPECT_GT(c.bucket_s, 0) << c.mesh;
+    const Report r = predict(lower_candidate(g, c, 8));
+    EXPECT_EQ(c.peak_bytes, *std::max_element(r.peak_bytes.begin(), r.peak_bytes.end())) << c.mesh;
+    int buckets = 0;
+    for (const CollectiveReport& col : r.collectives) buckets += col.bucket;
+    EXPECT_EQ(buckets, c.buckets) << c.mesh;
+  }
+  EXPECT_GE(variants, 1);
+  const std::string table = format_plan(p);
+  EXPECT_NE(table.find("  buckets  "), std::string::npos) << table;
+  EXPECT_NE(table.find("MESH \"" + chosen.mesh + "\" BUCKET_BYTES " + chosen.bucket_str() + ")"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find(chosen.bucket_str() + " gradient buckets"), std::string::npos) << table;
+
+  PipelineOptions fixed;
+  fixed.bucket_bytes = 1u << 20;
+  const Plan given = plan("mlp_train", g, 8, 0, m, fixed);
+  for (const PlanCandidate& c : given.candidates) EXPECT_EQ(c.bucket_bytes, 0u) << c.mesh;
+  EXPECT_EQ(format_plan(given).find("BUCKET_BYTES"), std::string::npos);
+}
+
+TEST(Plan, WritesBucketSizesAsBucketBytesReadsThem) {
+  PlanCandidate c;
+  EXPECT_EQ(c.bucket_str(), "");
+  c.bucket_bytes = 4u << 20;
+  EXPECT_EQ(c.bucket_str(), "4MiB");
+  c.bucket_bytes = 256u << 10;
+  EXPECT_EQ(c.bucket_str(), "256KiB");
+  c.bucket_bytes = 1000;
+  EXPECT_EQ(c.bucket_str(), "1000");
+  for (size_t size : kBucketSizes) {
+    c.bucket_bytes = size;
+    EXPECT_EQ(parse_bytes(c.bucket_str()), size);
   }
 }
 
