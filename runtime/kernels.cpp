@@ -6,6 +6,7 @@
 // moves the last dimension runs a 16x16 tiled loop so both sides stay in cache.
 #include "runtime/kernels.h"
 
+#include "runtime/copy_bytes.h"
 #include "runtime/team.h"
 
 #include <cblas.h>
@@ -335,7 +336,7 @@ void strided_copy(const T* in, const std::vector<int64_t>& shape_in,
     const T* src = in + a;
     T* dst = out + b;
     if (step == 1) {
-      std::memcpy(dst, src, n * sizeof(T));
+      copy_bytes(dst, src, n * sizeof(T));
     } else if (step == 0) {
       std::fill(dst, dst + n, *src);
     } else {
@@ -461,7 +462,7 @@ void reduce(const T* in, const std::vector<int64_t>& in_shape, const std::vector
 
 template <class T>
 void copy(const T* in, T* out, size_t count) {
-  if (count) std::memcpy(out, in, count * sizeof(T));
+  copy_bytes(out, in, count * sizeof(T));
 }
 
 template <class T>

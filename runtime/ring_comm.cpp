@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/copy_bytes.h"
 #include "runtime/trace.h"
 
 namespace sharc::rt::detail {
@@ -63,9 +64,14 @@ int mod(int a, int n) {
 }
 
 // memmove that tolerates empty ranges (whose pointers may be null) and
-// in-place calls.
+// in-place calls; copy_bytes where the ranges do not overlap.
 void move_bytes(void* dst, const void* src, size_t bytes) {
-  if (bytes && dst != src) std::memmove(dst, src, bytes);
+  if (!bytes || dst == src) return;
+  const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+  if (d + bytes <= s || s + bytes <= d)
+    copy_bytes(dst, src, bytes);
+  else
+    std::memmove(dst, src, bytes);
 }
 
 }  // namespace
@@ -88,7 +94,7 @@ Pieces::Pieces(void* data, size_t bytes) {
 
 void Pieces::gather(size_t begin, size_t end, Bytes& block) const {
   each(begin, end, [&](const std::byte* p, size_t at, size_t bytes) {
-    std::memcpy(block.data() + at, p, bytes);
+    copy_bytes(block.data() + at, p, bytes);
   });
 }
 
@@ -103,7 +109,7 @@ Bytes RingComm::new_block(size_t bytes) {
 
 Bytes RingComm::copy_of(const std::byte* data, size_t bytes) {
   Bytes block = new_block(bytes);
-  if (bytes) std::memcpy(block.data(), data, bytes);
+  copy_bytes(block.data(), data, bytes);
   return block;
 }
 
