@@ -36,7 +36,10 @@
 //     a step's collectives come after statements; and ppermutes of those
 //     blocks round the ring, each around an sgemm as a ring dot's step
 //     (permute_bytes_per_s_by_message: the thread world copies a ppermute's
-//     block twice, a ring collective's once).
+//     block twice, a ring collective's once); and reduce-scatters in those
+//     blocks, each after an sgemm, whose steps add what arrives
+//     (reduce_bytes_per_s_by_message: a reducing step's rate, its add in
+//     it).
 // Each measurement is the fastest of --repeats runs (a neighbour's burst
 // slows a run, never speeds one up).
 //
@@ -113,7 +116,7 @@ int main(int argc, char** argv) {
       ->check(sharc::cli::at_least(4096))
       ->capture_default_str();
   app.add_option("--message-sizes", a.message_sizes,
-                 "bytes of one message (a ring step's block) in the all-gathers timed for the rate by message size")
+                 "bytes of one message (a ring step's block) in the all-gathers, reduce-scatters and ppermutes timed for the rates by message size")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--cached-sizes", a.cached_sizes,
@@ -176,9 +179,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<float>> x(D, std::vector<float>(elements, 1.0f)), c = x;
     const double s = fastest_run(world, a.repeats, [&](int r) {
       for (int i = 0; i < reps; ++i) {
-        float* cr = c[r].data();
-        const float* xr = x[r].data();
-        for (int64_t j = 0; j < elements; ++j) cr[j] += xr[j];
+        sharc::bench::add_in_place(c[r].data(), x[r].data(), elements);
       }
     });
     return 12.0 * elements * reps / s;
@@ -206,9 +207,7 @@ int main(int argc, char** argv) {
   const int tiny_reps = 20000;
   const double tiny_s = fastest_run(world, a.repeats, [&](int r) {
     for (int i = 0; i < tiny_reps; ++i) {
-      float* c = xc[r].data() + (i % 64) * 16;
-      const float* x = xa[r].data();
-      for (int j = 0; j < 16; ++j) c[j] += x[j];
+      sharc::bench::add_in_place(xc[r].data() + (i % 64) * 16, xa[r].data(), 16);
     }
   });
   const double overhead = std::max(0.0, tiny_s / tiny_reps - 12.0 * 16 / bytes_per_s);
@@ -216,7 +215,7 @@ int main(int argc, char** argv) {
   // The link: a ring all-reduce over every device takes 2 (D - 1) steps of
   // latency, its bytes at the link's rate, and adds half of them.
   double latency = 0, link_rate = 0;
-  std::vector<sharc::SizedRate> by_message, permute_by_message;
+  std::vector<sharc::SizedRate> by_message, permute_by_message, reduce_by_message;
   if (D > 1) {
     const int small_reps = 200;
     std::vector<std::vector<float>> one(D, std::vector<float>(1, 1.0f));
@@ -274,6 +273,26 @@ int main(int argc, char** argv) {
     // core's cache copy faster than those that do not (on the 2-core CI
     // machine: 2.3e9 B/s at 16 KiB, 0.84e9 at 1 MiB and above).
     const double sgemm_s = sgemms_s / loaded_reps;
+    // One call's seconds on every device, `call` timed `reps` times over:
+    // with an sgemm between its start and its end each time (`between`),
+    // less the sgemm, as in a step; and never counted faster than the same
+    // calls alone. Between sgemms a call's time is the difference of two
+    // runs, and where the sgemms take most of it their noise can leave less
+    // than the messages alone take (on a 2-core EPYC it once left a
+    // negative time, and a negative rate in the file).
+    using Call = std::function<void(int, const sharc::rt::Group&, const std::function<void()>&)>;
+    auto seconds_a_call = [&](int reps, const Call& call) {
+      auto timed = [&](bool with_sgemm) {
+        return fastest_run(world, a.repeats, [&](int r) {
+          const sharc::rt::Group g{all, r};
+          const std::function<void()> between = [&] {
+            if (with_sgemm) small_sgemm(r);
+          };
+          for (int i = 0; i < reps; ++i) call(r, g, between);
+        });
+      };
+      return std::max(timed(true) / reps - sgemm_s, timed(false) / reps);
+    };
     std::vector<int64_t> sizes = a.message_sizes;  // ascending, each more than the one before
     std::sort(sizes.begin(), sizes.end());
     int64_t last_floats = 0;
@@ -282,57 +301,48 @@ int main(int argc, char** argv) {
       const int64_t floats = std::max<int64_t>(1, (size + 3) / 4);
       if (floats <= last_floats) continue;
       last_floats = floats;
+      const size_t count = static_cast<size_t>(floats);
+      const double block = floats * 4.0;
       // Enough calls to time: about 64 MiB sent a device.
-      const int sized_reps = static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / (floats * 4 * (D - 1)), 2, 20));
-      std::vector<std::vector<float>> in(D, std::vector<float>(floats, 1.0f)), out(D, std::vector<float>(floats * D));
-      const double with_s = fastest_run(world, a.repeats, [&](int r) {
-        const sharc::rt::Group g{all, r};
-        for (int i = 0; i < sized_reps; ++i) {
-          small_sgemm(r);
-          world.comm(r).all_gather(in[r].data(), out[r].data(), static_cast<size_t>(floats), g);
-        }
+      const int reps = static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / (floats * 4 * (D - 1)), 2, 20));
+      std::vector<std::vector<float>> in(D, std::vector<float>(floats * D, 1.0f)), out(D, std::vector<float>(floats * D));
+      // The rate of `steps` ring steps of a block each that took `call`
+      // seconds, less their latency.
+      auto rate = [&](double steps, double call) {
+        const double moving = std::max(call - steps * latency, 0.1 * call);
+        return steps * block / moving;
+      };
+      // An all-gather over every device whose ring steps each move a block
+      // of the size, after an sgemm each time (a step's statements evict the
+      // caches a message would otherwise stay in). Blocks that stay in a
+      // core's cache copy faster than those that do not (on the 2-core CI
+      // machine: 2.3e9 B/s at 16 KiB, 0.84e9 at 1 MiB and above).
+      const double gather = seconds_a_call(reps, [&](int r, const sharc::rt::Group& g, const std::function<void()>& between) {
+        between();
+        world.comm(r).all_gather(in[r].data(), out[r].data(), count, g);
       });
-      // The same all-gathers alone. Between sgemms a call's time is the
-      // difference of two runs, and where the sgemms take most of it their
-      // noise can leave less than the messages alone take (on a 2-core EPYC
-      // it once left a negative time, and a negative rate in the file): a
-      // call is never counted faster than alone.
-      const double alone_s = fastest_run(world, a.repeats, [&](int r) {
-        const sharc::rt::Group g{all, r};
-        for (int i = 0; i < sized_reps; ++i)
-          world.comm(r).all_gather(in[r].data(), out[r].data(), static_cast<size_t>(floats), g);
+      by_message.push_back({.bytes = block, .bytes_per_s = rate(D - 1, gather)});
+      // A reduce-scatter of the same blocks: each step copies a block and
+      // adds it into the device's own (reduce_bytes_per_s_by_message).
+      const double scatter = seconds_a_call(reps, [&](int r, const sharc::rt::Group& g, const std::function<void()>& between) {
+        between();
+        world.comm(r).reduce_scatter(in[r].data(), out[r].data(), count, g, sharc::rt::ReduceOp::kSum);
       });
-      const double bytes = static_cast<double>(D - 1) * floats * 4;
-      const double call = std::max(with_s / sized_reps - sgemm_s, alone_s / sized_reps);
-      const double moving = std::max(call - (D - 1) * latency, 0.1 * call);
-      by_message.push_back({.bytes = floats * 4.0, .bytes_per_s = bytes / moving});
-      std::fprintf(stderr, "sharc-calibrate: an all-gather of %lld-byte messages: %.3g s, %.3g B/s\n",
-                   static_cast<long long>(floats * 4), call, bytes / moving);
+      reduce_by_message.push_back({.bytes = block, .bytes_per_s = rate(D - 1, scatter)});
       // The same block as a ppermute round the ring, started before an
       // sgemm and waited for after it, as a ring dot's step runs it.
       const sharc::rt::Permutation right = sharc::rt::ring_shift(D, +1);
-      const double permute_s = fastest_run(world, a.repeats, [&](int r) {
-        const sharc::rt::Group g{all, r};
-        for (int i = 0; i < sized_reps; ++i) {
-          sharc::rt::PendingRecv recv =
-              world.comm(r).ppermute_start(in[r].data(), out[r].data(), static_cast<size_t>(floats), g, right);
-          small_sgemm(r);
-          world.comm(r).ppermute_wait(recv);
-        }
+      const double permute = seconds_a_call(reps, [&](int r, const sharc::rt::Group& g, const std::function<void()>& between) {
+        sharc::rt::PendingRecv recv = world.comm(r).ppermute_start(in[r].data(), out[r].data(), count, g, right);
+        between();
+        world.comm(r).ppermute_wait(recv);
       });
-      const double permute_alone_s = fastest_run(world, a.repeats, [&](int r) {
-        const sharc::rt::Group g{all, r};
-        for (int i = 0; i < sized_reps; ++i) {
-          sharc::rt::PendingRecv recv =
-              world.comm(r).ppermute_start(in[r].data(), out[r].data(), static_cast<size_t>(floats), g, right);
-          world.comm(r).ppermute_wait(recv);
-        }
-      });
-      const double one = std::max(permute_s / sized_reps - sgemm_s, permute_alone_s / sized_reps);
-      const double permute_moving = std::max(one - latency, 0.1 * one);
-      permute_by_message.push_back({.bytes = floats * 4.0, .bytes_per_s = floats * 4.0 / permute_moving});
-      std::fprintf(stderr, "sharc-calibrate: a ppermute of %lld bytes: %.3g s, %.3g B/s\n",
-                   static_cast<long long>(floats * 4), one, floats * 4.0 / permute_moving);
+      permute_by_message.push_back({.bytes = block, .bytes_per_s = rate(1, permute)});
+      std::fprintf(stderr,
+                   "sharc-calibrate: %lld-byte messages: an all-gather %.3g s (%.3g B/s), a reduce-scatter %.3g s "
+                   "(%.3g B/s), a ppermute %.3g s (%.3g B/s)\n",
+                   static_cast<long long>(floats * 4), gather, by_message.back().bytes_per_s, scatter,
+                   reduce_by_message.back().bytes_per_s, permute, permute_by_message.back().bytes_per_s);
     }
   }
 
@@ -358,6 +368,7 @@ int main(int argc, char** argv) {
       "4 bytes after each of many sgemms of 96 (the latency), an all-gather of " + std::to_string(a.message_bytes) +
           " bytes (bytes_per_s),",
       "and all-gathers over every device in messages of " + sizes + " bytes after sgemms of 96 (bytes_per_s_by_message),",
+      "reduce-scatters in those blocks after sgemms of 96, each step's add included (reduce_bytes_per_s_by_message),",
       "and ppermutes round the ring of those bytes around sgemms of 96 (permute_bytes_per_s_by_message), each call never",
       "counted faster than the same messages alone;",
       "each figure the fastest of " + std::to_string(a.repeats) + " runs."};
@@ -370,7 +381,8 @@ int main(int argc, char** argv) {
   machine.cached_memory = cached;
   machine.transcendentals_per_s = transcendentals_per_s;
   machine.links = {sharc::LinkLevel{.name = "thread world", .devices = 0, .latency_s = latency, .bytes_per_s = link_rate,
-                                    .by_message = by_message, .permute_by_message = permute_by_message}};
+                                    .by_message = by_message, .permute_by_message = permute_by_message,
+                                    .reduce_by_message = reduce_by_message}};
   const std::string json = sharc::machine_json(machine);
   // What the planner will read: a figure it refuses (a rate of 0 from a
   // measurement that came out empty) fails here, not at MACHINE file.json.

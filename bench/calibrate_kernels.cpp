@@ -47,4 +47,9 @@ double transcendental_seconds(rt::ThreadWorld& world, int repeats) {
   return mean;
 }
 
+void add_in_place(float* c, const float* x, int64_t n) {
+  SHARC_INDEPENDENT_ITERATIONS
+  for (int64_t j = 0; j < n; ++j) c[j] += x[j];
+}
+
 }  // namespace sharc::bench

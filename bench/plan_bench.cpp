@@ -142,52 +142,87 @@ struct Sample {
   }
 };
 
+// What tells two candidates of a plan apart: the choices a program is
+// generated from.
+std::string identity(const sharc::PlanCandidate& c) {
+  return c.mesh + (c.ring ? " ring" : "") + " " + c.schedule_str() + " " + std::to_string(c.microbatches) + " " +
+         c.remat_str() + " " + c.bucket_str();
+}
+
 // Prints the sample's table and summary; returns false when --check fails.
+// The programs were generated from the plan on `cpu` (bench/CMakeLists.txt:
+// CANDIDATE k is that plan's rank k); with --machine another machine's plan
+// ranks them, each found in it by its choices.
 bool bench_sample(const Options& o, const Sample& sample) {
   const auto it = sharc::ProgramRegistry::all().find(sample.program);
   const sharc::PlanTrace t =
       sharc::trace_for_plan(sample.program, it->second, sharc::parse_program_options(sample.options));
-  const sharc::Plan plan = sharc::plan(sample.program, t.traced, 8, 0, sharc::load_machine(o.machine), {}, t.retrace);
+  auto plan_on = [&](const std::string& machine) {
+    return sharc::plan(sample.program, t.traced, 8, 0, sharc::load_machine(machine), {}, t.retrace);
+  };
+  const sharc::Plan built = plan_on("cpu");
+  const sharc::Plan plan = o.machine == "cpu" ? built : plan_on(o.machine);
   const std::vector<Measurement>& measured = sample.measured;
-  const int fitting = plan.fitting();
-  const int n = std::min<int>(fitting, static_cast<int>(measured.size()));
+  const int n = std::min<int>(built.fitting(), static_cast<int>(measured.size()));
+  // Rows in `plan`'s order: its rank, and the built program's.
+  std::vector<std::pair<int, int>> rows;
+  for (int k = 0; k < n; ++k) {
+    const auto found = std::find_if(plan.candidates.begin(), plan.candidates.end(),
+                                    [&](const sharc::PlanCandidate& c) {
+                                      return identity(c) == identity(built.candidates[k]);
+                                    });
+    if (found == plan.candidates.end() || !found->fits) {
+      std::fprintf(stderr, "bench_plan: %s's candidate %s is not among the candidates that fit on %s\n",
+                   sample.program.c_str(), identity(built.candidates[k]).c_str(), plan.machine.name.c_str());
+      return false;
+    }
+    rows.emplace_back(static_cast<int>(found - plan.candidates.begin()), k);
+  }
+  std::sort(rows.begin(), rows.end());
   std::printf("bench_plan: %s%s%s%s on 8 devices, machine %s; %d candidates that fit, %d built; %d rounds of %d "
               "warm-up and %d windows of %d timed steps\n\n",
               sample.program.c_str(), sample.options.empty() ? "" : " (", sample.options.c_str(),
-              sample.options.empty() ? "" : ")", plan.machine.name.c_str(), fitting,
+              sample.options.empty() ? "" : ")", plan.machine.name.c_str(), plan.fitting(),
               static_cast<int>(measured.size()), o.rounds, o.warmup, o.windows, o.steps);
   std::printf("rank  %-22s %-5s %13s %13s %7s %10s %10s %14s %14s\n", "mesh", "tp", "predicted ms", "measured ms",
               "ratio", "comm pred", "comm meas", "predicted peak", "measured peak");
   std::vector<double> predicted_s, measured_s;
-  int mismatches = 0, fastest = 0, best_hand = -1;
-  for (int k = 0; k < n; ++k) {
-    const sharc::PlanCandidate& c = plan.candidates[k];
+  int mismatches = 0, fastest = -1, best_hand = -1;  // rows' indices
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto [rank, k] = rows[i];
+    const sharc::PlanCandidate& c = plan.candidates[rank];
     const Measurement& m = measured[k];
     const bool same_mesh = sharc::Mesh::parse(c.mesh).str() == sample.built_meshes[k];
     const bool peak_ok = m.peak == c.peak_bytes && same_mesh;
     mismatches += !peak_ok;
     predicted_s.push_back(c.step_s);
     measured_s.push_back(m.step_s);
-    if (m.step_s < measured[fastest].step_s) fastest = k;
+    const int row = static_cast<int>(i);
+    if (fastest < 0 || m.step_s < measured_s[fastest]) fastest = row;
     const auto& hand = sample.hand_written;
     if (!c.ring && std::find(hand.begin(), hand.end(), c.mesh) != hand.end() &&
-        (best_hand < 0 || m.step_s < measured[best_hand].step_s))
-      best_hand = k;
-    std::printf("%4d  %-22s %-5s %13.3f %13.3f %7.2f %10.3f %10.3f %14llu %14llu%s\n", k + 1, c.mesh.c_str(),
+        (best_hand < 0 || m.step_s < measured_s[best_hand]))
+      best_hand = row;
+    std::printf("%4d  %-22s %-5s %13.3f %13.3f %7.2f %10.3f %10.3f %14llu %14llu%s\n", rank + 1, c.mesh.c_str(),
                 c.ring ? "ring" : "auto", c.step_s * 1e3, m.step_s * 1e3, m.step_s / c.step_s, c.comm_s * 1e3,
                 m.comm_s * 1e3, static_cast<unsigned long long>(c.peak_bytes),
                 static_cast<unsigned long long>(m.peak),
                 peak_ok ? "" : same_mesh ? "  PEAK DIFFERS" : "  NOT THE PLAN'S MESH");
   }
+  if (rows.empty()) return false;
+  auto mesh_of = [&](int row) { return plan.candidates[rows[row].first].mesh; };
   std::printf("\nSpearman's rank correlation, predicted against measured step times over %d candidates: %.3f\n", n,
               spearman(predicted_s, measured_s));
-  std::printf("chosen (rank 1) %s: %.3f ms measured; the fastest measured, rank %d %s: %.3f ms (chosen %+.1f%%)\n",
-              plan.candidates[0].mesh.c_str(), measured[0].step_s * 1e3, fastest + 1,
-              plan.candidates[fastest].mesh.c_str(), measured[fastest].step_s * 1e3,
-              100 * (measured[0].step_s / measured[fastest].step_s - 1));
-  if (best_hand >= 0)
-    std::printf("the best hand-written mesh, %s: %.3f ms (chosen %+.1f%%)\n", plan.candidates[best_hand].mesh.c_str(),
-                measured[best_hand].step_s * 1e3, 100 * (measured[0].step_s / measured[best_hand].step_s - 1));
+  if (rows[0].first != 0)
+    std::printf("chosen (rank 1) %s: not built (the programs are the plan on cpu's)\n",
+                plan.candidates[0].mesh.c_str());
+  else
+    std::printf("chosen (rank 1) %s: %.3f ms measured; the fastest measured, rank %d %s: %.3f ms (chosen %+.1f%%)\n",
+                mesh_of(0).c_str(), measured_s[0] * 1e3, rows[fastest].first + 1, mesh_of(fastest).c_str(),
+                measured_s[fastest] * 1e3, 100 * (measured_s[0] / measured_s[fastest] - 1));
+  if (best_hand >= 0 && rows[0].first == 0)
+    std::printf("the best hand-written mesh, %s: %.3f ms (chosen %+.1f%%)\n", mesh_of(best_hand).c_str(),
+                measured_s[best_hand] * 1e3, 100 * (measured_s[0] / measured_s[best_hand] - 1));
   std::printf("%s peaks: %d of %d as predicted, byte for byte\n\n", sample.program.c_str(), n - mismatches, n);
   if (o.check && (mismatches > 0 || n < static_cast<int>(measured.size()))) {
     std::fprintf(stderr, "bench_plan --check: %s: %d candidates' peaks or meshes differ from the plan's%s\n",
@@ -217,8 +252,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "rounds over every candidate; each candidate's fastest counts")
       ->check(sharc::cli::at_least(1))
       ->capture_default_str();
-  app.add_option("--machine", o.machine, "the machine the plan is costed on; the programs were built on "
-                                         "`cpu` (bench/CMakeLists.txt)")
+  app.add_option("--machine", o.machine,
+                 "the machine whose plan ranks the programs (built from the plan on `cpu`, bench/CMakeLists.txt): "
+                 "a name or a machine file")
       ->capture_default_str();
   app.add_option("--trace", o.trace_dir, "also write each candidate's step on the wall clock to DIR/SAMPLE_cK.json")
       ->check(CLI::ExistingDirectory);

@@ -184,6 +184,22 @@ double LinkLevel::permute_rate_for(double message_bytes) const {
                                     : rate_for_size(permute_by_message, message_bytes, bytes_per_s);
 }
 
+double LinkLevel::reduce_rate_for(double message_bytes) const {
+  return rate_for_size(reduce_by_message, message_bytes, 0);
+}
+
+LinkLevel LinkLevel::at_best_rate() const {
+  LinkLevel best = *this;
+  for (const std::vector<SizedRate>* table : {&by_message, &permute_by_message, &reduce_by_message})
+    for (const SizedRate& r : *table) best.bytes_per_s = std::max(best.bytes_per_s, r.bytes_per_s);
+  best.by_message.clear();
+  best.permute_by_message.clear();
+  // Kept as one entry: the adds then cost nothing beyond the messages.
+  best.reduce_by_message.clear();
+  if (!reduce_by_message.empty()) best.reduce_by_message = {{.bytes = 1, .bytes_per_s = best.bytes_per_s}};
+  return best;
+}
+
 double GemmRates::rate(double M, double N, double K, bool trans_a, bool trans_b) const {
   const std::vector<double>& r = rates[2 * trans_a + trans_b];
   const size_t n = sizes.size();
@@ -262,6 +278,7 @@ std::string PlanMachine::str() const {
          rate(l.latency_s * 1e6) + " us + " + rate(l.bytes_per_s) + " B/s";
     s += sized_text(l.by_message, "by message");
     s += sized_text(l.permute_by_message, "permutes by message");
+    s += sized_text(l.reduce_by_message, "reducing steps by message");
   }
   if (!overlaps_compute) s += "; transfers take the compute's cores";
   return s;
@@ -320,7 +337,8 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     const std::string where = "links[" + std::to_string(i) + "]";
     const json& l = links[i];
     if (!l.is_object()) bad(origin, where + " is not an object");
-    only(l, where, {"name", "devices", "latency_s", "bytes_per_s", "bytes_per_s_by_message", "permute_bytes_per_s_by_message"},
+    only(l, where, {"name", "devices", "latency_s", "bytes_per_s", "bytes_per_s_by_message", "permute_bytes_per_s_by_message",
+                    "reduce_bytes_per_s_by_message"},
          origin);
     LinkLevel level;
     const json& ln = field(l, "name", where, origin);
@@ -346,6 +364,9 @@ PlanMachine parse_machine(const std::string& json_text, const std::string& origi
     if (l.contains("permute_bytes_per_s_by_message"))
       level.permute_by_message =
           sized_rates(l.at("permute_bytes_per_s_by_message"), where + ".permute_bytes_per_s_by_message", origin);
+    if (l.contains("reduce_bytes_per_s_by_message"))
+      level.reduce_by_message =
+          sized_rates(l.at("reduce_bytes_per_s_by_message"), where + ".reduce_bytes_per_s_by_message", origin);
     m.links.push_back(std::move(level));
   }
   return m;
@@ -401,6 +422,7 @@ std::string machine_json(const PlanMachine& m) {
     o["bytes_per_s"] = l.bytes_per_s;
     if (!l.by_message.empty()) o["bytes_per_s_by_message"] = sized_json(l.by_message);
     if (!l.permute_by_message.empty()) o["permute_bytes_per_s_by_message"] = sized_json(l.permute_by_message);
+    if (!l.reduce_by_message.empty()) o["reduce_bytes_per_s_by_message"] = sized_json(l.reduce_by_message);
     j["links"].push_back(o);
   }
   j["overlaps_compute"] = m.overlaps_compute;

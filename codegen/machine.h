@@ -17,7 +17,8 @@
 //                 "transcendentals_per_s": 4e12},
 //     "links": [{"name": "nvlink", "devices": 8, "latency_s": 2e-6, "bytes_per_s": 3.6e11,
 //                "bytes_per_s_by_message": [{"bytes": 65536, "bytes_per_s": 1e11}, ...],
-//                "permute_bytes_per_s_by_message": [{"bytes": 65536, "bytes_per_s": 1e11}, ...]},
+//                "permute_bytes_per_s_by_message": [{"bytes": 65536, "bytes_per_s": 1e11}, ...],
+//                "reduce_bytes_per_s_by_message": [{"bytes": 65536, "bytes_per_s": 1e11}, ...]},
 //               {"name": "infiniband", "latency_s": 6e-6, "bytes_per_s": 4.5e10}]
 //   }
 //
@@ -97,11 +98,28 @@ struct LinkLevel {
   // ppermute block took 15 us of a device's time, where the all-gathers'
   // rate for 16 KiB blocks gave 6 us. Empty: by_message.
   std::vector<SizedRate> permute_by_message;
+  // Optional ("reduce_bytes_per_s_by_message"): the rate of a reducing
+  // ring's steps, by the step's block, with the add of each arriving block
+  // into the device's own counted in it: a reduce-scatter's steps, and the
+  // first half of an all-reduce's (its second half is an all-gather's). On
+  // the thread world the add is a second pass over a block just copied, and
+  // the two together are not the sum of a copy at by_message's rate and an
+  // add at the cached memory rate: costed that way, a data-parallel
+  // gradient's all-reduces were predicted at 2 to 4 times their time
+  // (bench_buckets). Empty: those two, summed.
+  std::vector<SizedRate> reduce_by_message;
 
   // The rate for messages of `message_bytes` each.
   double rate_for(double message_bytes) const;
   // ... for point-to-point messages.
   double permute_rate_for(double message_bytes) const;
+  // ... for a reducing ring's steps, their adds included; 0 where the link
+  // has no reduce_by_message (the caller then adds the adds' time).
+  double reduce_rate_for(double message_bytes) const;
+  // This link with every message at its best rate: the same latency, each
+  // table's fastest figure at every size (a bound from below on the time of
+  // any calls on it).
+  LinkLevel at_best_rate() const;
 };
 
 struct PlanMachine {
@@ -129,7 +147,7 @@ struct PlanMachine {
   // machine one took about 150 flops' time at the GEMM rate.
   double transcendentals_per_s = 0;
   // Innermost first; at least one.
-  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9, .by_message = {}, .permute_by_message = {}}};
+  std::vector<LinkLevel> links{{.name = "thread world", .devices = 0, .latency_s = 20e-6, .bytes_per_s = 2e9, .by_message = {}, .permute_by_message = {}, .reduce_by_message = {}}};
   // Whether a device's transfers run while it computes (a GPU's copy
   // engines and NICs: a ring step of a collective matmul takes the longer
   // of its GEMM and its transfer), or take the same cores (the CPU thread

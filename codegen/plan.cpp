@@ -100,8 +100,16 @@ double collective_seconds(const CollectiveReport& col, uint64_t sent, const Link
   const bool point_to_point =
       col.kind == rt::CollectiveKind::kPPermute || col.kind == rt::CollectiveKind::kSendRecv;
   const double link_rate = point_to_point ? link.permute_rate_for(message) : link.rate_for(message);
-  const double rate = link_rate > 0 ? link_rate : INFINITY;
-  double t = calls * waits * link.latency_s + bytes / links / rate;
+  auto at = [](double bytes, double rate) { return rate > 0 ? bytes / rate : 0.0; };
+  const double latency = calls * waits * link.latency_s;
+  // A link that measured its reducing steps with their adds: the reducing
+  // steps' bytes at that rate, the rest (an all-reduce's gathering half) at
+  // the collective rate, and no adds beside them.
+  if (reduced > 0) {
+    if (const double reduce_rate = link.reduce_rate_for(message); reduce_rate > 0)
+      return latency + at(reduced, reduce_rate) + at(bytes - reduced, link_rate);
+  }
+  double t = latency + at(bytes / links, link_rate);
   if (reduced > 0)
     t += m.compute_for_cached(ir::DType::kF32, 3 * reduced / calls).seconds(rt::OpCost{reduced / 4, 3 * reduced});
   return t;
@@ -276,7 +284,13 @@ void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
   c.compute_s = c.comm_s = c.ring_copy_s = c.bucket_s = c.bucket_floor_s = c.step_s = c.bubble = 0;
   const Report r = predict(l);
   const Mesh& mesh = l.partitioned.mesh;
-  std::map<std::vector<std::string>, const LinkLevel*> links;  // by the collective's axes
+  // By the collective's axes: the link it crosses, and that link at its
+  // best rate (the bucket floor's).
+  struct Link {
+    const LinkLevel& at;
+    LinkLevel best;
+  };
+  std::map<std::vector<std::string>, Link> links;
   for (uint64_t p : r.peak_bytes) c.peak_bytes = std::max(c.peak_bytes, p);
   c.buckets = static_cast<int>(
       std::count_if(r.collectives.begin(), r.collectives.end(), [](const CollectiveReport& col) { return col.bucket; }));
@@ -287,17 +301,16 @@ void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
     double comm = 0, buckets = 0, floor = 0;
     for (const CollectiveReport& col : r.collectives) {
       if (col.bytes.empty() || col.ring_dot) continue;  // a ring dot's transfers are in its time
-      const LinkLevel*& link = links[col.axes];
-      if (!link) link = &m.link_for(mesh, col.axes);
-      const double s = collective_seconds(col, col.bytes[d], *link, m);
+      auto link = links.find(col.axes);
+      if (link == links.end()) {
+        const LinkLevel& at = m.link_for(mesh, col.axes);
+        link = links.emplace(col.axes, Link{at, at.at_best_rate()}).first;
+      }
+      const double s = collective_seconds(col, col.bytes[d], link->second.at, m);
       comm += s;
       if (col.bucket) {
         buckets += s;
-        LinkLevel fastest = *link;
-        for (const SizedRate& rate : link->by_message)
-          fastest.bytes_per_s = std::max(fastest.bytes_per_s, rate.bytes_per_s);
-        fastest.by_message.clear();
-        floor += collective_seconds(col, col.bytes[d], fastest, m);
+        floor += collective_seconds(col, col.bytes[d], link->second.best, m);
       }
     }
     if (comm > c.comm_s) c.comm_s = comm, c.bucket_s = buckets, c.bucket_floor_s = floor;

@@ -185,7 +185,9 @@ std::string format_plan(const Plan& p);
 // size (a call's bytes over its messages: a ring step's block, an
 // all-to-all's block for one peer; a permute's or a send's at the rate for
 // point-to-point messages), and a reducing ring's adds (at the rate of data
-// in cache).
+// in cache). On a link that measured its reducing steps with their adds
+// (LinkLevel::reduce_by_message), a reduce-scatter's steps, and an
+// all-reduce's first half, go at that rate instead, with no adds beside.
 double collective_seconds(const CollectiveReport& col, uint64_t sent, const LinkLevel& link, const PlanMachine& m);
 
 // RingDot `n` of `g` on one device of machine `m`, as the emitted loop runs

@@ -220,7 +220,7 @@ TEST(Machines, KnownMachinesParseAndSayWhereTheirFiguresComeFrom) {
 // (sharc-calibrate's all-gathers by message size).
 TEST(Machines, ALinksRateDependsOnTheMessagesSize) {
   LinkLevel l{.name = "l", .devices = 0, .latency_s = 0, .bytes_per_s = 5e9,
-              .by_message = {{.bytes = 1024, .bytes_per_s = 1e9}, {.bytes = 4096, .bytes_per_s = 3e9}}, .permute_by_message = {}};
+              .by_message = {{.bytes = 1024, .bytes_per_s = 1e9}, {.bytes = 4096, .bytes_per_s = 3e9}}, .permute_by_message = {}, .reduce_by_message = {}};
   EXPECT_DOUBLE_EQ(l.rate_for(100), 1e9);
   EXPECT_DOUBLE_EQ(l.rate_for(1024), 1e9);
   EXPECT_DOUBLE_EQ(l.rate_for(2048), 2e9);  // halfway on log(bytes)
@@ -278,7 +278,7 @@ TEST(Machines, AGemmsRateDependsOnItsShape) {
 TEST(Machines, ACollectivesBytesGoAtItsMessagesRate) {
   PlanMachine m;
   m.links = {{.name = "l", .devices = 0, .latency_s = 1e-6, .bytes_per_s = 1e9,
-              .by_message = {{.bytes = 16384, .bytes_per_s = 4e9}, {.bytes = 1 << 20, .bytes_per_s = 1e9}}, .permute_by_message = {}}};
+              .by_message = {{.bytes = 16384, .bytes_per_s = 4e9}, {.bytes = 1 << 20, .bytes_per_s = 1e9}}, .permute_by_message = {}, .reduce_by_message = {}}};
   const LinkLevel& link = m.links[0];
   auto gather = [](int group, uint64_t calls) {
     CollectiveReport c;
@@ -315,7 +315,7 @@ TEST(Machines, CachedDataAndPointToPointMessagesGoAtTheirOwnRates) {
   EXPECT_DOUBLE_EQ(m.compute_for(ir::DType::kF32).bytes_per_s, 1e9);  // a statement's own operands: not cached
   m.links = {{.name = "l", .devices = 0, .latency_s = 1e-6, .bytes_per_s = 1e9,
               .by_message = {{.bytes = 16384, .bytes_per_s = 4e9}},
-              .permute_by_message = {{.bytes = 16384, .bytes_per_s = 2e9}}}};
+              .permute_by_message = {{.bytes = 16384, .bytes_per_s = 2e9}}, .reduce_by_message = {}}};
   const LinkLevel& link = m.links[0];
   EXPECT_DOUBLE_EQ(link.rate_for(16384), 4e9);
   EXPECT_DOUBLE_EQ(link.permute_rate_for(16384), 2e9);
@@ -333,15 +333,37 @@ TEST(Machines, CachedDataAndPointToPointMessagesGoAtTheirOwnRates) {
   LinkLevel plain = link;
   plain.permute_by_message.clear();
   EXPECT_DOUBLE_EQ(plain.permute_rate_for(16384), 4e9);
+  // A link that measured its reducing steps, adds included: a
+  // reduce-scatter's steps go at that rate with no adds beside, and an
+  // all-reduce's first half too, its second half at the collective rate.
+  EXPECT_DOUBLE_EQ(link.reduce_rate_for(16384), 0);  // none measured
+  LinkLevel reducing = link;
+  reducing.reduce_by_message = {{.bytes = 16384, .bytes_per_s = 1e9}};
+  EXPECT_DOUBLE_EQ(collective_seconds(c, 7 * 16384, reducing, m), 7e-6 + 7 * 16384 / 1e9);
+  c.kind = rt::CollectiveKind::kAllReduce;  // 14 blocks: 7 reducing, 7 gathering
+  EXPECT_DOUBLE_EQ(collective_seconds(c, 14 * 16384, reducing, m), 14e-6 + 7 * 16384 / 1e9 + 7 * 16384 / 4e9);
+  c.kind = rt::CollectiveKind::kAllGather;  // nothing to add: the table is not used
+  EXPECT_DOUBLE_EQ(collective_seconds(c, 7 * 16384, reducing, m), 7e-6 + 7 * 16384 / 4e9);
+  // At its best rate (the bucket search's floor): every table's fastest
+  // figure at every size, the latency kept.
+  const LinkLevel best = reducing.at_best_rate();
+  EXPECT_DOUBLE_EQ(best.rate_for(1 << 20), 4e9);
+  EXPECT_DOUBLE_EQ(best.permute_rate_for(64), 4e9);
+  EXPECT_DOUBLE_EQ(best.reduce_rate_for(1 << 30), 4e9);
+  EXPECT_DOUBLE_EQ(best.latency_s, 1e-6);
+  EXPECT_DOUBLE_EQ(link.at_best_rate().reduce_rate_for(16384), 0);  // adds costed beside, as on the link
   const PlanMachine cpu = *known_machine("cpu");
   EXPECT_FALSE(cpu.cached_memory.empty());
   EXPECT_FALSE(cpu.links[0].permute_by_message.empty());
+  EXPECT_FALSE(cpu.links[0].reduce_by_message.empty());
   EXPECT_GT(cpu.transcendentals_per_s, 0);
-  for (const char* part : {" (cached memory: ", " (permutes by message: ", " transcendentals/s"})
+  for (const char* part : {" (cached memory: ", " (permutes by message: ", " (reducing steps by message: ",
+                           " transcendentals/s"})
     EXPECT_NE(cpu.str().find(part), std::string::npos) << part << " in " << cpu.str();
   const PlanMachine back = parse_machine(machine_json(cpu), "cpu.json");
   EXPECT_EQ(back.cached_memory.size(), cpu.cached_memory.size());
   EXPECT_EQ(back.links[0].permute_by_message.size(), cpu.links[0].permute_by_message.size());
+  EXPECT_EQ(back.links[0].reduce_by_message.size(), cpu.links[0].reduce_by_message.size());
   EXPECT_DOUBLE_EQ(back.transcendentals_per_s, cpu.transcendentals_per_s);
   EXPECT_EQ(machine_json(back), machine_json(cpu));
 }
@@ -413,7 +435,7 @@ TEST(Plan, CostsARingDotsTransfersAndGemmPiecesAsItRuns) {
   free_compute.compute = {.flops_per_s = 1e30, .bytes_per_s = 1e30, .overhead_s = 0};
   free_compute.overlaps_compute = false;
   free_compute.links = {{.name = "l", .devices = 0, .latency_s = 0, .bytes_per_s = 1e9, .by_message = {},
-                         .permute_by_message = {}}};
+                         .permute_by_message = {}, .reduce_by_message = {}}};
   EXPECT_NEAR(ring_dot_seconds(local, *dot, free_compute), (n - 1) * 2 * piece / 1e9, 1e-12);
   // Small GEMMs 100 times the rate of large ones: the pieces at the whole's.
   PlanMachine table;
@@ -523,6 +545,14 @@ TEST(Machines, ErrorsNameTheFileAndTheField) {
                   R"(, "links": [{"name": "l", "latency_s": 0, "bytes_per_s": 1e9, )"
                   R"("permute_bytes_per_s_by_message": [{"bytes": 1024, "bytes_per_s": -2}]}]})"),
             "machine my.json: links[0].permute_bytes_per_s_by_message[0].bytes_per_s must be above 0, not -2");
+  EXPECT_EQ(error(R"({"name": "m", )" + compute +
+                  R"(, "links": [{"name": "l", "latency_s": 0, "bytes_per_s": 1e9, )"
+                  R"("reduce_bytes_per_s_by_message": [{"bytes": 1024, "bytes_per_s": 0}]}]})"),
+            "machine my.json: links[0].reduce_bytes_per_s_by_message[0].bytes_per_s must be above 0, not 0");
+  EXPECT_EQ(error(R"({"name": "m", )" + compute + R"(, "links": [{"name": "l", "latency_s": 0, "bytes_per_s": 1e9, )"
+                  R"("reduce_rate": 1}]})"),
+            "machine my.json: unknown field 'reduce_rate' in links[0] (it has: name, devices, latency_s, bytes_per_s, "
+            "bytes_per_s_by_message, permute_bytes_per_s_by_message, reduce_bytes_per_s_by_message)");
   try {
     load_machine("tpu-v5");
     ADD_FAILURE() << "no error";
@@ -587,7 +617,7 @@ TEST(Plan, SearchesGradientBucketsWhereTheyCanWin) {
   m.name = "small messages fast";
   m.compute = {.flops_per_s = 1e15, .bytes_per_s = 1e15, .overhead_s = 0};
   m.links = {LinkLevel{.name = "link", .devices = 0, .latency_s = 1e-6, .bytes_per_s = 1e9,
-                       .by_message = {{4096, 1e10}, {262144, 1e10}, {327680, 1e8}}, .permute_by_message = {}}};
+                       .by_message = {{4096, 1e10}, {262144, 1e10}, {327680, 1e8}}, .permute_by_message = {}, .reduce_by_message = {}}};
   m.overlaps_compute = false;
   // The MLP classifier data-parallel only: its batch on 'data', nothing
   // else split.
