@@ -190,7 +190,7 @@ double LinkLevel::reduce_rate_for(double message_bytes) const {
 
 LinkLevel LinkLevel::at_best_rate() const {
   LinkLevel best = *this;
-  for (const std::vector<SizedRate>* table : {&by_message, &permute_by_message, &reduce_by_message})
+  for (const std::vector<SizedRate>* table : {&by_message, &reduce_by_message})
     for (const SizedRate& r : *table) best.bytes_per_s = std::max(best.bytes_per_s, r.bytes_per_s);
   best.by_message.clear();
   best.permute_by_message.clear();

@@ -116,9 +116,10 @@ struct LinkLevel {
   // ... for a reducing ring's steps, their adds included; 0 where the link
   // has no reduce_by_message (the caller then adds the adds' time).
   double reduce_rate_for(double message_bytes) const;
-  // This link with every message at its best rate: the same latency, each
-  // table's fastest figure at every size (a bound from below on the time of
-  // any calls on it).
+  // This link with every collective's message at its best rate: the same
+  // latency, and at every size one figure, the fastest of bytes_per_s,
+  // by_message and reduce_by_message (a bound from below on the time of
+  // any collective calls on it; point-to-point rates are left out).
   LinkLevel at_best_rate() const;
 };
 

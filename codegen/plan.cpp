@@ -291,6 +291,10 @@ void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
     LinkLevel best;
   };
   std::map<std::vector<std::string>, Link> links;
+  // The bucket floor's machine: adds over data in cache at the fastest
+  // cached rate (a smaller bucket's adds touch less, and may go faster),
+  // made when a bucket needs it.
+  std::optional<PlanMachine> floor_machine;
   for (uint64_t p : r.peak_bytes) c.peak_bytes = std::max(c.peak_bytes, p);
   c.buckets = static_cast<int>(
       std::count_if(r.collectives.begin(), r.collectives.end(), [](const CollectiveReport& col) { return col.bucket; }));
@@ -310,7 +314,13 @@ void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
       comm += s;
       if (col.bucket) {
         buckets += s;
-        floor += collective_seconds(col, col.bytes[d], link->second.best, m);
+        if (!floor_machine) {
+          floor_machine = m;
+          double fastest = 0;
+          for (const SizedRate& r : m.cached_memory) fastest = std::max(fastest, r.bytes_per_s);
+          if (fastest > 0) floor_machine->cached_memory = {{.bytes = 1, .bytes_per_s = fastest}};
+        }
+        floor += collective_seconds(col, col.bytes[d], link->second.best, *floor_machine);
       }
     }
     if (comm > c.comm_s) c.comm_s = comm, c.bucket_s = buckets, c.bucket_floor_s = floor;

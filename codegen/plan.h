@@ -62,7 +62,8 @@ struct PlanCandidate {
   double ring_copy_s = 0;
   double bucket_s = 0;         // of comm_s: the gradient buckets' all-reduces
   // The least those could take in buckets of any size: the same calls
-  // (smaller buckets only add some), every byte at the link's best rate.
+  // (smaller buckets only add some), every byte at the link's best rate
+  // and every add at the fastest rate of data in cache.
   double bucket_floor_s = 0;
   double step_s = 0;           // predicted step time
   double bubble = 0;           // pipelined: the schedule's idle share

@@ -352,6 +352,9 @@ TEST(Machines, CachedDataAndPointToPointMessagesGoAtTheirOwnRates) {
   EXPECT_DOUBLE_EQ(best.reduce_rate_for(1 << 30), 4e9);
   EXPECT_DOUBLE_EQ(best.latency_s, 1e-6);
   EXPECT_DOUBLE_EQ(link.at_best_rate().reduce_rate_for(16384), 0);  // adds costed beside, as on the link
+  LinkLevel quick_permutes = reducing;  // point-to-point rates are not a collective's
+  quick_permutes.permute_by_message = {{.bytes = 16384, .bytes_per_s = 8e9}};
+  EXPECT_DOUBLE_EQ(quick_permutes.at_best_rate().rate_for(16384), 4e9);
   const PlanMachine cpu = *known_machine("cpu");
   EXPECT_FALSE(cpu.cached_memory.empty());
   EXPECT_FALSE(cpu.links[0].permute_by_message.empty());
