@@ -266,12 +266,8 @@ int main(int argc, char** argv) {
     const double per_call = big_s / big_reps;
     const double transfer = per_call - (D - 1) * latency;
     link_rate = transfer > 0 ? sent / transfer : sent / (0.1 * per_call);
-    // The rate by message size: an all-gather over every device whose ring
-    // steps each move a block of the size, after an sgemm each time (as in
-    // a step, whose statements evict the caches a message would otherwise
-    // stay in), less the sgemm and the latency. Blocks that stay in a
-    // core's cache copy faster than those that do not (on the 2-core CI
-    // machine: 2.3e9 B/s at 16 KiB, 0.84e9 at 1 MiB and above).
+    // The rates by message size: each kind of message timed in blocks of
+    // each size, less the sgemm and the latency (below).
     const double sgemm_s = sgemms_s / loaded_reps;
     // One call's seconds on every device, `call` timed `reps` times over:
     // with an sgemm between its start and its end each time (`between`),
