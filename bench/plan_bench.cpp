@@ -16,10 +16,19 @@
 // prediction byte for byte (--check makes a difference fail the run), then
 // --warmup untimed and --windows windows of --steps timed steps; the
 // fastest window counts (bench/timed_steps.h). That runs --rounds times
-// over all the candidates in turn, and each candidate's fastest round
-// counts: on a shared machine a slow spell then slows one round of every
-// candidate instead of every round of a few. Times are measured, never
-// judged: the ratios are for the reader (docs/guide/planning.md).
+// over all the candidates in turn (or those --candidates names).
+//
+// Two measures of a candidate's time come of the rounds. "measured ms" is
+// its fastest round. "paired" is the median, over rounds, of its time over
+// the chosen plan's in the same round: the candidates of a round run
+// seconds apart, so a slow spell of the machine that outlasts a round
+// cancels out of each ratio. On the 2-core VM these were measured on the
+// machine's speed drifts by 15-25% over minutes, and a candidate's fastest
+// round is then mostly the luck of when it ran: three runs of twenty rounds
+// of the GPT's five best candidates put `data=8` first, last and second by
+// their fastest rounds, and second each time paired, 1-3% behind `fsdp=8`
+// (docs/guide/planning.md). Times are measured, never judged: the ratios
+// are for the reader.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -43,9 +52,10 @@ namespace {
 namespace rt = sharc::rt;
 
 struct Options {
-  int steps = 10, warmup = 2, windows = 3, rounds = 3;
+  int steps = 10, warmup = 2, windows = 1, rounds = 9;
   std::string machine = "cpu";
   std::string trace_dir;  // --trace: each candidate's step on the wall clock, SAMPLE_cK.json
+  std::vector<int> candidates;  // --candidates: the ranks measured (1-based); empty: all
   bool check = false;
 };
 
@@ -53,6 +63,8 @@ struct Measurement {
   double step_s = 0;
   double comm_s = 0;  // a step's seconds inside collectives, waiting included, mean over devices
   uint64_t peak = 0;
+  bool ran = false;  // false: left out by --candidates
+  std::vector<double> round_s;  // every round's step time, in order
 };
 
 // One step of a sample's program on its fixed inputs.
@@ -68,6 +80,7 @@ void feed_step(sharc::testing::Gpt2Feed<Program>& feed, Program& program, int s)
 template <class Program, class Feed>
 Measurement measure_candidate(const Options& o, const std::string& trace_name) {
   Measurement m;
+  m.ran = true;
   rt::ThreadWorld world(Program::mesh_shape());
   Program program(world);
   program.init(0);
@@ -79,6 +92,7 @@ Measurement measure_candidate(const Options& o, const std::string& trace_name) {
   const sharc::bench::Timing t =
       sharc::bench::timed_steps(world, o.warmup, o.steps, [&](int s) { feed_step(feed, program, s + 1); }, o.windows);
   m.step_s = t.step_s;
+  m.round_s = {t.step_s};
   for (int r = 0; r < world.size(); ++r) m.comm_s += world.comm(r).stats().total_seconds() / t.steps / world.size();
   if (!o.trace_dir.empty()) {
     // One more step, each statement on the wall clock (bench/trace_summary.py reads it).
@@ -88,6 +102,17 @@ Measurement measure_candidate(const Options& o, const std::string& trace_name) {
     std::ofstream(path) << rt::chrome_trace_json(world.trace());
   }
   return m;
+}
+
+// The median over rounds of a's step time over b's in the same round: the
+// candidates of a round run seconds apart, so a slow spell of the machine
+// that outlasts a round cancels out of each ratio.
+double paired_ratio(const Measurement& a, const Measurement& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.round_s.size() && i < b.round_s.size(); ++i) r.push_back(a.round_s[i] / b.round_s[i]);
+  std::sort(r.begin(), r.end());
+  const size_t n = r.size();
+  return n == 0 ? 0.0 : n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
 }
 
 // Ranks (1 = smallest), ties sharing their mean rank.
@@ -131,13 +156,19 @@ struct Sample {
 
   // Round `round`'s measurement of the candidate of rank k: the first
   // round's in full, a later round's step time where it is faster (its
-  // peak and comm time stay the first round's).
+  // peak and comm time stay the first round's); every round's step time
+  // in round_s.
   void record(size_t k, int round, const Measurement& m, const std::string& mesh) {
+    if (!m.ran) {  // not measured: a placeholder, so that rank k stays at index k
+      if (round == 0) measured.push_back(m), built_meshes.push_back(mesh);
+      return;
+    }
     if (round == 0) {
       measured.push_back(m);
       built_meshes.push_back(mesh);
     } else {
       measured[k].step_s = std::min(measured[k].step_s, m.step_s);
+      measured[k].round_s.push_back(m.step_s);
     }
   }
 };
@@ -174,6 +205,7 @@ bool bench_sample(const Options& o, const Sample& sample) {
                                     [&](const sharc::PlanCandidate& c) {
                                       return c.fits && identity(c) == identity(built.candidates[k]);
                                     });
+    if (!measured[k].ran) continue;
     if (found == plan.candidates.end())
       unranked += "\n  " + identity(built.candidates[k]);
     else
@@ -185,12 +217,16 @@ bool bench_sample(const Options& o, const Sample& sample) {
               sample.program.c_str(), sample.options.empty() ? "" : " (", sample.options.c_str(),
               sample.options.empty() ? "" : ")", plan.machine.name.c_str(), plan.fitting(),
               static_cast<int>(measured.size()), o.rounds, o.warmup, o.windows, o.steps);
-  std::printf("rank  %-22s %-5s %13s %13s %7s %10s %10s %14s %14s\n", "mesh", "tp", "predicted ms", "measured ms",
-              "ratio", "comm pred", "comm meas", "predicted peak", "measured peak");
-  std::vector<double> predicted_s, measured_s;
-  int mismatches = 0, fastest = -1, best_hand = -1;  // rows' indices
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto [rank, k] = rows[i];
+  // The chosen plan's measurement, when it was measured (rows[0] is then
+  // rank 1): every row's rounds are paired with its rounds (paired_ratio).
+  const Measurement* chosen = rows.empty() || rows[0].first != 0 ? nullptr : &measured[rows[0].second];
+  std::printf("rank  %-22s %-5s %13s %13s %7s %7s %10s %10s %14s %14s\n", "mesh", "tp", "predicted ms", "measured ms",
+              "ratio", "paired", "comm pred", "comm meas", "predicted peak", "measured peak");
+  // By row: the predicted and the fastest round's step times, and the
+  // step time over the chosen's, paired by round.
+  std::vector<double> predicted_s, measured_s, paired;
+  int mismatches = 0;
+  for (const auto& [rank, k] : rows) {
     const sharc::PlanCandidate& c = plan.candidates[rank];
     const Measurement& m = measured[k];
     const bool same_mesh = sharc::Mesh::parse(c.mesh).str() == sample.built_meshes[k];
@@ -198,15 +234,10 @@ bool bench_sample(const Options& o, const Sample& sample) {
     mismatches += !peak_ok;
     predicted_s.push_back(c.step_s);
     measured_s.push_back(m.step_s);
-    const int row = static_cast<int>(i);
-    if (fastest < 0 || m.step_s < measured_s[fastest]) fastest = row;
-    const auto& hand = sample.hand_written;
-    if (!c.ring && std::find(hand.begin(), hand.end(), c.mesh) != hand.end() &&
-        (best_hand < 0 || m.step_s < measured_s[best_hand]))
-      best_hand = row;
-    std::printf("%4d  %-22s %-5s %13.3f %13.3f %7.2f %10.3f %10.3f %14llu %14llu%s\n", rank + 1, c.mesh.c_str(),
-                c.ring ? "ring" : "auto", c.step_s * 1e3, m.step_s * 1e3, m.step_s / c.step_s, c.comm_s * 1e3,
-                m.comm_s * 1e3, static_cast<unsigned long long>(c.peak_bytes),
+    paired.push_back(chosen ? paired_ratio(m, *chosen) : 0.0);
+    std::printf("%4d  %-22s %-5s %13.3f %13.3f %7.2f %7.3f %10.3f %10.3f %14llu %14llu%s\n", rank + 1, c.mesh.c_str(),
+                c.ring ? "ring" : "auto", c.step_s * 1e3, m.step_s * 1e3, m.step_s / c.step_s, paired.back(),
+                c.comm_s * 1e3, m.comm_s * 1e3, static_cast<unsigned long long>(c.peak_bytes),
                 static_cast<unsigned long long>(m.peak),
                 peak_ok ? "" : same_mesh ? "  PEAK DIFFERS" : "  NOT THE PLAN'S MESH");
   }
@@ -218,21 +249,46 @@ bool bench_sample(const Options& o, const Sample& sample) {
                  plan.machine.name.c_str());
     return false;
   }
-  auto mesh_of = [&](int row) { return plan.candidates[rows[row].first].mesh; };
-  std::printf("\nSpearman's rank correlation, predicted against measured step times over %d candidates: %.3f\n",
+  // The row with the smallest `by`, over every row or the sample's
+  // hand-written meshes (synchronous TP, as the samples build them); -1
+  // when there is none.
+  auto least = [&](const std::vector<double>& by, bool hand_written) {
+    int best = -1;
+    for (int row = 0; row < static_cast<int>(rows.size()); ++row) {
+      const sharc::PlanCandidate& c = plan.candidates[rows[row].first];
+      const auto& hand = sample.hand_written;
+      if (hand_written && (c.ring || std::find(hand.begin(), hand.end(), c.mesh) == hand.end())) continue;
+      if (best < 0 || by[row] < by[best]) best = row;
+    }
+    return best;
+  };
+  auto name_of = [&](int row) {
+    const sharc::PlanCandidate& c = plan.candidates[rows[row].first];
+    return "rank " + std::to_string(rows[row].first + 1) + " " + c.mesh + (c.ring ? " (ring)" : "");
+  };
+  std::printf("\nSpearman's rank correlation, predicted against measured step times over %d candidates: %.3f",
               static_cast<int>(rows.size()), spearman(predicted_s, measured_s));
-  if (rows[0].first != 0)
-    std::printf("chosen (rank 1) %s: not built (the programs are the plan on cpu's); the fastest measured, rank %d "
-                "%s: %.3f ms\n",
-                identity(plan.candidates[0]).c_str(), rows[fastest].first + 1, mesh_of(fastest).c_str(),
-                measured_s[fastest] * 1e3);
-  else
-    std::printf("chosen (rank 1) %s: %.3f ms measured; the fastest measured, rank %d %s: %.3f ms (chosen %+.1f%%)\n",
-                mesh_of(0).c_str(), measured_s[0] * 1e3, rows[fastest].first + 1, mesh_of(fastest).c_str(),
-                measured_s[fastest] * 1e3, 100 * (measured_s[0] / measured_s[fastest] - 1));
-  if (best_hand >= 0 && rows[0].first == 0)
-    std::printf("the best hand-written mesh, %s: %.3f ms (chosen %+.1f%%)\n", mesh_of(best_hand).c_str(),
-                measured_s[best_hand] * 1e3, 100 * (measured_s[0] / measured_s[best_hand] - 1));
+  if (chosen) std::printf(" (paired with the chosen's rounds: %.3f)", spearman(predicted_s, paired));
+  std::printf("\n");
+  const int fastest = least(measured_s, false);
+  if (!chosen) {
+    std::printf("chosen (rank 1) %s: not measured (not built: the programs are the plan on cpu's; or left out by "
+                "--candidates); the fastest measured, %s: %.3f ms\n",
+                identity(plan.candidates[0]).c_str(), name_of(fastest).c_str(), measured_s[fastest] * 1e3);
+  } else {
+    // Against the fastest and the best hand-written mesh, by the fastest
+    // rounds and by rounds paired: the chosen's time over theirs.
+    auto against = [&](const char* what, bool hand_written) {
+      const int by_min = least(measured_s, hand_written), by_pair = least(paired, hand_written);
+      if (by_min < 0) return;
+      std::printf("%s: fastest rounds %s, %.3f ms (chosen %+.1f%%); paired rounds %s (chosen %+.1f%%)\n", what,
+                  name_of(by_min).c_str(), measured_s[by_min] * 1e3, 100 * (measured_s[0] / measured_s[by_min] - 1),
+                  name_of(by_pair).c_str(), 100 * (1 / paired[by_pair] - 1));
+    };
+    std::printf("chosen (rank 1) %s: %.3f ms measured\n", plan.candidates[0].mesh.c_str(), measured_s[0] * 1e3);
+    against("the fastest", false);
+    against("the best hand-written mesh", true);
+  }
   const int ranked = static_cast<int>(rows.size());
   std::printf("%s peaks: %d of %d as predicted, byte for byte\n\n", sample.program.c_str(), ranked - mismatches,
               ranked);
@@ -261,7 +317,7 @@ int main(int argc, char** argv) {
   app.add_option("--windows", o.windows, "timed windows; the fastest counts")
       ->check(sharc::cli::at_least(1))
       ->capture_default_str();
-  app.add_option("--rounds", o.rounds, "rounds over every candidate; each candidate's fastest counts")
+  app.add_option("--rounds", o.rounds, "rounds over every candidate: its fastest is \"measured ms\"; its median time over the chosen's in the same round, \"paired\"")
       ->check(sharc::cli::at_least(1))
       ->capture_default_str();
   app.add_option("--machine", o.machine,
@@ -270,21 +326,29 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--trace", o.trace_dir, "also write each candidate's step on the wall clock to DIR/SAMPLE_cK.json")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--candidates", o.candidates,
+                 "measure only these ranks of the plan on cpu (1 = its choice), e.g. --candidates 1 3 5; default all")
+      ->check(CLI::Range(1, 1000));
   app.add_flag("--check", o.check, "fail unless every measured peak is the predicted one, byte for byte");
   if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
 
-  // --rounds rounds, each measuring every candidate of the sample in turn,
-  // each candidate's fastest round counting: a slow spell of the machine
-  // then falls on one round of every candidate, not on every round of a
-  // few.
+  // --rounds rounds, each measuring every candidate of the sample in turn:
+  // a slow spell of the machine then falls on one round of every candidate,
+  // not on every round of a few (and pairs out of the "paired" ratios).
   auto run = [&](Sample sample, const std::function<void(Sample&, int round)>& measure_round) {
     for (int round = 0; round < o.rounds; ++round) measure_round(sample, round);
     return bench_sample(o, sample);
   };
-#define SHARC_MEASURE(c, ns, Feed)                                                                         \
-  s.record(k++, round,                                                                                     \
-           measure_candidate<ns::c::Program, sharc::testing::Feed<ns::c::Program>>(o, s.name + "_" #c), \
-           ns::c::Program::mesh_shape().to_string());
+  auto measures = [&](size_t k) {
+    return o.candidates.empty() ||
+           std::find(o.candidates.begin(), o.candidates.end(), static_cast<int>(k) + 1) != o.candidates.end();
+  };
+#define SHARC_MEASURE(c, ns, Feed)                                                                            \
+  s.record(k, round,                                                                                          \
+           measures(k) ? measure_candidate<ns::c::Program, sharc::testing::Feed<ns::c::Program>>(o, s.name + "_" #c) \
+                       : Measurement{},                                                                       \
+           ns::c::Program::mesh_shape().to_string());                                                         \
+  ++k;
   bool ok = true;
   auto wants = [&](const char* s) { return std::find(samples.begin(), samples.end(), s) != samples.end(); };
   if (wants("mlp")) {
