@@ -281,9 +281,18 @@ bool bench_sample(const Options& o, const Sample& sample) {
     auto against = [&](const char* what, bool hand_written) {
       const int by_min = least(measured_s, hand_written), by_pair = least(paired, hand_written);
       if (by_min < 0) return;
-      std::printf("%s: fastest rounds %s, %.3f ms (chosen %+.1f%%); paired rounds %s (chosen %+.1f%%)\n", what,
+      std::printf("%s: fastest rounds %s, %.3f ms (chosen %+.1f%%); paired rounds %s (chosen %+.1f%%", what,
                   name_of(by_min).c_str(), measured_s[by_min] * 1e3, 100 * (measured_s[0] / measured_s[by_min] - 1),
                   name_of(by_pair).c_str(), 100 * (1 / paired[by_pair] - 1));
+      if (by_pair != 0) {
+        // How often the chosen won: a median is one number of many.
+        const std::vector<double>& other = measured[rows[by_pair].second].round_s;
+        int won = 0, n = 0;
+        for (; n < static_cast<int>(std::min(chosen->round_s.size(), other.size())); ++n)
+          won += chosen->round_s[n] <= other[n];
+        std::printf(", faster in %d of %d rounds", won, n);
+      }
+      std::printf(")\n");
     };
     std::printf("chosen (rank 1) %s: %.3f ms measured\n", plan.candidates[0].mesh.c_str(), measured_s[0] * 1e3);
     against("the fastest", false);
