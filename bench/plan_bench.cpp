@@ -18,17 +18,13 @@
 // fastest window counts (bench/timed_steps.h). That runs --rounds times
 // over all the candidates in turn (or those --candidates names).
 //
-// Two measures of a candidate's time come of the rounds. "measured ms" is
-// its fastest round. "paired" is the median, over rounds, of its time over
-// the chosen plan's in the same round: the candidates of a round run
-// seconds apart, so a slow spell of the machine that outlasts a round
-// cancels out of each ratio. On the 2-core VM these were measured on the
-// machine's speed drifts by 15-25% over minutes, and a candidate's fastest
-// round is then mostly the luck of when it ran: three runs of twenty rounds
-// of the GPT's five best candidates put `data=8` first, last and second by
-// their fastest rounds, and second each time paired, 1-3% behind `fsdp=8`
-// (docs/guide/planning.md). Times are measured, never judged: the ratios
-// are for the reader.
+// Two measures of a candidate's time come of the rounds: "measured ms",
+// its fastest round, and "paired", its time over the chosen plan's in the
+// same round (paired_ratio). Where the machine's speed drifts over
+// minutes, a fastest round is mostly the luck of when it ran, and the
+// paired ratios are the ones to rank by (docs/guide/planning.md,
+// "Measured"). Times are measured, never judged: the ratios are for the
+// reader.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -201,22 +197,24 @@ bool bench_sample(const Options& o, const Sample& sample) {
   std::vector<std::pair<int, int>> rows;
   std::string unranked;
   for (int k = 0; k < n; ++k) {
+    if (!measured[k].ran) continue;
     const auto found = std::find_if(plan.candidates.begin(), plan.candidates.end(),
                                     [&](const sharc::PlanCandidate& c) {
                                       return c.fits && identity(c) == identity(built.candidates[k]);
                                     });
-    if (!measured[k].ran) continue;
     if (found == plan.candidates.end())
       unranked += "\n  " + identity(built.candidates[k]);
     else
       rows.emplace_back(static_cast<int>(found - plan.candidates.begin()), k);
   }
   std::sort(rows.begin(), rows.end());
-  std::printf("bench_plan: %s%s%s%s on 8 devices, machine %s; %d candidates that fit, %d built; %d rounds of %d "
-              "warm-up and %d windows of %d timed steps\n\n",
+  const int ran = static_cast<int>(
+      std::count_if(measured.begin(), measured.end(), [](const Measurement& m) { return m.ran; }));
+  std::printf("bench_plan: %s%s%s%s on 8 devices, machine %s; %d candidates that fit, %d built, %d measured; %d "
+              "rounds of %d warm-up and %d windows of %d timed steps\n\n",
               sample.program.c_str(), sample.options.empty() ? "" : " (", sample.options.c_str(),
               sample.options.empty() ? "" : ")", plan.machine.name.c_str(), plan.fitting(),
-              static_cast<int>(measured.size()), o.rounds, o.warmup, o.windows, o.steps);
+              static_cast<int>(measured.size()), ran, o.rounds, o.warmup, o.windows, o.steps);
   // The chosen plan's measurement, when it was measured (rows[0] is then
   // rank 1): every row's rounds are paired with its rounds (paired_ratio).
   const Measurement* chosen = rows.empty() || rows[0].first != 0 ? nullptr : &measured[rows[0].second];
@@ -235,8 +233,10 @@ bool bench_sample(const Options& o, const Sample& sample) {
     predicted_s.push_back(c.step_s);
     measured_s.push_back(m.step_s);
     paired.push_back(chosen ? paired_ratio(m, *chosen) : 0.0);
-    std::printf("%4d  %-22s %-5s %13.3f %13.3f %7.2f %7.3f %10.3f %10.3f %14llu %14llu%s\n", rank + 1, c.mesh.c_str(),
-                c.ring ? "ring" : "auto", c.step_s * 1e3, m.step_s * 1e3, m.step_s / c.step_s, paired.back(),
+    char paired_text[16] = "-";  // no chosen plan measured to pair with
+    if (chosen) std::snprintf(paired_text, sizeof paired_text, "%.3f", paired.back());
+    std::printf("%4d  %-22s %-5s %13.3f %13.3f %7.2f %7s %10.3f %10.3f %14llu %14llu%s\n", rank + 1, c.mesh.c_str(),
+                c.ring ? "ring" : "auto", c.step_s * 1e3, m.step_s * 1e3, m.step_s / c.step_s, paired_text,
                 c.comm_s * 1e3, m.comm_s * 1e3, static_cast<unsigned long long>(c.peak_bytes),
                 static_cast<unsigned long long>(m.peak),
                 peak_ok ? "" : same_mesh ? "  PEAK DIFFERS" : "  NOT THE PLAN'S MESH");
@@ -281,15 +281,15 @@ bool bench_sample(const Options& o, const Sample& sample) {
     auto against = [&](const char* what, bool hand_written) {
       const int by_min = least(measured_s, hand_written), by_pair = least(paired, hand_written);
       if (by_min < 0) return;
+      const Measurement& other = measured[rows[by_pair].second];
       std::printf("%s: fastest rounds %s, %.3f ms (chosen %+.1f%%); paired rounds %s (chosen %+.1f%%", what,
                   name_of(by_min).c_str(), measured_s[by_min] * 1e3, 100 * (measured_s[0] / measured_s[by_min] - 1),
-                  name_of(by_pair).c_str(), 100 * (1 / paired[by_pair] - 1));
+                  name_of(by_pair).c_str(), 100 * (paired_ratio(*chosen, other) - 1));
       if (by_pair != 0) {
         // How often the chosen won: a median is one number of many.
-        const std::vector<double>& other = measured[rows[by_pair].second].round_s;
         int won = 0, n = 0;
-        for (; n < static_cast<int>(std::min(chosen->round_s.size(), other.size())); ++n)
-          won += chosen->round_s[n] <= other[n];
+        for (; n < static_cast<int>(std::min(chosen->round_s.size(), other.round_s.size())); ++n)
+          won += chosen->round_s[n] < other.round_s[n];
         std::printf(", faster in %d of %d rounds", won, n);
       }
       std::printf(")\n");
@@ -340,10 +340,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_flag("--check", o.check, "fail unless every measured peak is the predicted one, byte for byte");
   if (const int code = sharc::cli::parse(app, argc, argv); code >= 0) return code;
+#define SHARC_COUNT(c) +1
+  const int built = std::min(0 SHARC_BENCH_PLAN_MLP_CANDIDATES(SHARC_COUNT), 0 SHARC_BENCH_PLAN_GPT2_CANDIDATES(SHARC_COUNT));
+#undef SHARC_COUNT
+  for (int k : o.candidates)
+    if (k > built) {
+      std::fprintf(stderr, "bench_plan: --candidates %d: each sample has %d candidates built (ranks 1 to %d)\n", k,
+                   built, built);
+      return 2;
+    }
 
-  // --rounds rounds, each measuring every candidate of the sample in turn:
-  // a slow spell of the machine then falls on one round of every candidate,
-  // not on every round of a few (and pairs out of the "paired" ratios).
+  // --rounds rounds, each measuring every candidate of the sample in turn.
   auto run = [&](Sample sample, const std::function<void(Sample&, int round)>& measure_round) {
     for (int round = 0; round < o.rounds; ++round) measure_round(sample, round);
     return bench_sample(o, sample);

@@ -278,8 +278,20 @@ int count_ring_dots(const Lowered& l) {
   return n;
 }
 
-// The candidate's numbers from its lowered program.
-void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
+// The bucket floor's machine: `m` with adds over data in cache at its
+// fastest cached rate (a smaller bucket's adds touch less, and may go
+// faster). Made once a plan: it depends on the machine alone.
+PlanMachine bucket_floor_machine(const PlanMachine& m) {
+  PlanMachine floor = m;
+  double fastest = 0;
+  for (const SizedRate& r : m.cached_memory) fastest = std::max(fastest, r.bytes_per_s);
+  if (fastest > 0) floor.cached_memory = {{.bytes = 1, .bytes_per_s = fastest}};
+  return floor;
+}
+
+// The candidate's numbers from its lowered program on `m`; its buckets'
+// floor on `floor_machine` (bucket_floor_machine(m)).
+void cost(const Lowered& l, const PlanMachine& m, const PlanMachine& floor_machine, PlanCandidate& c) {
   c.peak_bytes = c.sent_bytes = 0;  // a variant starts from a copy of the candidate it varies
   c.compute_s = c.comm_s = c.ring_copy_s = c.bucket_s = c.bucket_floor_s = c.step_s = c.bubble = 0;
   const Report r = predict(l);
@@ -291,10 +303,6 @@ void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
     LinkLevel best;
   };
   std::map<std::vector<std::string>, Link> links;
-  // The bucket floor's machine: adds over data in cache at the fastest
-  // cached rate (a smaller bucket's adds touch less, and may go faster),
-  // made when a bucket needs it.
-  std::optional<PlanMachine> floor_machine;
   for (uint64_t p : r.peak_bytes) c.peak_bytes = std::max(c.peak_bytes, p);
   c.buckets = static_cast<int>(
       std::count_if(r.collectives.begin(), r.collectives.end(), [](const CollectiveReport& col) { return col.bucket; }));
@@ -314,13 +322,7 @@ void cost(const Lowered& l, const PlanMachine& m, PlanCandidate& c) {
       comm += s;
       if (col.bucket) {
         buckets += s;
-        if (!floor_machine) {
-          floor_machine = m;
-          double fastest = 0;
-          for (const SizedRate& r : m.cached_memory) fastest = std::max(fastest, r.bytes_per_s);
-          if (fastest > 0) floor_machine->cached_memory = {{.bytes = 1, .bytes_per_s = fastest}};
-        }
-        floor += collective_seconds(col, col.bytes[d], link->second.best, *floor_machine);
+        floor += collective_seconds(col, col.bytes[d], link->second.best, floor_machine);
       }
     }
     if (comm > c.comm_s) c.comm_s = comm, c.bucket_s = buckets, c.bucket_floor_s = floor;
@@ -466,6 +468,7 @@ Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint
   p.devices = devices;
   p.budget_bytes = budget_bytes;
   p.machine = machine;
+  const PlanMachine floor_machine = bucket_floor_machine(machine);
   const PlanAxes axes = plan_axes(traced);
   p.axes = axes.axes;
   if (p.axes.empty())
@@ -529,7 +532,7 @@ Plan plan(const std::string& program, const ir::Graph& traced, int devices, uint
       quick.verify_each = false;
       const Lowered l = lower_candidate(*g, c, devices, quick);
       if (rings) *rings = count_ring_dots(l);
-      cost(l, machine, c);
+      cost(l, machine, floor_machine, c);
     } catch (const Error& e) {
       why = e.what();
       return std::nullopt;
