@@ -151,18 +151,15 @@ struct Sample {
   std::vector<std::string> built_meshes;  // by rank, as the programs say
 
   // Round `round`'s measurement of the candidate of rank k: the first
-  // round's in full, a later round's step time where it is faster (its
-  // peak and comm time stay the first round's); every round's step time
-  // in round_s.
+  // round's in full (for a candidate --candidates leaves out, a placeholder
+  // that keeps rank k at index k), a later round's step time where it is
+  // faster (its peak and comm time stay the first round's); every round's
+  // step time in round_s.
   void record(size_t k, int round, const Measurement& m, const std::string& mesh) {
-    if (!m.ran) {  // not measured: a placeholder, so that rank k stays at index k
-      if (round == 0) measured.push_back(m), built_meshes.push_back(mesh);
-      return;
-    }
     if (round == 0) {
       measured.push_back(m);
       built_meshes.push_back(mesh);
-    } else {
+    } else if (m.ran) {
       measured[k].step_s = std::min(measured[k].step_s, m.step_s);
       measured[k].round_s.push_back(m.step_s);
     }
